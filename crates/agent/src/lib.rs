@@ -1,0 +1,198 @@
+//! The node agent: joins this machine to a cluster and keeps it there with heartbeats,
+//! rejoining on its own when the head restarts or declared it dead.
+
+pub mod detect;
+
+use oxray_proto::convert::resources_to_proto;
+use oxray_proto::v1;
+use oxray_rpc::{connect_head_lazy, explain, HeadClient, Token};
+use oxray_types::{now_ms, NodeId, NodeInfo, NodeState, ResourceSet};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub head_address: String,
+    pub token: Token,
+    pub node_ip: String,
+    pub node_name: String,
+    pub is_head_node: bool,
+    /// Complete amounts, detection already applied.
+    pub resources: ResourceSet,
+    pub labels: BTreeMap<String, String>,
+    /// How long the first registration may keep retrying an unreachable head.
+    pub join_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    Unreachable(String),
+    #[error(transparent)]
+    Rpc(#[from] oxray_rpc::RpcError),
+}
+
+/// An agent whose node is registered with the head.
+pub struct JoinedAgent {
+    config: AgentConfig,
+    client: HeadClient,
+    node: NodeInfo,
+    heartbeat_interval: Duration,
+}
+
+fn describe(config: &AgentConfig, node_id: NodeId) -> NodeInfo {
+    let mut labels = config.labels.clone();
+    labels.insert("ray.io/node_id".into(), node_id.hex());
+    NodeInfo {
+        node_id,
+        node_ip: config.node_ip.clone(),
+        node_name: config.node_name.clone(),
+        is_head_node: config.is_head_node,
+        state: NodeState::Alive,
+        state_message: None,
+        resources_total: config.resources.clone(),
+        resources_available: config.resources.clone(),
+        labels,
+        start_time_ms: now_ms(),
+        end_time_ms: 0,
+        pid: std::process::id(),
+    }
+}
+
+fn is_refusal(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Unauthenticated | Code::PermissionDenied | Code::InvalidArgument
+    )
+}
+
+/// Registers this machine. A refused token fails at once; an unreachable head is retried
+/// until the join timeout.
+pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
+    let client = connect_head_lazy(&config.head_address, &config.token, Duration::from_secs(5))?;
+    let node = describe(&config, NodeId::random());
+    let mut agent = JoinedAgent {
+        config,
+        client,
+        node,
+        heartbeat_interval: Duration::from_secs(1),
+    };
+    let deadline = Instant::now() + agent.config.join_timeout;
+    loop {
+        match agent.register().await {
+            Ok(()) => return Ok(agent),
+            Err(status) if is_refusal(status.code()) => {
+                return Err(AgentError::Refused(explain(
+                    &agent.config.head_address,
+                    &status,
+                )))
+            }
+            Err(status) if Instant::now() >= deadline => {
+                return Err(AgentError::Unreachable(explain(
+                    &agent.config.head_address,
+                    &status,
+                )))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+impl JoinedAgent {
+    pub fn node_id(&self) -> &NodeId {
+        &self.node.node_id
+    }
+
+    pub fn node_ip(&self) -> &str {
+        &self.node.node_ip
+    }
+
+    async fn register(&mut self) -> Result<(), tonic::Status> {
+        let request = v1::RegisterNodeRequest {
+            node: Some(v1::Node::from(&self.node)),
+        };
+        let reply = self.client.register_node(request).await?.into_inner();
+        if reply.heartbeat_interval_ms > 0 {
+            self.heartbeat_interval = Duration::from_millis(reply.heartbeat_interval_ms);
+        }
+        Ok(())
+    }
+
+    /// Heartbeats until `shutdown`, then leaves the cluster.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut head_reachable = true;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(self.heartbeat_interval) => {}
+            }
+            let request = v1::HeartbeatRequest {
+                node_id: self.node.node_id.hex(),
+                resources_available: resources_to_proto(&self.node.resources_available),
+            };
+            let outcome = match self.client.heartbeat(request).await {
+                Ok(reply) => self.follow(reply.into_inner().verdict()).await,
+                Err(status) => Err(status),
+            };
+            match outcome {
+                Ok(()) if !head_reachable => {
+                    tracing::info!(
+                        "head is back; node {} is reporting again",
+                        self.node.node_id
+                    );
+                    head_reachable = true;
+                }
+                Ok(()) => {}
+                Err(status) if head_reachable => {
+                    tracing::warn!("{}; retrying", explain(&self.config.head_address, &status));
+                    head_reachable = false;
+                }
+                Err(_) => {}
+            }
+        }
+        self.leave().await;
+    }
+
+    async fn follow(&mut self, verdict: v1::HeartbeatVerdict) -> Result<(), tonic::Status> {
+        match verdict {
+            v1::HeartbeatVerdict::UnknownNode => {
+                tracing::warn!(
+                    "the head has no record of node {}; registering again",
+                    self.node.node_id
+                );
+                self.register().await
+            }
+            v1::HeartbeatVerdict::NodeDead => {
+                let old = self.node.node_id.clone();
+                self.node = describe(&self.config, NodeId::random());
+                tracing::warn!(
+                    "the head declared node {old} dead; rejoining as node {}",
+                    self.node.node_id
+                );
+                self.register().await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn leave(&mut self) {
+        let request = v1::UnregisterNodeRequest {
+            node_id: self.node.node_id.hex(),
+            reason: "node stopped".into(),
+        };
+        match tokio::time::timeout(Duration::from_secs(2), self.client.unregister_node(request))
+            .await
+        {
+            Ok(Ok(_)) => tracing::info!("node {} left the cluster", self.node.node_id),
+            _ => tracing::warn!(
+                "could not tell the head that node {} is leaving",
+                self.node.node_id
+            ),
+        }
+    }
+}

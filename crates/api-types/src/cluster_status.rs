@@ -1,0 +1,88 @@
+use oxray_types::{NodeInfo, ResourceSet};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    pub node_id: String,
+    pub node_ip: String,
+    pub node_name: String,
+    pub is_head_node: bool,
+    pub state_message: Option<String>,
+}
+
+/// What `oxray status` shows: nodes by state, resources in use, and pending demands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub alive: Vec<NodeSummary>,
+    pub dead: Vec<NodeSummary>,
+    /// Totals over alive nodes, without the per-node marker resources (`node:...`).
+    pub resources_total: BTreeMap<String, f64>,
+    pub resources_used: BTreeMap<String, f64>,
+    /// Work waiting for resources, one line per demand shape.
+    pub pending: Vec<String>,
+}
+
+impl ClusterStatus {
+    pub fn from_nodes(nodes: &[NodeInfo], pending: Vec<String>) -> Self {
+        let mut total = ResourceSet::new();
+        let mut available = ResourceSet::new();
+        let (mut alive, mut dead) = (Vec::new(), Vec::new());
+        for node in nodes {
+            let summary = NodeSummary {
+                node_id: node.node_id.hex(),
+                node_ip: node.node_ip.clone(),
+                node_name: node.node_name.clone(),
+                is_head_node: node.is_head_node,
+                state_message: node.state_message.clone(),
+            };
+            if node.is_alive() {
+                total.add(&node.resources_total);
+                available.add(&node.resources_available);
+                alive.push(summary);
+            } else {
+                dead.push(summary);
+            }
+        }
+        let visible = |name: &str| !name.starts_with("node:");
+        let resources_total: BTreeMap<String, f64> = total
+            .iter()
+            .filter(|(k, _)| visible(k))
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let resources_used = resources_total
+            .iter()
+            .map(|(k, v)| (k.clone(), (v - available.get(k)).max(0.0)))
+            .collect();
+        ClusterStatus {
+            alive,
+            dead,
+            resources_total,
+            resources_used,
+            pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodes::tests::node;
+    use oxray_types::NodeState;
+
+    #[test]
+    fn dead_nodes_leave_the_totals() {
+        let mut busy = node("a", true, NodeState::Alive);
+        busy.resources_available.set("CPU", 0.5).unwrap();
+        let nodes = vec![
+            busy,
+            node("b", false, NodeState::Alive),
+            node("c", false, NodeState::Dead),
+        ];
+        let status = ClusterStatus::from_nodes(&nodes, vec![]);
+        assert_eq!((status.alive.len(), status.dead.len()), (2, 1));
+        assert_eq!(status.resources_total["CPU"], 4.0);
+        assert_eq!(status.resources_used["CPU"], 1.5);
+        assert!(!status.resources_total.contains_key("node:127.0.0.1"));
+    }
+}

@@ -1,0 +1,8 @@
+//! JSON shapes shared by the HTTP API, the CLI's `--format json|yaml` and the dashboard.
+//! Node rows follow Ray's state API so Ray's own clients can read them.
+
+mod cluster_status;
+mod nodes;
+
+pub use cluster_status::{ClusterStatus, NodeSummary};
+pub use nodes::{list_nodes, FilterError, NodeFilter, NodeList, NodeRow, MAX_LIMIT};

@@ -1,0 +1,263 @@
+//! The server roles, run in the foreground: what `start` launches as daemons and what the
+//! test kit starts directly.
+
+use crate::resources::{node_ip_towards, ResourceArgs};
+use crate::target::resolve_token;
+use anyhow::{Context, Result};
+use clap::Args;
+use oxray_config::ready::{announce, Ready};
+use oxray_config::session::SessionDir;
+use oxray_config::{paths, procs, secret};
+use oxray_rpc::Token;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Args, Debug)]
+pub struct HeadArgs {
+    #[arg(long, default_value_t = oxray_config::DEFAULT_PORT)]
+    pub port: u16,
+    /// Interface the control plane listens on
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_host: String,
+    #[arg(long)]
+    pub node_ip_address: Option<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub dashboard_host: String,
+    #[arg(long, default_value_t = oxray_config::DEFAULT_DASHBOARD_PORT)]
+    pub dashboard_port: u16,
+    /// The head's database [default: head.redb in the session directory]
+    #[arg(long)]
+    pub storage: Option<PathBuf>,
+    #[command(flatten)]
+    pub dirs: SessionArgs,
+    /// Seconds without a heartbeat before a node is declared dead
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+    pub node_death_timeout_s: f64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SessionArgs {
+    /// Use this session directory instead of creating one
+    #[arg(long)]
+    pub session_dir: Option<PathBuf>,
+    /// Where new session directories go
+    #[arg(long, env = "OXRAY_TEMP_DIR")]
+    pub temp_dir: Option<PathBuf>,
+}
+
+impl SessionArgs {
+    pub fn open(&self) -> Result<SessionDir> {
+        let result = match &self.session_dir {
+            Some(dir) => SessionDir::open(dir),
+            None => SessionDir::create(
+                &self
+                    .temp_dir
+                    .clone()
+                    .unwrap_or_else(paths::default_temp_dir),
+            ),
+        };
+        result.context("cannot create the session directory")
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// The head's control-plane address HOST:PORT
+    #[arg(long)]
+    pub address: String,
+    #[command(flatten)]
+    pub resources: ResourceArgs,
+    /// A name for this node [default: its IP address]
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// This agent runs beside the head
+    #[arg(long)]
+    pub head_node: bool,
+    #[command(flatten)]
+    pub dirs: SessionArgs,
+    #[arg(long, env = "OXRAY_AUTH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Seconds to keep trying an unreachable head before giving up
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+    pub join_timeout_s: f64,
+}
+
+pub fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+        _ => Err(format!(
+            "expected a positive number of seconds, got {text:?}"
+        )),
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OXRAY_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,h2=warn,tower=warn,hyper=warn")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+/// Reports the failure to the launcher and the log, and gives the exit code.
+fn fail(error: anyhow::Error) -> Result<ExitCode> {
+    let error = format!("{error:#}");
+    tracing::error!("{error}");
+    announce(&Ready::Failed { error });
+    Ok(ExitCode::FAILURE)
+}
+
+/// Cancels the token on SIGTERM or SIGINT.
+fn on_signals(shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("cannot listen for SIGTERM: {e}");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
+        }
+        shutdown.cancel();
+    });
+}
+
+/// The head's token: explicit, else the user's token file, else a new one. The first head
+/// start creates it; every start leaves a copy in the session directory.
+fn head_token(explicit: Option<&str>, home: &Path, session: &SessionDir) -> Result<Token> {
+    let file = paths::token_file(home);
+    let token = match explicit {
+        Some(text) => Token::parse(text).context("invalid OXRAY_AUTH_TOKEN")?,
+        None => match secret::read_trimmed(&file)? {
+            Some(text) => Token::parse(&text)
+                .with_context(|| format!("invalid token in {}", file.display()))?,
+            None => Token::generate(),
+        },
+    };
+    if secret::read_trimmed(&file)?.as_deref() != Some(token.as_str()) {
+        secret::write_private(&file, &format!("{}\n", token.as_str()))
+            .with_context(|| format!("cannot write {}", file.display()))?;
+    }
+    secret::write_private(&session.token_file(), &format!("{}\n", token.as_str()))?;
+    Ok(token)
+}
+
+pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
+    init_logging();
+    let home = paths::oxray_home();
+    let setup = || -> Result<oxray_head::HeadConfig> {
+        let session = args.dirs.open()?;
+        let explicit = std::env::var("OXRAY_AUTH_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        let token = head_token(explicit.as_deref(), &home, &session)?;
+        Ok(oxray_head::HeadConfig {
+            bind_host: args.bind_host.clone(),
+            port: args.port,
+            node_ip: args
+                .node_ip_address
+                .clone()
+                .unwrap_or_else(crate::resources::detect_node_ip),
+            dashboard_host: args.dashboard_host.clone(),
+            dashboard_port: args.dashboard_port,
+            storage: args
+                .storage
+                .clone()
+                .unwrap_or_else(|| session.default_storage()),
+            session,
+            token,
+            node_death_timeout: Duration::from_secs_f64(args.node_death_timeout_s),
+        })
+    };
+    let config = match setup() {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let record = procs::register_self(&home, "head", config.session.path())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let code = runtime.block_on(async {
+        let head = match oxray_head::Head::bind(config.clone()).await {
+            Ok(h) => h,
+            Err(e) => return fail(e.into()),
+        };
+        announce(&Ready::Head {
+            pid: record.pid,
+            node_ip: config.node_ip.clone(),
+            port: head.control_addr().port(),
+            dashboard_host: config.dashboard_host.clone(),
+            dashboard_port: head.dashboard_addr().port(),
+            session_name: config.session.name(),
+        });
+        let shutdown = CancellationToken::new();
+        on_signals(shutdown.clone());
+        match head.run(shutdown).await {
+            Ok(()) => Ok(ExitCode::SUCCESS),
+            Err(e) => fail(e.into()),
+        }
+    });
+    procs::unregister(&home, record.pid);
+    code
+}
+
+pub fn run_agent(args: AgentArgs) -> Result<ExitCode> {
+    init_logging();
+    let home = paths::oxray_home();
+    let setup = || -> Result<(oxray_agent::AgentConfig, SessionDir)> {
+        args.resources.validate()?;
+        let session = args.dirs.open()?;
+        let token = resolve_token(args.token.as_deref())?;
+        let node_ip = match &args.resources.node_ip_address {
+            Some(ip) => ip.clone(),
+            None => node_ip_towards(&args.address),
+        };
+        let config = oxray_agent::AgentConfig {
+            head_address: args.address.clone(),
+            token,
+            node_name: args.node_name.clone().unwrap_or_else(|| node_ip.clone()),
+            resources: args.resources.resolve(&node_ip, args.head_node)?,
+            labels: args.resources.labels()?,
+            is_head_node: args.head_node,
+            node_ip,
+            join_timeout: Duration::from_secs_f64(args.join_timeout_s),
+        };
+        Ok((config, session))
+    };
+    let (config, session) = match setup() {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let record = procs::register_self(&home, "agent", session.path())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let code = runtime.block_on(async {
+        let agent = match oxray_agent::join(config).await {
+            Ok(a) => a,
+            Err(e) => return fail(e.into()),
+        };
+        announce(&Ready::Agent {
+            pid: record.pid,
+            node_id: agent.node_id().hex(),
+            node_ip: agent.node_ip().to_string(),
+        });
+        let shutdown = CancellationToken::new();
+        on_signals(shutdown.clone());
+        agent.run(shutdown).await;
+        Ok(ExitCode::SUCCESS)
+    });
+    procs::unregister(&home, record.pid);
+    code
+}

@@ -1,0 +1,302 @@
+use crate::commands::roles::{positive_seconds, SessionArgs};
+use crate::launch::{spawn_role, stop_all, Launched};
+use crate::resources::ResourceArgs;
+use crate::target::CurrentCluster;
+use anyhow::{bail, Result};
+use clap::Args;
+use nix::sys::signal::Signal;
+use oxray_config::ready::Ready;
+use oxray_config::session::SessionDir;
+use oxray_config::{paths, procs, secret};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("role").required(true).args(["head", "address"]))]
+pub struct StartArgs {
+    /// Start the head of a new cluster on this machine
+    #[arg(long)]
+    pub head: bool,
+    /// Join the cluster whose head listens at HOST:PORT
+    #[arg(long)]
+    pub address: Option<String>,
+    /// Control-plane port of the head
+    #[arg(long, default_value_t = oxray_config::DEFAULT_PORT)]
+    pub port: u16,
+    /// Interface the dashboard and HTTP API listen on
+    #[arg(long, default_value = "127.0.0.1")]
+    pub dashboard_host: String,
+    #[arg(long, default_value_t = oxray_config::DEFAULT_DASHBOARD_PORT)]
+    pub dashboard_port: u16,
+    #[command(flatten)]
+    pub resources: ResourceArgs,
+    /// A name for this node [default: its IP address]
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// Where session directories (logs, token copy, default database) go [default: /tmp/oxray]
+    #[arg(long, env = "OXRAY_TEMP_DIR")]
+    pub temp_dir: Option<PathBuf>,
+    /// The head's database, kept across restarts [default: in the session directory]
+    #[arg(long)]
+    pub storage: Option<PathBuf>,
+    /// Seconds without a heartbeat before a node is declared dead
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+    pub node_death_timeout_s: f64,
+    /// The cluster token [default: $OXRAY_AUTH_TOKEN, else the token file]
+    #[arg(long, env = "OXRAY_AUTH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Stay in the foreground; stop everything on Ctrl-C or when a process exits
+    #[arg(long)]
+    pub block: bool,
+}
+
+const HEAD_READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// The agent retries an unreachable head for 5 s before it gives up.
+const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn run(args: StartArgs) -> Result<ExitCode> {
+    args.resources.validate()?;
+    if let Some(address) = &args.address {
+        validate_address(address)?;
+    }
+    let temp_dir = args
+        .temp_dir
+        .clone()
+        .unwrap_or_else(paths::default_temp_dir);
+    let session = SessionDir::create(&temp_dir)?;
+    let session_args = SessionArgs {
+        session_dir: Some(session.path().to_path_buf()),
+        temp_dir: None,
+    };
+    let token_env: Vec<(&str, &str)> = args
+        .token
+        .as_deref()
+        .map(|t| vec![("OXRAY_AUTH_TOKEN", t)])
+        .unwrap_or_default();
+
+    let mut launched = Vec::new();
+    let (address, dashboard_url) = if args.head {
+        let head = spawn_role(
+            &head_args(&args, &session_args),
+            &token_env,
+            &session.logs().join("head.log"),
+            HEAD_READY_TIMEOUT,
+        )?;
+        let Ready::Head {
+            node_ip,
+            port,
+            dashboard_host,
+            dashboard_port,
+            ..
+        } = head.ready.clone()
+        else {
+            bail!("the head answered with an unexpected readiness message");
+        };
+        launched.push(head);
+        let address = format!("{node_ip}:{port}");
+        let shown_host = if dashboard_host == "0.0.0.0" {
+            node_ip
+        } else {
+            dashboard_host
+        };
+        (
+            address,
+            Some(format!("http://{shown_host}:{dashboard_port}")),
+        )
+    } else {
+        (args.address.clone().unwrap_or_default(), None)
+    };
+
+    let agent = spawn_role(
+        &agent_args(&args, &address, &session_args),
+        &token_env,
+        &session.logs().join("agent.log"),
+        AGENT_READY_TIMEOUT,
+    );
+    let agent = match agent {
+        Ok(a) => a,
+        Err(e) => {
+            stop_launched(&launched);
+            return Err(e);
+        }
+    };
+    launched.push(agent);
+
+    let current = CurrentCluster {
+        address: address.clone(),
+        dashboard_url: dashboard_url.clone(),
+        session_dir: session.path().display().to_string(),
+    };
+    secret::write_json(&paths::current_cluster_file(&paths::oxray_home()), &current)?;
+
+    if args.head {
+        print_head_banner(
+            &address,
+            dashboard_url.as_deref().unwrap_or_default(),
+            &session,
+        );
+    } else {
+        print_node_banner(&address, &launched[0].ready);
+    }
+    if args.block {
+        return block(launched);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn validate_address(address: &str) -> Result<()> {
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(())
+        }
+        _ => bail!(
+            "invalid --address {address:?}: expected HOST:PORT of the head, e.g. 10.0.0.1:6379"
+        ),
+    }
+}
+
+fn head_args(args: &StartArgs, session: &SessionArgs) -> Vec<String> {
+    let mut v = vec![
+        "head".to_string(),
+        "--port".into(),
+        args.port.to_string(),
+        "--dashboard-host".into(),
+        args.dashboard_host.clone(),
+        "--dashboard-port".into(),
+        args.dashboard_port.to_string(),
+        "--node-death-timeout-s".into(),
+        args.node_death_timeout_s.to_string(),
+    ];
+    v.extend(session_flags(session));
+    if let Some(ip) = &args.resources.node_ip_address {
+        v.extend(["--node-ip-address".into(), ip.clone()]);
+    }
+    if let Some(storage) = &args.storage {
+        v.extend(["--storage".into(), storage.display().to_string()]);
+    }
+    v
+}
+
+fn agent_args(args: &StartArgs, address: &str, session: &SessionArgs) -> Vec<String> {
+    let mut v = vec!["agent".to_string(), "--address".into(), address.to_string()];
+    if args.head {
+        v.push("--head-node".into());
+    }
+    if let Some(name) = &args.node_name {
+        v.extend(["--node-name".into(), name.clone()]);
+    }
+    v.extend(session_flags(session));
+    v.extend(args.resources.to_args());
+    v
+}
+
+fn session_flags(session: &SessionArgs) -> Vec<String> {
+    let dir = session
+        .session_dir
+        .as_ref()
+        .expect("start always names the session directory");
+    vec!["--session-dir".into(), dir.display().to_string()]
+}
+
+fn records(launched: &[Launched]) -> Vec<procs::ProcRecord> {
+    launched
+        .iter()
+        .map(|l| procs::ProcRecord {
+            pid: l.child.id(),
+            start_ticks: procs::start_ticks(l.child.id()).unwrap_or(0),
+            role: String::new(),
+            session_dir: PathBuf::new(),
+        })
+        .collect()
+}
+
+fn stop_launched(launched: &[Launched]) {
+    stop_all(
+        &records(launched),
+        Signal::SIGTERM,
+        Duration::from_secs(10),
+        &paths::oxray_home(),
+    );
+}
+
+/// Stays until Ctrl-C, SIGTERM or the exit of one of the processes, then stops them all.
+fn block(mut launched: Vec<Launched>) -> Result<ExitCode> {
+    println!("--block: staying in the foreground; Ctrl-C stops this node.");
+    let runtime = crate::target::runtime()?;
+    let exited = runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return Ok::<_, std::io::Error>(None),
+                _ = term.recv() => return Ok(None),
+                _ = tick.tick() => {
+                    for l in launched.iter_mut() {
+                        if let Some(status) = l.child.try_wait()? {
+                            return Ok(Some((l.child.id(), status)));
+                        }
+                    }
+                }
+            }
+        }
+    })?;
+    stop_launched(&launched);
+    for l in launched.iter_mut() {
+        let _ = l.child.wait();
+    }
+    match exited {
+        None => Ok(ExitCode::SUCCESS),
+        Some((pid, status)) => {
+            bail!("process {pid} exited ({status}); stopped the others on this node")
+        }
+    }
+}
+
+fn print_head_banner(address: &str, dashboard: &str, session: &SessionDir) {
+    println!(
+        "\
+--------------------
+oxray runtime started.
+--------------------
+
+Next steps
+  To add another node to this cluster, run on it
+    oxray start --address='{address}' --token=\"$TOKEN\"
+  where TOKEN is what `oxray get-auth-token` prints here.
+
+  To connect to this cluster from Python:
+    import oxray
+    oxray.init()
+
+  To submit a job:
+    oxray job submit --working-dir . -- python my_script.py
+
+  Dashboard and Jobs API: {dashboard}
+  Logs: {logs}
+
+  To terminate the oxray runtime, run
+    oxray stop",
+        logs = session.logs().display()
+    );
+}
+
+fn print_node_banner(address: &str, ready: &Ready) {
+    let node = match ready {
+        Ready::Agent {
+            node_id, node_ip, ..
+        } => format!("{node_id} ({node_ip})"),
+        _ => String::new(),
+    };
+    println!(
+        "\
+--------------------
+oxray runtime started.
+--------------------
+
+This node {node} joined the cluster at {address}.
+
+To terminate the oxray runtime, run
+  oxray stop"
+    );
+}

@@ -1,0 +1,42 @@
+use crate::launch::stop_all;
+use anyhow::Result;
+use clap::Args;
+use nix::sys::signal::Signal;
+use oxray_config::{paths, procs};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct StopArgs {
+    /// Kill at once (SIGKILL) instead of asking processes to stop
+    #[arg(long, short)]
+    pub force: bool,
+    /// Seconds to wait for a graceful stop before killing
+    #[arg(long, default_value_t = 16)]
+    pub grace_period: u64,
+}
+
+pub fn run(args: StopArgs) -> Result<ExitCode> {
+    let home = paths::oxray_home();
+    let records = procs::list_running(&home);
+    if records.is_empty() {
+        println!("No oxray processes are running on this machine.");
+        let _ = std::fs::remove_file(paths::current_cluster_file(&home));
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Agents first, so they can tell a still-running head that they leave.
+    let (agents, others): (Vec<_>, Vec<_>) = records.into_iter().partition(|r| r.role == "agent");
+    let signal = if args.force {
+        Signal::SIGKILL
+    } else {
+        Signal::SIGTERM
+    };
+    let grace = Duration::from_secs(args.grace_period);
+    let stopped = stop_all(&agents, signal, grace, &home) + stop_all(&others, signal, grace, &home);
+    let _ = std::fs::remove_file(paths::current_cluster_file(&home));
+    println!(
+        "Stopped {stopped} oxray process{}.",
+        if stopped == 1 { "" } else { "es" }
+    );
+    Ok(ExitCode::SUCCESS)
+}

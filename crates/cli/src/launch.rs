@@ -1,0 +1,102 @@
+//! Starting server roles as daemons and stopping them by process group.
+
+use anyhow::{anyhow, Context, Result};
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use oxray_config::procs::{self, ProcRecord};
+use oxray_config::ready::{self, Ready, WaitError};
+use std::fs::OpenOptions;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Launched {
+    pub child: Child,
+    pub ready: Ready,
+}
+
+/// Runs `oxray <args>` in a session of its own (it survives this terminal), with stderr in
+/// `log`, and waits for its readiness line. A server that fails or hangs is killed with its
+/// whole process group, so nothing half-started is left behind.
+pub fn spawn_role(
+    args: &[String],
+    envs: &[(&str, &str)],
+    log: &Path,
+    timeout: Duration,
+) -> Result<Launched> {
+    let exe = std::env::current_exe().context("cannot find the oxray executable")?;
+    let log_file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("cannot open log file {}", log.display()))?;
+    let mut command = Command::new(exe);
+    command
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file);
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = command.spawn().context("cannot start an oxray process")?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    match ready::wait(stdout, timeout) {
+        Ok(ready) => Ok(Launched { child, ready }),
+        Err(reason) => {
+            signal_group(child.id(), Signal::SIGKILL);
+            let _ = child.wait();
+            match reason {
+                WaitError::Reported(message) => Err(anyhow!(message)),
+                WaitError::Silent(message) => Err(anyhow!("{message} (see {})", log.display())),
+            }
+        }
+    }
+}
+
+/// Signals a process's whole group; falls back to the process alone when it leads none.
+pub fn signal_group(pid: u32, signal: Signal) {
+    let pid = Pid::from_raw(pid as i32);
+    if killpg(pid, signal).is_err() {
+        let _ = kill(pid, signal);
+    }
+}
+
+/// Stops the given processes: `first` signal to each group, then SIGKILL to whatever is left
+/// after `grace`. Returns how many were running.
+pub fn stop_all(records: &[ProcRecord], first: Signal, grace: Duration, home: &Path) -> usize {
+    for r in records {
+        signal_group(r.pid, first);
+    }
+    let deadline = Instant::now() + grace;
+    let alive = |rs: &[ProcRecord]| {
+        rs.iter()
+            .filter(|r| procs::is_running(r))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let mut left = alive(records);
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(25));
+        left = alive(&left);
+    }
+    for r in &left {
+        tracing::warn!(pid = r.pid, role = %r.role, "did not stop in time; killing it");
+        signal_group(r.pid, Signal::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !alive(&left).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    for r in records {
+        procs::unregister(home, r.pid);
+    }
+    records.len()
+}

@@ -1,0 +1,64 @@
+//! The `oxray` command: every role (head, node agent) and every client verb in one binary.
+
+mod commands;
+mod launch;
+mod output;
+mod resources;
+mod target;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "oxray",
+    version,
+    about = "A distributed compute runtime for AI workloads, compatible with Ray"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the head of a new cluster (--head) or join this machine to one (--address).
+    Start(commands::start::StartArgs),
+    /// Stop every oxray process started on this machine.
+    Stop(commands::stop::StopArgs),
+    /// Show the cluster's nodes, resources in use and pending work.
+    Status(target::TargetArgs),
+    /// List cluster state.
+    List {
+        #[command(subcommand)]
+        what: commands::list::ListWhat,
+    },
+    /// Print the cluster token that clients and joining nodes must present.
+    GetAuthToken,
+    /// Run the control plane in the foreground (what `start --head` launches).
+    #[command(hide = true)]
+    Head(commands::roles::HeadArgs),
+    /// Run a node agent in the foreground (what `start` launches).
+    #[command(hide = true)]
+    Agent(commands::roles::AgentArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Start(args) => commands::start::run(args),
+        Command::Stop(args) => commands::stop::run(args),
+        Command::Status(args) => commands::status::run(args),
+        Command::List { what } => commands::list::run(what),
+        Command::GetAuthToken => commands::token::run(),
+        Command::Head(args) => commands::roles::run_head(args),
+        Command::Agent(args) => commands::roles::run_agent(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Which cluster a client command talks to, and with which token.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use oxray_config::paths;
+use oxray_rpc::{connect_head, HeadClient, Token};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Args, Debug, Clone)]
+pub struct TargetArgs {
+    /// The head's control-plane address HOST:PORT [default: the cluster started on this machine]
+    #[arg(long, env = "OXRAY_ADDRESS")]
+    pub address: Option<String>,
+    /// The cluster token [default: $OXRAY_AUTH_TOKEN, else the token file]
+    #[arg(long, env = "OXRAY_AUTH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// What `start` leaves behind so later commands on this machine find the cluster.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CurrentCluster {
+    pub address: String,
+    pub dashboard_url: Option<String>,
+    pub session_dir: String,
+}
+
+pub fn read_current() -> Option<CurrentCluster> {
+    let bytes = std::fs::read(paths::current_cluster_file(&paths::oxray_home())).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The token: explicit, else the user's token file.
+pub fn resolve_token(explicit: Option<&str>) -> Result<Token> {
+    if let Some(text) = explicit {
+        return Token::parse(text).context("invalid cluster token");
+    }
+    let file = paths::token_file(&paths::oxray_home());
+    match oxray_config::secret::read_trimmed(&file).with_context(|| format!("cannot read {}", file.display()))? {
+        Some(text) => Token::parse(&text).with_context(|| format!("invalid cluster token in {}", file.display())),
+        None => bail!(
+            "no cluster token: pass --token, set OXRAY_AUTH_TOKEN, or run `oxray get-auth-token` on the head \
+             and save it to {}",
+            file.display()
+        ),
+    }
+}
+
+impl TargetArgs {
+    pub fn address(&self) -> Result<String> {
+        match self.address.as_deref() {
+            Some(a) if !a.is_empty() && a != "auto" => Ok(a.trim_start_matches("http://").to_string()),
+            _ => read_current().map(|c| c.address).ok_or_else(|| {
+                anyhow!(
+                    "no cluster to talk to: pass --address HOST:PORT, set OXRAY_ADDRESS, or start one on this \
+                     machine with `oxray start --head`"
+                )
+            }),
+        }
+    }
+
+    pub async fn connect(&self) -> Result<(String, HeadClient)> {
+        let address = self.address()?;
+        let token = resolve_token(self.token.as_deref())?;
+        let client = connect_head(&address, &token, Duration::from_secs(10)).await?;
+        Ok((address, client))
+    }
+}
+
+/// Fetches every node, with failures explained in one line.
+pub async fn fetch_nodes(target: &TargetArgs) -> Result<Vec<oxray_types::NodeInfo>> {
+    let (address, mut client) = target.connect().await?;
+    let reply = client
+        .list_nodes(oxray_proto::v1::ListNodesRequest {})
+        .await
+        .map_err(|status| anyhow!(oxray_rpc::explain(&address, &status)))?;
+    reply
+        .into_inner()
+        .nodes
+        .into_iter()
+        .map(|n| oxray_types::NodeInfo::try_from(n).context("the head sent a malformed node"))
+        .collect()
+}
+
+/// A small runtime for client commands: they make a handful of calls and exit.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}

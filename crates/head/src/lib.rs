@@ -1,0 +1,223 @@
+//! The control plane: cluster membership and health, the durable state, the control-plane
+//! gRPC service and the HTTP API. Start it with [`Head::bind`], then [`BoundHead::run`].
+
+mod membership;
+mod service;
+mod store;
+
+pub use membership::{Membership, MembershipError, Verdict};
+pub use store::{NodeStore, StoreError};
+
+use oxray_config::session::SessionDir;
+use oxray_http::{ApiState, ClusterView};
+use oxray_proto::v1::head_service_server::HeadServiceServer;
+use oxray_rpc::{ServerAuth, Token};
+use oxray_types::NodeInfo;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone)]
+pub struct HeadConfig {
+    /// Interface the control plane listens on (all by default, so other machines can join).
+    pub bind_host: String,
+    pub port: u16,
+    /// The address other machines reach this head at.
+    pub node_ip: String,
+    pub dashboard_host: String,
+    pub dashboard_port: u16,
+    pub storage: PathBuf,
+    pub session: SessionDir,
+    pub token: Token,
+    /// A node silent this long is declared dead.
+    pub node_death_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    #[error("port {port} ({what}) is already in use on {host}: stop what uses it or choose another port with {flag}")]
+    PortInUse {
+        what: &'static str,
+        host: String,
+        port: u16,
+        flag: &'static str,
+    },
+    #[error("cannot listen on {host}:{port} ({what}): {reason}")]
+    Bind {
+        what: &'static str,
+        host: String,
+        port: u16,
+        reason: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the {0} server failed: {1}")]
+    Serve(&'static str, String),
+}
+
+/// A head whose ports are bound and whose state is loaded, ready to serve.
+pub struct BoundHead {
+    config: HeadConfig,
+    membership: Arc<Membership>,
+    control: TcpListener,
+    http: TcpListener,
+}
+
+async fn bind(
+    what: &'static str,
+    flag: &'static str,
+    host: &str,
+    port: u16,
+) -> Result<TcpListener, HeadError> {
+    TcpListener::bind((host, port))
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => HeadError::PortInUse {
+                what,
+                host: host.to_string(),
+                port,
+                flag,
+            },
+            _ => HeadError::Bind {
+                what,
+                host: host.to_string(),
+                port,
+                reason: e.to_string(),
+            },
+        })
+}
+
+pub struct Head;
+
+impl Head {
+    pub async fn bind(config: HeadConfig) -> Result<BoundHead, HeadError> {
+        let control = bind("control plane", "--port", &config.bind_host, config.port).await?;
+        let http = bind(
+            "dashboard",
+            "--dashboard-port",
+            &config.dashboard_host,
+            config.dashboard_port,
+        )
+        .await?;
+        let store = NodeStore::open(&config.storage)?;
+        let membership = Arc::new(Membership::open(store, config.node_death_timeout)?);
+        Ok(BoundHead {
+            config,
+            membership,
+            control,
+            http,
+        })
+    }
+}
+
+struct View(Arc<Membership>);
+
+impl ClusterView for View {
+    fn nodes(&self) -> Vec<NodeInfo> {
+        self.0.snapshot()
+    }
+    fn pending(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl BoundHead {
+    pub fn control_addr(&self) -> SocketAddr {
+        self.control
+            .local_addr()
+            .expect("bound listener has an address")
+    }
+
+    pub fn dashboard_addr(&self) -> SocketAddr {
+        self.http
+            .local_addr()
+            .expect("bound listener has an address")
+    }
+
+    /// Serves until `shutdown` is cancelled, then stops accepting and returns.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), HeadError> {
+        let BoundHead {
+            config,
+            membership,
+            control,
+            http,
+        } = self;
+        let session_name = config.session.name();
+        tracing::info!(
+            control = %control.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            dashboard = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            storage = %config.storage.display(),
+            "head serving"
+        );
+
+        let monitor = tokio::spawn(watch_heartbeats(membership.clone(), shutdown.clone()));
+
+        let service = service::HeadService::new(
+            membership.clone(),
+            session_name.clone(),
+            config.dashboard_port_hint(&http),
+        );
+        let grpc = tonic::transport::Server::builder()
+            .add_service(HeadServiceServer::with_interceptor(
+                service,
+                ServerAuth(config.token.clone()),
+            ))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(control),
+                shutdown.clone().cancelled_owned(),
+            );
+
+        let api = oxray_http::router(ApiState {
+            view: Arc::new(View(membership)),
+            token: config.token.clone(),
+            session_name,
+        });
+        let web = axum::serve(http, api).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+
+        let result = tokio::try_join!(
+            async {
+                grpc.await
+                    .map_err(|e| HeadError::Serve("control plane", e.to_string()))
+            },
+            async {
+                web.await
+                    .map_err(|e| HeadError::Serve("dashboard", e.to_string()))
+            },
+        );
+        shutdown.cancel();
+        let _ = monitor.await;
+        result.map(|_| ())
+    }
+}
+
+impl HeadConfig {
+    fn dashboard_port_hint(&self, http: &TcpListener) -> (String, u16) {
+        let port = http
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or(self.dashboard_port);
+        (self.dashboard_host.clone(), port)
+    }
+}
+
+/// Declares silent nodes dead; checks several times per timeout so death is noticed
+/// within a small fraction of it.
+async fn watch_heartbeats(membership: Arc<Membership>, shutdown: CancellationToken) {
+    let period =
+        (membership.death_timeout() / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                if let Err(e) = membership.expire(tokio::time::Instant::now()) {
+                    tracing::error!("cannot record dead nodes: {e}");
+                }
+            }
+        }
+    }
+}

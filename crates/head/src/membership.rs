@@ -1,0 +1,240 @@
+//! Cluster membership: who is in the cluster, who is alive, and what they have free.
+
+use crate::store::{NodeStore, StoreError};
+use oxray_types::{now_ms, NodeId, NodeInfo, ResourceSet};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    UnknownNode,
+    NodeDead,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    #[error("node {0} was declared dead; it must rejoin under a new node id")]
+    NodeDead(NodeId),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+struct Entry {
+    info: NodeInfo,
+    last_seen: Instant,
+}
+
+pub struct Membership {
+    nodes: Mutex<HashMap<NodeId, Entry>>,
+    store: NodeStore,
+    death_timeout: Duration,
+}
+
+impl Membership {
+    /// Loads every node the head has seen. Nodes that were alive get a full timeout from now
+    /// to report again, so agents that outlived a head restart are not declared dead.
+    pub fn open(store: NodeStore, death_timeout: Duration) -> Result<Self, StoreError> {
+        let now = Instant::now();
+        let nodes = store
+            .load_all()?
+            .into_iter()
+            .map(|info| {
+                (
+                    info.node_id.clone(),
+                    Entry {
+                        info,
+                        last_seen: now,
+                    },
+                )
+            })
+            .collect();
+        Ok(Self {
+            nodes: Mutex::new(nodes),
+            store,
+            death_timeout,
+        })
+    }
+
+    pub fn death_timeout(&self) -> Duration {
+        self.death_timeout
+    }
+
+    pub fn register(&self, mut info: NodeInfo) -> Result<(), MembershipError> {
+        let mut nodes = self.nodes.lock().expect("membership lock");
+        if let Some(existing) = nodes.get(&info.node_id) {
+            if !existing.info.is_alive() {
+                return Err(MembershipError::NodeDead(info.node_id));
+            }
+            // Re-registration of a live node keeps its original start time.
+            info.start_time_ms = existing.info.start_time_ms;
+        }
+        info.state = oxray_types::NodeState::Alive;
+        info.state_message = None;
+        info.end_time_ms = 0;
+        self.store.put(&info)?;
+        tracing::info!(node_id = %info.node_id, ip = %info.node_ip, name = %info.node_name, "node joined");
+        nodes.insert(
+            info.node_id.clone(),
+            Entry {
+                info,
+                last_seen: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+
+    pub fn heartbeat(&self, id: &NodeId, available: ResourceSet) -> Verdict {
+        let mut nodes = self.nodes.lock().expect("membership lock");
+        match nodes.get_mut(id) {
+            None => Verdict::UnknownNode,
+            Some(entry) if !entry.info.is_alive() => Verdict::NodeDead,
+            Some(entry) => {
+                entry.last_seen = Instant::now();
+                entry.info.resources_available = available;
+                Verdict::Ok
+            }
+        }
+    }
+
+    /// A node leaving on purpose; unknown or already dead nodes are left as they are.
+    pub fn unregister(&self, id: &NodeId, reason: &str) -> Result<(), StoreError> {
+        let mut nodes = self.nodes.lock().expect("membership lock");
+        if let Some(entry) = nodes.get_mut(id).filter(|e| e.info.is_alive()) {
+            let mut info = entry.info.clone();
+            info.mark_dead(reason, now_ms());
+            self.store.put(&info)?;
+            tracing::info!(node_id = %id, reason, "node left");
+            entry.info = info;
+        }
+        Ok(())
+    }
+
+    /// Declares dead every live node silent for longer than the timeout; returns them.
+    pub fn expire(&self, now: Instant) -> Result<Vec<NodeId>, StoreError> {
+        let mut nodes = self.nodes.lock().expect("membership lock");
+        let timeout = self.death_timeout;
+        let mut expired: Vec<NodeInfo> = nodes
+            .values()
+            .filter(|e| e.info.is_alive() && now.duration_since(e.last_seen) > timeout)
+            .map(|e| e.info.clone())
+            .collect();
+        if expired.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reason = format!(
+            "no heartbeat for {:.1} s: the node agent died or is unreachable",
+            timeout.as_secs_f64()
+        );
+        for info in &mut expired {
+            info.mark_dead(reason.clone(), now_ms());
+        }
+        self.store.put_all(&expired)?;
+        let ids = expired.iter().map(|i| i.node_id.clone()).collect();
+        for info in expired {
+            tracing::warn!(node_id = %info.node_id, ip = %info.node_ip, "node declared dead: {reason}");
+            if let Some(entry) = nodes.get_mut(&info.node_id) {
+                entry.info = info;
+            }
+        }
+        Ok(ids)
+    }
+
+    pub fn snapshot(&self) -> Vec<NodeInfo> {
+        let nodes = self.nodes.lock().expect("membership lock");
+        let mut list: Vec<NodeInfo> = nodes.values().map(|e| e.info.clone()).collect();
+        list.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        list
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use oxray_types::NodeState;
+
+    pub fn sample_node(name: &str) -> NodeInfo {
+        let mut total = ResourceSet::new();
+        total.set("CPU", 2.0).unwrap();
+        NodeInfo {
+            node_id: NodeId::random(),
+            node_ip: "127.0.0.1".into(),
+            node_name: name.into(),
+            is_head_node: false,
+            state: NodeState::Alive,
+            state_message: None,
+            resources_available: total.clone(),
+            resources_total: total,
+            labels: Default::default(),
+            start_time_ms: 1,
+            end_time_ms: 0,
+            pid: 7,
+        }
+    }
+
+    fn membership(dir: &tempfile::TempDir) -> Membership {
+        let store = NodeStore::open(&dir.path().join("db")).unwrap();
+        Membership::open(store, Duration::from_secs(5)).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silent_nodes_die_after_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = membership(&dir);
+        let (a, b) = (sample_node("a"), sample_node("b"));
+        m.register(a.clone()).unwrap();
+        m.register(b.clone()).unwrap();
+
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(
+            m.heartbeat(&a.node_id, a.resources_total.clone()),
+            Verdict::Ok
+        );
+        assert!(m.expire(Instant::now()).unwrap().is_empty());
+
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(m.expire(Instant::now()).unwrap(), vec![b.node_id.clone()]);
+        let dead = m
+            .snapshot()
+            .into_iter()
+            .find(|n| n.node_id == b.node_id)
+            .unwrap();
+        assert_eq!(dead.state, NodeState::Dead);
+        assert!(dead.resources_available.is_empty());
+        assert!(dead.state_message.unwrap().contains("no heartbeat"));
+        assert_eq!(
+            m.heartbeat(&b.node_id, ResourceSet::new()),
+            Verdict::NodeDead
+        );
+        assert!(matches!(m.register(b), Err(MembershipError::NodeDead(_))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn restart_keeps_nodes_and_grants_a_grace_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (sample_node("a"), sample_node("b"));
+        {
+            let m = membership(&dir);
+            m.register(a.clone()).unwrap();
+            m.register(b.clone()).unwrap();
+            m.unregister(&b.node_id, "stopped").unwrap();
+        }
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let m = membership(&dir);
+        let snap = m.snapshot();
+        assert_eq!(snap.len(), 2);
+        assert!(m.expire(Instant::now()).unwrap().is_empty());
+        assert_eq!(
+            m.heartbeat(&a.node_id, a.resources_total.clone()),
+            Verdict::Ok
+        );
+        assert_eq!(
+            m.heartbeat(&NodeId::random(), ResourceSet::new()),
+            Verdict::UnknownNode
+        );
+        let stopped = snap.iter().find(|n| n.node_id == b.node_id).unwrap();
+        assert_eq!(stopped.state_message.as_deref(), Some("stopped"));
+    }
+}

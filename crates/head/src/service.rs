@@ -1,0 +1,128 @@
+use crate::membership::{Membership, MembershipError, Verdict};
+use oxray_proto::convert::{resources_from_proto, ConvertError};
+use oxray_proto::v1::{self, head_service_server};
+use oxray_types::{NodeId, NodeInfo};
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+pub struct HeadService {
+    membership: Arc<Membership>,
+    session_name: String,
+    dashboard: (String, u16),
+}
+
+impl HeadService {
+    pub fn new(
+        membership: Arc<Membership>,
+        session_name: String,
+        dashboard: (String, u16),
+    ) -> Self {
+        Self {
+            membership,
+            session_name,
+            dashboard,
+        }
+    }
+
+    /// Several heartbeats fit in one death timeout, so one lost heartbeat kills no node.
+    fn heartbeat_interval(&self) -> Duration {
+        (self.membership.death_timeout() / 5)
+            .clamp(Duration::from_millis(50), Duration::from_secs(1))
+    }
+}
+
+fn invalid(e: ConvertError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+fn parse_id(text: &str) -> Result<NodeId, Status> {
+    text.parse()
+        .map_err(|e: oxray_types::IdError| Status::invalid_argument(e.to_string()))
+}
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    tracing::error!("{e}");
+    Status::internal(e.to_string())
+}
+
+#[tonic::async_trait]
+impl head_service_server::HeadService for HeadService {
+    async fn register_node(
+        &self,
+        request: Request<v1::RegisterNodeRequest>,
+    ) -> Result<Response<v1::RegisterNodeReply>, Status> {
+        let node = request
+            .into_inner()
+            .node
+            .ok_or_else(|| invalid(ConvertError::MissingNode))?;
+        let info = NodeInfo::try_from(node).map_err(invalid)?;
+        match self.membership.register(info) {
+            Ok(()) => Ok(Response::new(v1::RegisterNodeReply {
+                session_name: self.session_name.clone(),
+                heartbeat_interval_ms: self.heartbeat_interval().as_millis() as u64,
+            })),
+            Err(e @ MembershipError::NodeDead(_)) => {
+                Err(Status::failed_precondition(e.to_string()))
+            }
+            Err(MembershipError::Store(e)) => Err(internal(e)),
+        }
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<v1::HeartbeatRequest>,
+    ) -> Result<Response<v1::HeartbeatReply>, Status> {
+        let request = request.into_inner();
+        let id = parse_id(&request.node_id)?;
+        let available = resources_from_proto(request.resources_available).map_err(invalid)?;
+        let verdict = match self.membership.heartbeat(&id, available) {
+            Verdict::Ok => v1::HeartbeatVerdict::Ok,
+            Verdict::UnknownNode => v1::HeartbeatVerdict::UnknownNode,
+            Verdict::NodeDead => v1::HeartbeatVerdict::NodeDead,
+        };
+        Ok(Response::new(v1::HeartbeatReply {
+            verdict: verdict as i32,
+        }))
+    }
+
+    async fn unregister_node(
+        &self,
+        request: Request<v1::UnregisterNodeRequest>,
+    ) -> Result<Response<v1::UnregisterNodeReply>, Status> {
+        let request = request.into_inner();
+        let id = parse_id(&request.node_id)?;
+        let reason = if request.reason.is_empty() {
+            "node stopped".to_string()
+        } else {
+            request.reason
+        };
+        self.membership.unregister(&id, &reason).map_err(internal)?;
+        Ok(Response::new(v1::UnregisterNodeReply {}))
+    }
+
+    async fn list_nodes(
+        &self,
+        _request: Request<v1::ListNodesRequest>,
+    ) -> Result<Response<v1::ListNodesReply>, Status> {
+        let nodes = self
+            .membership
+            .snapshot()
+            .iter()
+            .map(v1::Node::from)
+            .collect();
+        Ok(Response::new(v1::ListNodesReply { nodes }))
+    }
+
+    async fn get_cluster_info(
+        &self,
+        _request: Request<v1::GetClusterInfoRequest>,
+    ) -> Result<Response<v1::ClusterInfo>, Status> {
+        Ok(Response::new(v1::ClusterInfo {
+            session_name: self.session_name.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            dashboard_host: self.dashboard.0.clone(),
+            dashboard_port: self.dashboard.1 as u32,
+        }))
+    }
+}

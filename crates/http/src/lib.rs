@@ -1,0 +1,52 @@
+//! The head's HTTP API on the dashboard port: version and health, Ray's state API for
+//! nodes, cluster status and Prometheus metrics, all behind the cluster token.
+
+mod auth;
+mod metrics;
+mod nodes;
+mod status;
+
+use axum::routing::get;
+use axum::Router;
+use oxray_rpc::Token;
+use oxray_types::NodeInfo;
+use std::sync::Arc;
+
+/// What the HTTP API reads from the control plane.
+pub trait ClusterView: Send + Sync + 'static {
+    fn nodes(&self) -> Vec<NodeInfo>;
+    /// Work waiting for resources, one line per demand shape.
+    fn pending(&self) -> Vec<String>;
+}
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub view: Arc<dyn ClusterView>,
+    pub token: Token,
+    pub session_name: String,
+}
+
+pub fn router(state: ApiState) -> Router {
+    let protected = Router::new()
+        .route("/api/v0/nodes", get(nodes::list))
+        .route("/api/cluster_status", get(status::cluster_status))
+        .route("/metrics", get(metrics::render))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ));
+    Router::new()
+        .route("/api/version", get(status::version))
+        .route("/api/gcs_healthz", get(status::healthz))
+        .route("/-/healthz", get(status::healthz))
+        .merge(protected)
+        .with_state(state)
+}
+
+/// Ray's generic dashboard envelope.
+pub(crate) fn rest_response(ok: bool, msg: &str, data: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({ "result": ok, "msg": msg, "data": data })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,154 @@
+use super::*;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use oxray_types::{NodeId, NodeState, ResourceSet};
+use tower::ServiceExt;
+
+struct FixedView(Vec<NodeInfo>);
+
+impl ClusterView for FixedView {
+    fn nodes(&self) -> Vec<NodeInfo> {
+        self.0.clone()
+    }
+    fn pending(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+fn node(state: NodeState, head: bool) -> NodeInfo {
+    let mut total = ResourceSet::new();
+    total.set("CPU", 4.0).unwrap();
+    total.set("node:127.0.0.1", 1.0).unwrap();
+    NodeInfo {
+        node_id: NodeId::random(),
+        node_ip: "127.0.0.1".into(),
+        node_name: "n".into(),
+        is_head_node: head,
+        state,
+        state_message: None,
+        resources_available: total.clone(),
+        resources_total: total,
+        labels: Default::default(),
+        start_time_ms: 5,
+        end_time_ms: 0,
+        pid: 1,
+    }
+}
+
+fn app() -> Router {
+    router(ApiState {
+        view: Arc::new(FixedView(vec![
+            node(NodeState::Alive, true),
+            node(NodeState::Dead, false),
+        ])),
+        token: Token::parse("s3cret").unwrap(),
+        session_name: "session_x".into(),
+    })
+}
+
+async fn get(uri: &str, header: Option<(&str, &str)>) -> (StatusCode, String) {
+    let mut req = Request::get(uri);
+    if let Some((k, v)) = header {
+        req = req.header(k, v);
+    }
+    let resp = app()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+const AUTH: Option<(&str, &str)> = Some(("authorization", "Bearer s3cret"));
+
+#[tokio::test]
+async fn version_and_health_need_no_token() {
+    let (status, body) = get("/api/version", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["version"], "4");
+    assert_eq!(v["ray_version"], "2.60.0");
+    assert_eq!(
+        get("/api/gcs_healthz", None).await,
+        (StatusCode::OK, "success".into())
+    );
+}
+
+#[tokio::test]
+async fn everything_else_needs_the_token() {
+    for uri in ["/api/v0/nodes", "/api/cluster_status", "/metrics"] {
+        assert_eq!(get(uri, None).await.0, StatusCode::UNAUTHORIZED, "{uri}");
+        assert_eq!(
+            get(uri, Some(("authorization", "Bearer nope"))).await.0,
+            StatusCode::FORBIDDEN,
+            "{uri}"
+        );
+        assert_eq!(get(uri, AUTH).await.0, StatusCode::OK, "{uri}");
+    }
+    let proxied = get(
+        "/api/v0/nodes",
+        Some(("x-ray-authorization", "Bearer s3cret")),
+    )
+    .await;
+    assert_eq!(proxied.0, StatusCode::OK);
+    let cookie = get(
+        "/metrics",
+        Some(("cookie", "a=b; ray-authentication-token=s3cret")),
+    )
+    .await;
+    assert_eq!(cookie.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn nodes_follow_rays_envelope_and_filters() {
+    let (status, body) =
+        get("/api/v0/nodes?limit=100&detail=True&filter_keys=state&filter_predicates=%3D&filter_values=alive", AUTH)
+            .await;
+    assert_eq!(status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["result"], true);
+    let list = &v["data"]["result"];
+    assert_eq!(
+        (list["total"].as_u64(), list["num_filtered"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let row = &list["result"][0];
+    assert_eq!(row["state"], "ALIVE");
+    assert_eq!(row["is_head_node"], true);
+    assert_eq!(row["start_time_ms"], 5);
+    assert_eq!(row["resources_total"]["CPU"], 4.0);
+}
+
+#[tokio::test]
+async fn bad_node_queries_are_400_with_reason() {
+    for uri in [
+        "/api/v0/nodes?limit=0",
+        "/api/v0/nodes?limit=20000",
+        "/api/v0/nodes?filter_keys=color&filter_predicates=%3D&filter_values=red",
+        "/api/v0/nodes?detail=maybe",
+    ] {
+        let (status, body) = get(uri, AUTH).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["result"], false);
+        assert!(!v["msg"].as_str().unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn metrics_count_nodes_by_state() {
+    let (_, body) = get("/metrics", AUTH).await;
+    assert!(
+        body.contains("oxray_cluster_nodes{state=\"ALIVE\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("oxray_cluster_nodes{state=\"DEAD\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("oxray_node_resources_total{"), "{body}");
+    assert!(!body.contains("node:127.0.0.1"), "{body}");
+}

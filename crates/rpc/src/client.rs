@@ -1,0 +1,123 @@
+use crate::auth::{ClientAuth, Token};
+use oxray_proto::v1::head_service_client::HeadServiceClient;
+use std::time::Duration;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+pub type HeadClient = HeadServiceClient<InterceptedService<Channel, ClientAuth>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("invalid head address {0:?}: expected HOST:PORT")]
+    BadAddress(String),
+    #[error("cannot reach the head at {address}: {reason}")]
+    Unreachable { address: String, reason: String },
+}
+
+fn endpoint(address: &str, call_timeout: Duration) -> Result<Endpoint, RpcError> {
+    let bad = || RpcError::BadAddress(address.to_string());
+    let hostport = address.strip_prefix("http://").unwrap_or(address);
+    let (host, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(bad());
+    }
+    Ok(Endpoint::from_shared(format!("http://{hostport}"))
+        .map_err(|_| bad())?
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(call_timeout)
+        .tcp_nodelay(true))
+}
+
+/// Connects now, so an unreachable head is reported at once.
+pub async fn connect_head(
+    address: &str,
+    token: &Token,
+    call_timeout: Duration,
+) -> Result<HeadClient, RpcError> {
+    let channel = endpoint(address, call_timeout)?
+        .connect()
+        .await
+        .map_err(|e| RpcError::Unreachable {
+            address: address.to_string(),
+            reason: root_cause(&e),
+        })?;
+    Ok(HeadServiceClient::with_interceptor(
+        channel,
+        ClientAuth::new(token),
+    ))
+}
+
+/// Connects on first use and reconnects by itself after the head goes away and comes back.
+pub fn connect_head_lazy(
+    address: &str,
+    token: &Token,
+    call_timeout: Duration,
+) -> Result<HeadClient, RpcError> {
+    let channel = endpoint(address, call_timeout)?.connect_lazy();
+    Ok(HeadServiceClient::with_interceptor(
+        channel,
+        ClientAuth::new(token),
+    ))
+}
+
+/// A one-line explanation of a failed call, naming the likely fix.
+pub fn explain(address: &str, status: &Status) -> String {
+    match status.code() {
+        Code::Unauthenticated => format!(
+            "the head at {address} requires the cluster token: pass --token, set \
+             OXRAY_AUTH_TOKEN, or copy the head's token file (`oxray get-auth-token` on the head)"
+        ),
+        Code::PermissionDenied => format!(
+            "the head at {address} refused the cluster token: it does not match the head's \
+             (`oxray get-auth-token` on the head prints the right one)"
+        ),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
+            let cause = std::error::Error::source(status).map(root_cause);
+            let reason = cause.unwrap_or_else(|| status.message().to_string());
+            format!("cannot reach the head at {address}: {reason}")
+        }
+        _ => format!("the head at {address} answered: {}", status.message()),
+    }
+}
+
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_malformed_addresses() {
+        for bad in [
+            "",
+            "host",
+            ":6379",
+            "host:",
+            "host:0",
+            "host:99999",
+            "host:port",
+        ] {
+            assert!(endpoint(bad, Duration::from_secs(1)).is_err(), "{bad}");
+        }
+        assert!(endpoint("10.0.0.1:6379", Duration::from_secs(1)).is_ok());
+        assert!(endpoint("http://head:6379", Duration::from_secs(1)).is_ok());
+    }
+
+    #[tokio::test]
+    async fn unreachable_head_is_reported() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let err = connect_head(&address, &Token::generate(), Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("cannot reach the head"), "{err}");
+    }
+}

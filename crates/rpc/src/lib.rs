@@ -1,0 +1,8 @@
+//! Clients and server plumbing for the control plane: the cluster token, the auth
+//! interceptors, and connecting to a head.
+
+mod auth;
+mod client;
+
+pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
+pub use client::{connect_head, connect_head_lazy, explain, HeadClient, RpcError};

@@ -1,0 +1,94 @@
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+const NODE_ID_BYTES: usize = 28;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IdError {
+    #[error("invalid node id {0:?}: expected {len} hex characters", len = NODE_ID_BYTES * 2)]
+    InvalidNodeId(String),
+}
+
+/// A node's identity: 28 random bytes shown as 56 hex characters, as in Ray.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct NodeId([u8; NODE_ID_BYTES]);
+
+impl NodeId {
+    pub fn random() -> Self {
+        let mut bytes = [0u8; NODE_ID_BYTES];
+        getrandom::fill(&mut bytes).expect("the operating system has no random source");
+        Self(bytes)
+    }
+
+    pub fn hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// The first characters, enough to tell nodes apart in human output.
+    pub fn short(&self) -> String {
+        self.hex()[..8].to_string()
+    }
+}
+
+impl FromStr for NodeId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut bytes = [0u8; NODE_ID_BYTES];
+        hex::decode_to_slice(s, &mut bytes).map_err(|_| IdError::InvalidNodeId(s.to_string()))?;
+        Ok(Self(bytes))
+    }
+}
+
+impl TryFrom<String> for NodeId {
+    type Error = IdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<NodeId> for String {
+    fn from(id: NodeId) -> Self {
+        id.hex()
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.hex())
+    }
+}
+
+impl fmt::Debug for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NodeId({})", self.short())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_hex() {
+        let id = NodeId::random();
+        assert_eq!(id.hex().len(), 56);
+        assert_eq!(id.hex().parse::<NodeId>().unwrap(), id);
+        assert_ne!(NodeId::random(), id);
+    }
+
+    #[test]
+    fn rejects_bad_hex() {
+        assert!("abc".parse::<NodeId>().is_err());
+        assert!("zz".repeat(28).parse::<NodeId>().is_err());
+    }
+
+    #[test]
+    fn serializes_as_string() {
+        let id = NodeId::random();
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, format!("\"{}\"", id.hex()));
+        assert_eq!(serde_json::from_str::<NodeId>(&json).unwrap(), id);
+    }
+}

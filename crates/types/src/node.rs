@@ -1,0 +1,53 @@
+use crate::{NodeId, ResourceSet};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum NodeState {
+    Alive,
+    Dead,
+}
+
+impl NodeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Alive => "ALIVE",
+            NodeState::Dead => "DEAD",
+        }
+    }
+}
+
+/// What the head knows about one node; persisted in the head's database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub node_id: NodeId,
+    pub node_ip: String,
+    pub node_name: String,
+    pub is_head_node: bool,
+    pub state: NodeState,
+    /// None while alive; the reason of death otherwise.
+    pub state_message: Option<String>,
+    pub resources_total: ResourceSet,
+    pub resources_available: ResourceSet,
+    pub labels: BTreeMap<String, String>,
+    pub start_time_ms: u64,
+    /// 0 while alive.
+    pub end_time_ms: u64,
+    /// The agent's process id on its machine.
+    pub pid: u32,
+}
+
+impl NodeInfo {
+    pub fn is_alive(&self) -> bool {
+        self.state == NodeState::Alive
+    }
+
+    /// Marks the node dead; its resources leave the cluster view.
+    pub fn mark_dead(&mut self, reason: impl Into<String>, now_ms: u64) {
+        self.state = NodeState::Dead;
+        self.state_message = Some(reason.into());
+        self.end_time_ms = now_ms;
+        self.resources_available = ResourceSet::new();
+    }
+}
