@@ -16,11 +16,11 @@ pub async fn require_token(
 ) -> Response {
     match check(&state, request.headers()) {
         Ok(()) => next.run(request).await,
-        Err(denied) => denied,
+        Err(denied) => denied.into_response(),
     }
 }
 
-fn check(state: &ApiState, headers: &HeaderMap) -> Result<(), Response> {
+fn check(state: &ApiState, headers: &HeaderMap) -> Result<(), (StatusCode, &'static str)> {
     let header_value = [header::AUTHORIZATION.as_str(), "x-ray-authorization"]
         .iter()
         .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()));
@@ -34,8 +34,7 @@ fn check(state: &ApiState, headers: &HeaderMap) -> Result<(), Response> {
                 return Err((
                     StatusCode::UNAUTHORIZED,
                     "Unauthorized: Missing authentication token",
-                )
-                    .into_response())
+                ))
             }
         },
     };
@@ -45,8 +44,7 @@ fn check(state: &ApiState, headers: &HeaderMap) -> Result<(), Response> {
         Err((
             StatusCode::FORBIDDEN,
             "Forbidden: Invalid authentication token",
-        )
-            .into_response())
+        ))
     }
 }
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# A two-node cluster on this machine, used through the CLI and the HTTP API, then stopped.
+# Runs in its own oxray home and temp dir, so it leaves a cluster of yours alone.
+set -euo pipefail
+OXRAY=${1:-target/release/oxray}
+OXRAY=$(realpath "$OXRAY")
+work=$(mktemp -d)
+export OXRAY_HOME="$work/home" OXRAY_TEMP_DIR="$work/sessions"
+unset OXRAY_ADDRESS OXRAY_AUTH_TOKEN
+trap '"$OXRAY" stop --force >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+
+step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
+
+step "$OXRAY" start --head --port 0 --dashboard-port 0 --num-cpus 2
+address=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["address"])' "$OXRAY_HOME/current_cluster.json")
+dashboard=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["dashboard_url"])' "$OXRAY_HOME/current_cluster.json")
+
+step "$OXRAY" start --address "$address" --num-cpus 1 --resources '{"accel": 1}' --labels zone=b --node-name worker-1
+step "$OXRAY" status
+step "$OXRAY" list nodes --filter is_head_node=false --format yaml
+
+token=$("$OXRAY" get-auth-token)
+step curl -s "$dashboard/api/version"
+echo
+printf '\n\033[1m$ curl -H "Authorization: Bearer ..." %s/api/cluster_status\033[0m\n' "$dashboard"
+curl -s -H "Authorization: Bearer $token" "$dashboard/api/cluster_status" | python3 -m json.tool
+
+step "$OXRAY" stop
