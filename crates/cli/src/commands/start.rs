@@ -57,6 +57,12 @@ const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub fn run(args: StartArgs) -> Result<ExitCode> {
     args.resources.validate()?;
+    // Listen before anything starts, so a signal during startup still stops it all cleanly.
+    let signals = if args.block {
+        Some(Signals::install()?)
+    } else {
+        None
+    };
     if let Some(address) = &args.address {
         validate_address(address)?;
     }
@@ -139,10 +145,10 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
     } else {
         print_node_banner(&address, &launched[0].ready);
     }
-    if args.block {
-        return block(launched);
+    match signals {
+        Some(signals) => block(launched, signals),
+        None => Ok(ExitCode::SUCCESS),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn validate_address(address: &str) -> Result<()> {
@@ -220,16 +226,38 @@ fn stop_launched(launched: &[Launched]) {
     );
 }
 
+struct Signals {
+    runtime: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let runtime = crate::target::runtime()?;
+        let _guard = runtime.enter();
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            runtime,
+        })
+    }
+}
+
 /// Stays until Ctrl-C, SIGTERM or the exit of one of the processes, then stops them all.
-fn block(mut launched: Vec<Launched>) -> Result<ExitCode> {
+fn block(mut launched: Vec<Launched>, signals: Signals) -> Result<ExitCode> {
     println!("--block: staying in the foreground; Ctrl-C stops this node.");
-    let runtime = crate::target::runtime()?;
+    let Signals {
+        runtime,
+        mut term,
+        mut int,
+    } = signals;
     let exited = runtime.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => return Ok::<_, std::io::Error>(None),
+                _ = int.recv() => return Ok::<_, std::io::Error>(None),
                 _ = term.recv() => return Ok(None),
                 _ = tick.tick() => {
                     for l in launched.iter_mut() {
