@@ -181,6 +181,7 @@ pub(crate) mod tests {
             start_time_ms: 10,
             end_time_ms: 0,
             pid: 1,
+            agent_port: 0,
         }
     }
 

@@ -171,6 +171,7 @@ pub(crate) mod tests {
             start_time_ms: 1,
             end_time_ms: 0,
             pid: 7,
+            agent_port: 0,
         }
     }
 

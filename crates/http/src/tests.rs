@@ -32,6 +32,7 @@ fn node(state: NodeState, head: bool) -> NodeInfo {
         start_time_ms: 5,
         end_time_ms: 0,
         pid: 1,
+        agent_port: 0,
     }
 }
 

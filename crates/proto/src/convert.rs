@@ -46,6 +46,7 @@ impl From<&NodeInfo> for v1::Node {
             start_time_ms: n.start_time_ms,
             end_time_ms: n.end_time_ms,
             pid: n.pid,
+            agent_port: n.agent_port as u32,
         }
     }
 }
@@ -71,6 +72,7 @@ impl TryFrom<v1::Node> for NodeInfo {
             start_time_ms: n.start_time_ms,
             end_time_ms: n.end_time_ms,
             pid: n.pid,
+            agent_port: u16::try_from(n.agent_port).unwrap_or(0),
         })
     }
 }
@@ -96,6 +98,7 @@ mod tests {
             start_time_ms: 1,
             end_time_ms: 2,
             pid: 42,
+            agent_port: 0,
         };
         let back = NodeInfo::try_from(v1::Node::from(&node)).unwrap();
         assert_eq!(back, node);

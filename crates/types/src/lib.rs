@@ -1,10 +1,12 @@
 //! Plain data shared by every oxray crate: identifiers, resources, node records. No IO.
 
 mod ids;
+mod job;
 mod node;
 mod resources;
 
 pub use ids::{IdError, NodeId};
+pub use job::{error_types, JobRecord, JobStatus};
 pub use node::{NodeInfo, NodeState};
 pub use resources::{ResourceError, ResourceSet};
 

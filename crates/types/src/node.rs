@@ -36,6 +36,9 @@ pub struct NodeInfo {
     pub end_time_ms: u64,
     /// The agent's process id on its machine.
     pub pid: u32,
+    /// Port of the agent's own service (jobs, logs) on `node_ip`; 0 when it has none.
+    #[serde(default)]
+    pub agent_port: u16,
 }
 
 impl NodeInfo {

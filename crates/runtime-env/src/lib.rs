@@ -1,0 +1,8 @@
+//! Runtime environments of jobs: the `runtime_env` object (checked), package names, and
+//! archives (checked for entries that escape their target before anything is written).
+
+mod archive;
+mod spec;
+
+pub use archive::{unpack, validate, ArchiveError, ArchiveKind};
+pub use spec::{package_name, PipSpec, RuntimeEnv, SpecError};
