@@ -7,16 +7,13 @@ use std::time::{Duration, Instant};
 /// CPUs this process may use. The standard library already reads the cgroup quota and the
 /// affinity mask.
 pub fn cpus() -> u32 {
-    std::thread::available_parallelism()
-        .map(|n| n.get() as u32)
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)
 }
 
 /// Bytes of memory available to this machine's work: free memory, capped by the cgroup limit.
 pub fn available_memory() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let available =
-        meminfo_field(&meminfo, "MemAvailable:").or_else(|| meminfo_field(&meminfo, "MemTotal:"));
+    let available = meminfo_field(&meminfo, "MemAvailable:").or_else(|| meminfo_field(&meminfo, "MemTotal:"));
     let cgroup = cgroup_headroom();
     match (available, cgroup) {
         (Some(a), Some(c)) => a.min(c),
@@ -28,22 +25,13 @@ pub fn available_memory() -> u64 {
 
 fn meminfo_field(meminfo: &str, name: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with(name))?;
-    let kib: u64 = line[name.len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
+    let kib: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kib * 1024)
 }
 
 /// cgroup v2 limit minus usage; v1 as a fallback.
 fn cgroup_headroom() -> Option<u64> {
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-    };
+    let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<u64>().ok());
     let (limit, usage) = match read("/sys/fs/cgroup/memory.max") {
         Some(limit) => (limit, read("/sys/fs/cgroup/memory.current").unwrap_or(0)),
         None => (
@@ -57,11 +45,7 @@ fn cgroup_headroom() -> Option<u64> {
 
 /// NVIDIA GPUs listed by `nvidia-smi -L`; 0 when the tool is missing, fails or hangs.
 pub fn gpus() -> u32 {
-    let Ok(mut child) = Command::new("nvidia-smi")
-        .arg("-L")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
+    let Ok(mut child) = Command::new("nvidia-smi").arg("-L").stdout(Stdio::piped()).stderr(Stdio::null()).spawn()
     else {
         return 0;
     };
@@ -96,10 +80,7 @@ mod tests {
     #[test]
     fn parses_meminfo() {
         let text = "MemTotal:       24000000 kB\nMemAvailable:   12000000 kB\n";
-        assert_eq!(
-            meminfo_field(text, "MemAvailable:"),
-            Some(12_000_000 * 1024)
-        );
+        assert_eq!(meminfo_field(text, "MemAvailable:"), Some(12_000_000 * 1024));
         assert_eq!(meminfo_field(text, "Nope:"), None);
     }
 

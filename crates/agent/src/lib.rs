@@ -2,13 +2,17 @@
 //! rejoining on its own when the head restarts or declared it dead.
 
 pub mod detect;
+mod jobs;
 
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1;
 use oxray_rpc::{connect_head_lazy, explain, HeadClient, Token};
 use oxray_types::{now_ms, NodeId, NodeInfo, NodeState, ResourceSet};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
@@ -25,6 +29,10 @@ pub struct AgentConfig {
     pub labels: BTreeMap<String, String>,
     /// How long the first registration may keep retrying an unreachable head.
     pub join_timeout: Duration,
+    /// Port of the agent's own service (0: any free port); it listens on all interfaces.
+    pub port: u16,
+    /// Job logs go to `logs/`, runtime environments to `runtime_resources/`.
+    pub session_dir: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +43,8 @@ pub enum AgentError {
     Unreachable(String),
     #[error(transparent)]
     Rpc(#[from] oxray_rpc::RpcError),
+    #[error("cannot listen on port {port} for the agent service: {reason}")]
+    Bind { port: u16, reason: String },
 }
 
 /// An agent whose node is registered with the head.
@@ -43,9 +53,13 @@ pub struct JoinedAgent {
     client: HeadClient,
     node: NodeInfo,
     heartbeat_interval: Duration,
+    listener: Option<TcpListener>,
+    runner: Arc<jobs::Runner>,
+    /// The node id job reports carry; it changes when the node rejoins under a new id.
+    node_id: Arc<Mutex<String>>,
 }
 
-fn describe(config: &AgentConfig, node_id: NodeId) -> NodeInfo {
+fn describe(config: &AgentConfig, node_id: NodeId, agent_port: u16) -> NodeInfo {
     let mut labels = config.labels.clone();
     labels.insert("ray.io/node_id".into(), node_id.hex());
     NodeInfo {
@@ -61,42 +75,56 @@ fn describe(config: &AgentConfig, node_id: NodeId) -> NodeInfo {
         start_time_ms: now_ms(),
         end_time_ms: 0,
         pid: std::process::id(),
+        agent_port,
     }
 }
 
 fn is_refusal(code: Code) -> bool {
-    matches!(
-        code,
-        Code::Unauthenticated | Code::PermissionDenied | Code::InvalidArgument
-    )
+    matches!(code, Code::Unauthenticated | Code::PermissionDenied | Code::InvalidArgument)
 }
 
 /// Registers this machine. A refused token fails at once; an unreachable head is retried
 /// until the join timeout.
 pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
     let client = connect_head_lazy(&config.head_address, &config.token, Duration::from_secs(5))?;
-    let node = describe(&config, NodeId::random());
+    let listener = TcpListener::bind(("0.0.0.0", config.port))
+        .await
+        .map_err(|e| AgentError::Bind { port: config.port, reason: e.to_string() })?;
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let node = describe(&config, NodeId::random(), port);
+    let node_id = Arc::new(Mutex::new(node.node_id.hex()));
+    let context = jobs::JobContext {
+        head_address: config.head_address.clone(),
+        token: config.token.as_str().to_string(),
+        node_id: node_id.clone(),
+    };
+    let cache = jobs::EnvCache::new(config.session_dir.join("runtime_resources"), client.clone());
+    let gpus = config.resources.get(oxray_types::resource_names::GPU) as u32;
+    let runner = Arc::new(jobs::Runner::new(
+        config.session_dir.join("logs"),
+        cache,
+        jobs::Reporter::start(client.clone()),
+        context,
+        gpus,
+    ));
     let mut agent = JoinedAgent {
         config,
         client,
         node,
         heartbeat_interval: Duration::from_secs(1),
+        listener: Some(listener),
+        runner,
+        node_id,
     };
     let deadline = Instant::now() + agent.config.join_timeout;
     loop {
         match agent.register().await {
             Ok(()) => return Ok(agent),
             Err(status) if is_refusal(status.code()) => {
-                return Err(AgentError::Refused(explain(
-                    &agent.config.head_address,
-                    &status,
-                )))
+                return Err(AgentError::Refused(explain(&agent.config.head_address, &status)))
             }
             Err(status) if Instant::now() >= deadline => {
-                return Err(AgentError::Unreachable(explain(
-                    &agent.config.head_address,
-                    &status,
-                )))
+                return Err(AgentError::Unreachable(explain(&agent.config.head_address, &status)))
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
@@ -113,9 +141,7 @@ impl JoinedAgent {
     }
 
     async fn register(&mut self) -> Result<(), tonic::Status> {
-        let request = v1::RegisterNodeRequest {
-            node: Some(v1::Node::from(&self.node)),
-        };
+        let request = v1::RegisterNodeRequest { node: Some(v1::Node::from(&self.node)) };
         let reply = self.client.register_node(request).await?.into_inner();
         if reply.heartbeat_interval_ms > 0 {
             self.heartbeat_interval = Duration::from_millis(reply.heartbeat_interval_ms);
@@ -123,8 +149,28 @@ impl JoinedAgent {
         Ok(())
     }
 
-    /// Heartbeats until `shutdown`, then leaves the cluster.
+    /// Serves the agent service and heartbeats until `shutdown`, then stops its jobs and
+    /// leaves the cluster.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        let listener = self.listener.take().expect("run is called once");
+        let service = oxray_proto::v1::agent_service_server::AgentServiceServer::with_interceptor(
+            jobs::AgentService::new(self.runner.clone()),
+            oxray_rpc::ServerAuth(self.config.token.clone()),
+        );
+        let server =
+            tokio::spawn(tonic::transport::Server::builder().add_service(service).serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                shutdown.clone().cancelled_owned(),
+            ));
+        self.heartbeat(&shutdown).await;
+        self.runner.stop_all().await;
+        if let Ok(Err(e)) = server.await {
+            tracing::error!("the agent service failed: {e}");
+        }
+        self.leave().await;
+    }
+
+    async fn heartbeat(&mut self, shutdown: &CancellationToken) {
         let mut head_reachable = true;
         loop {
             tokio::select! {
@@ -141,10 +187,7 @@ impl JoinedAgent {
             };
             match outcome {
                 Ok(()) if !head_reachable => {
-                    tracing::info!(
-                        "head is back; node {} is reporting again",
-                        self.node.node_id
-                    );
+                    tracing::info!("head is back; node {} is reporting again", self.node.node_id);
                     head_reachable = true;
                 }
                 Ok(()) => {}
@@ -155,25 +198,19 @@ impl JoinedAgent {
                 Err(_) => {}
             }
         }
-        self.leave().await;
     }
 
     async fn follow(&mut self, verdict: v1::HeartbeatVerdict) -> Result<(), tonic::Status> {
         match verdict {
             v1::HeartbeatVerdict::UnknownNode => {
-                tracing::warn!(
-                    "the head has no record of node {}; registering again",
-                    self.node.node_id
-                );
+                tracing::warn!("the head has no record of node {}; registering again", self.node.node_id);
                 self.register().await
             }
             v1::HeartbeatVerdict::NodeDead => {
                 let old = self.node.node_id.clone();
-                self.node = describe(&self.config, NodeId::random());
-                tracing::warn!(
-                    "the head declared node {old} dead; rejoining as node {}",
-                    self.node.node_id
-                );
+                self.node = describe(&self.config, NodeId::random(), self.node.agent_port);
+                *self.node_id.lock().expect("node id lock") = self.node.node_id.hex();
+                tracing::warn!("the head declared node {old} dead; rejoining as node {}", self.node.node_id);
                 self.register().await
             }
             _ => Ok(()),
@@ -181,18 +218,10 @@ impl JoinedAgent {
     }
 
     async fn leave(&mut self) {
-        let request = v1::UnregisterNodeRequest {
-            node_id: self.node.node_id.hex(),
-            reason: "node stopped".into(),
-        };
-        match tokio::time::timeout(Duration::from_secs(2), self.client.unregister_node(request))
-            .await
-        {
+        let request = v1::UnregisterNodeRequest { node_id: self.node.node_id.hex(), reason: "node stopped".into() };
+        match tokio::time::timeout(Duration::from_secs(2), self.client.unregister_node(request)).await {
             Ok(Ok(_)) => tracing::info!("node {} left the cluster", self.node.node_id),
-            _ => tracing::warn!(
-                "could not tell the head that node {} is leaving",
-                self.node.node_id
-            ),
+            _ => tracing::warn!("could not tell the head that node {} is leaving", self.node.node_id),
         }
     }
 }

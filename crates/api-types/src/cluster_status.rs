@@ -45,22 +45,11 @@ impl ClusterStatus {
             }
         }
         let visible = |name: &str| !name.starts_with("node:");
-        let resources_total: BTreeMap<String, f64> = total
-            .iter()
-            .filter(|(k, _)| visible(k))
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        let resources_used = resources_total
-            .iter()
-            .map(|(k, v)| (k.clone(), (v - available.get(k)).max(0.0)))
-            .collect();
-        ClusterStatus {
-            alive,
-            dead,
-            resources_total,
-            resources_used,
-            pending,
-        }
+        let resources_total: BTreeMap<String, f64> =
+            total.iter().filter(|(k, _)| visible(k)).map(|(k, v)| (k.to_string(), v)).collect();
+        let resources_used =
+            resources_total.iter().map(|(k, v)| (k.clone(), (v - available.get(k)).max(0.0))).collect();
+        ClusterStatus { alive, dead, resources_total, resources_used, pending }
     }
 }
 
@@ -74,11 +63,7 @@ mod tests {
     fn dead_nodes_leave_the_totals() {
         let mut busy = node("a", true, NodeState::Alive);
         busy.resources_available.set("CPU", 0.5).unwrap();
-        let nodes = vec![
-            busy,
-            node("b", false, NodeState::Alive),
-            node("c", false, NodeState::Dead),
-        ];
+        let nodes = vec![busy, node("b", false, NodeState::Alive), node("c", false, NodeState::Dead)];
         let status = ClusterStatus::from_nodes(&nodes, vec![]);
         assert_eq!((status.alive.len(), status.dead.len()), (2, 1));
         assert_eq!(status.resources_total["CPU"], 4.0);

@@ -19,10 +19,9 @@ pub enum ApiError {
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ApiError::BadRequest(m)
-            | ApiError::NotFound(m)
-            | ApiError::TooLarge(m)
-            | ApiError::Internal(m) => f.write_str(m),
+            ApiError::BadRequest(m) | ApiError::NotFound(m) | ApiError::TooLarge(m) | ApiError::Internal(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -62,25 +61,21 @@ fn bad(msg: impl Into<String>) -> ApiError {
 fn amount(field: &str, value: &Value) -> Result<f64, ApiError> {
     match value.as_f64() {
         Some(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(bad(format!(
-            "{field} must be a non-negative number, got {value}"
-        ))),
+        _ => Err(bad(format!("{field} must be a non-negative number, got {value}"))),
     }
 }
 
 impl SubmitRequest {
     /// Ray drops null keys, then refuses unknown keys and wrong types.
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| bad(format!("request body is not valid JSON: {e}")))?;
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| bad(format!("request body is not valid JSON: {e}")))?;
         let Value::Object(mut body) = value else {
             return Err(bad("request body must be a JSON object"));
         };
         body.retain(|_, v| !v.is_null());
         if let Some(key) = body.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-            return Err(bad(format!(
-                "unexpected keyword argument '{key}' in the job submission"
-            )));
+            return Err(bad(format!("unexpected keyword argument '{key}' in the job submission")));
         }
         let entrypoint = match body.get("entrypoint") {
             Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
@@ -109,9 +104,7 @@ impl SubmitRequest {
             Some(Value::Object(o)) => {
                 for (k, v) in o {
                     let Value::String(s) = v else {
-                        return Err(bad(format!(
-                            "metadata values must be strings; {k:?} is {v}"
-                        )));
+                        return Err(bad(format!("metadata values must be strings; {k:?} is {v}")));
                     };
                     metadata.insert(k.clone(), s.clone());
                 }
@@ -120,24 +113,16 @@ impl SubmitRequest {
         }
         let mut resources = ResourceSet::new();
         if let Some(v) = body.get("entrypoint_num_cpus") {
-            resources
-                .set(names::CPU, amount("entrypoint_num_cpus", v)?)
-                .map_err(|e| bad(e.to_string()))?;
+            resources.set(names::CPU, amount("entrypoint_num_cpus", v)?).map_err(|e| bad(e.to_string()))?;
         }
         if let Some(v) = body.get("entrypoint_num_gpus") {
-            resources
-                .set(names::GPU, amount("entrypoint_num_gpus", v)?)
-                .map_err(|e| bad(e.to_string()))?;
+            resources.set(names::GPU, amount("entrypoint_num_gpus", v)?).map_err(|e| bad(e.to_string()))?;
         }
         if let Some(v) = body.get("entrypoint_memory") {
             let Some(bytes) = v.as_u64() else {
-                return Err(bad(format!(
-                    "entrypoint_memory must be a non-negative integer, got {v}"
-                )));
+                return Err(bad(format!("entrypoint_memory must be a non-negative integer, got {v}")));
             };
-            resources
-                .set(names::MEMORY, bytes as f64)
-                .map_err(|e| bad(e.to_string()))?;
+            resources.set(names::MEMORY, bytes as f64).map_err(|e| bad(e.to_string()))?;
         }
         match body.get("entrypoint_resources") {
             None => {}
@@ -156,23 +141,11 @@ impl SubmitRequest {
             Some(_) => return Err(bad("entrypoint_resources must be an object of numbers")),
         }
         if let Some(v) = body.get("entrypoint_label_selector") {
-            if !v
-                .as_object()
-                .is_some_and(|o| o.values().all(Value::is_string))
-            {
-                return Err(bad(
-                    "entrypoint_label_selector must be an object of strings",
-                ));
+            if !v.as_object().is_some_and(|o| o.values().all(Value::is_string)) {
+                return Err(bad("entrypoint_label_selector must be an object of strings"));
             }
         }
-        Ok(SubmitRequest {
-            entrypoint,
-            submission_id,
-            runtime_env,
-            parsed_env,
-            metadata,
-            resources,
-        })
+        Ok(SubmitRequest { entrypoint, submission_id, runtime_env, parsed_env, metadata, resources })
     }
 }
 
@@ -180,9 +153,7 @@ impl SubmitRequest {
 fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
         && !id.starts_with('.')
 }
 
@@ -191,10 +162,7 @@ pub fn new_submission_id() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnpqrstuvwxyz123456789";
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the operating system has no random source");
-    let tail: String = bytes
-        .iter()
-        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
-        .collect();
+    let tail: String = bytes.iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect();
     format!("raysubmit_{tail}")
 }
 
@@ -285,10 +253,7 @@ mod tests {
         assert_eq!(req.resources.get("accel"), 2.0);
         assert_eq!(req.parsed_env.env_vars["A"], "b");
         assert_eq!(
-            parse(json!({"entrypoint": "x", "job_id": "legacy"}))
-                .unwrap()
-                .submission_id
-                .as_deref(),
+            parse(json!({"entrypoint": "x", "job_id": "legacy"})).unwrap().submission_id.as_deref(),
             Some("legacy")
         );
     }
@@ -308,15 +273,9 @@ mod tests {
             json!({"entrypoint": "x", "submission_id": "../etc"}),
         ];
         for case in cases {
-            assert!(
-                matches!(parse(case.clone()), Err(ApiError::BadRequest(_))),
-                "{case}"
-            );
+            assert!(matches!(parse(case.clone()), Err(ApiError::BadRequest(_))), "{case}");
         }
-        assert!(matches!(
-            SubmitRequest::parse(b"{not json"),
-            Err(ApiError::BadRequest(_))
-        ));
+        assert!(matches!(SubmitRequest::parse(b"{not json"), Err(ApiError::BadRequest(_))));
     }
 
     #[test]
@@ -357,9 +316,7 @@ mod tests {
         ];
         let mut last = 0;
         for key in keys {
-            let at = text
-                .find(key)
-                .unwrap_or_else(|| panic!("{key} missing in {text}"));
+            let at = text.find(key).unwrap_or_else(|| panic!("{key} missing in {text}"));
             assert!(at >= last, "{key} out of order in {text}");
             last = at;
         }

@@ -92,11 +92,7 @@ impl NodeFilter {
             "!=" => false,
             other => return Err(FilterError::Predicate(other.to_string())),
         };
-        Ok(Self {
-            key,
-            equal,
-            value: value.trim().to_string(),
-        })
+        Ok(Self { key, equal, value: value.trim().to_string() })
     }
 
     /// From the CLI's `key=value` or `key!=value`.
@@ -128,12 +124,7 @@ pub struct NodeList {
 }
 
 /// Sorts by node id, truncates to `limit`, then filters: Ray's order of operations.
-pub fn list_nodes(
-    nodes: &[NodeInfo],
-    filters: &[NodeFilter],
-    limit: usize,
-    detail: bool,
-) -> NodeList {
+pub fn list_nodes(nodes: &[NodeInfo], filters: &[NodeFilter], limit: usize, detail: bool) -> NodeList {
     let mut sorted: Vec<&NodeInfo> = nodes.iter().collect();
     sorted.sort_by(|a, b| a.node_id.cmp(&b.node_id));
     let total = sorted.len();
@@ -171,11 +162,7 @@ pub(crate) mod tests {
             is_head_node: head,
             state,
             state_message: (state == NodeState::Dead).then(|| "gone".to_string()),
-            resources_available: if state == NodeState::Alive {
-                total.clone()
-            } else {
-                ResourceSet::new()
-            },
+            resources_available: if state == NodeState::Alive { total.clone() } else { ResourceSet::new() },
             resources_total: total,
             labels: BTreeMap::new(),
             start_time_ms: 10,
@@ -203,25 +190,11 @@ pub(crate) mod tests {
             node("b", false, NodeState::Dead),
             node("c", false, NodeState::Alive),
         ];
-        let alive = list_nodes(
-            &nodes,
-            &[NodeFilter::parse("state=alive").unwrap()],
-            100,
-            false,
-        );
+        let alive = list_nodes(&nodes, &[NodeFilter::parse("state=alive").unwrap()], 100, false);
         assert_eq!((alive.total, alive.num_filtered), (3, 2));
-        let not_head = list_nodes(
-            &nodes,
-            &[NodeFilter::parse("is_head_node!=True").unwrap()],
-            100,
-            false,
-        );
+        let not_head = list_nodes(&nodes, &[NodeFilter::parse("is_head_node!=True").unwrap()], 100, false);
         assert_eq!(not_head.num_filtered, 2);
-        let sorted: Vec<_> = list_nodes(&nodes, &[], 100, false)
-            .result
-            .into_iter()
-            .map(|r| r.node_id)
-            .collect();
+        let sorted: Vec<_> = list_nodes(&nodes, &[], 100, false).result.into_iter().map(|r| r.node_id).collect();
         let mut expected = sorted.clone();
         expected.sort();
         assert_eq!(sorted, expected);
@@ -229,29 +202,15 @@ pub(crate) mod tests {
 
     #[test]
     fn truncates_before_filtering() {
-        let nodes: Vec<_> = (0..5)
-            .map(|i| node(&i.to_string(), false, NodeState::Alive))
-            .collect();
+        let nodes: Vec<_> = (0..5).map(|i| node(&i.to_string(), false, NodeState::Alive)).collect();
         let list = list_nodes(&nodes, &[], 2, false);
-        assert_eq!(
-            (list.total, list.num_after_truncation, list.result.len()),
-            (5, 2, 2)
-        );
+        assert_eq!((list.total, list.num_after_truncation, list.result.len()), (5, 2, 2));
     }
 
     #[test]
     fn rejects_bad_filters() {
-        assert_eq!(
-            NodeFilter::parse("color=red"),
-            Err(FilterError::UnknownKey("color".into()))
-        );
-        assert!(matches!(
-            NodeFilter::parse("state"),
-            Err(FilterError::Malformed(_))
-        ));
-        assert!(matches!(
-            NodeFilter::new("state", "~", "x"),
-            Err(FilterError::Predicate(_))
-        ));
+        assert_eq!(NodeFilter::parse("color=red"), Err(FilterError::UnknownKey("color".into())));
+        assert!(matches!(NodeFilter::parse("state"), Err(FilterError::Malformed(_))));
+        assert!(matches!(NodeFilter::new("state", "~", "x"), Err(FilterError::Predicate(_))));
     }
 }

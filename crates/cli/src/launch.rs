@@ -19,12 +19,7 @@ pub struct Launched {
 /// Runs `oxray <args>` in a session of its own (it survives this terminal), with stderr in
 /// `log`, and waits for its readiness line. A server that fails or hangs is killed with its
 /// whole process group, so nothing half-started is left behind.
-pub fn spawn_role(
-    args: &[String],
-    envs: &[(&str, &str)],
-    log: &Path,
-    timeout: Duration,
-) -> Result<Launched> {
+pub fn spawn_role(args: &[String], envs: &[(&str, &str)], log: &Path, timeout: Duration) -> Result<Launched> {
     let exe = std::env::current_exe().context("cannot find the oxray executable")?;
     let log_file = OpenOptions::new()
         .create(true)
@@ -32,19 +27,10 @@ pub fn spawn_role(
         .open(log)
         .with_context(|| format!("cannot open log file {}", log.display()))?;
     let mut command = Command::new(exe);
-    command
-        .args(args)
-        .envs(envs.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log_file);
+    command.args(args).envs(envs.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log_file);
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
     unsafe {
-        command.pre_exec(|| {
-            nix::unistd::setsid()
-                .map(|_| ())
-                .map_err(std::io::Error::from)
-        });
+        command.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
     }
     let mut child = command.spawn().context("cannot start an oxray process")?;
     let stdout = child.stdout.take().expect("stdout is piped");
@@ -76,12 +62,7 @@ pub fn stop_all(records: &[ProcRecord], first: Signal, grace: Duration, home: &P
         signal_group(r.pid, first);
     }
     let deadline = Instant::now() + grace;
-    let alive = |rs: &[ProcRecord]| {
-        rs.iter()
-            .filter(|r| procs::is_running(r))
-            .cloned()
-            .collect::<Vec<_>>()
-    };
+    let alive = |rs: &[ProcRecord]| rs.iter().filter(|r| procs::is_running(r)).cloned().collect::<Vec<_>>();
     let mut left = alive(records);
     while !left.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(25));

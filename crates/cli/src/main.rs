@@ -10,11 +10,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "oxray",
-    version,
-    about = "A distributed compute runtime for AI workloads, compatible with Ray"
-)]
+#[command(name = "oxray", version, about = "A distributed compute runtime for AI workloads, compatible with Ray")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

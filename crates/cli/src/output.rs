@@ -35,18 +35,11 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         padded.join("  ").trim_end().to_string()
     };
     let mut out = vec![line(headers.to_vec())];
-    out.extend(
-        rows.iter()
-            .map(|r| line(r.iter().map(String::as_str).collect())),
-    );
+    out.extend(rows.iter().map(|r| line(r.iter().map(String::as_str).collect())));
     out.join("\n")
 }
 

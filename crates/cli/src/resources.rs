@@ -28,13 +28,11 @@ pub struct ResourceArgs {
 }
 
 fn parse_count(text: &str) -> Result<u32, String> {
-    text.parse::<u32>()
-        .map_err(|_| format!("expected a non-negative integer, got {text:?}"))
+    text.parse::<u32>().map_err(|_| format!("expected a non-negative integer, got {text:?}"))
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {
-    text.parse::<u64>()
-        .map_err(|_| format!("expected a non-negative number of bytes, got {text:?}"))
+    text.parse::<u64>().map_err(|_| format!("expected a non-negative number of bytes, got {text:?}"))
 }
 
 /// Names the user may not set through `--resources`: each has its own flag.
@@ -52,9 +50,8 @@ impl ResourceArgs {
         self.custom()?;
         self.labels()?;
         if let Some(ip) = &self.node_ip_address {
-            ip.parse::<std::net::IpAddr>().with_context(|| {
-                format!("invalid --node-ip-address {ip:?}: expected an IP address")
-            })?;
+            ip.parse::<std::net::IpAddr>()
+                .with_context(|| format!("invalid --node-ip-address {ip:?}: expected an IP address"))?;
         }
         Ok(())
     }
@@ -63,8 +60,8 @@ impl ResourceArgs {
         let Some(json) = &self.resources else {
             return Ok(ResourceSet::new());
         };
-        let value: serde_json::Value = serde_json::from_str(json)
-            .with_context(|| format!("invalid --resources {json:?}: not JSON"))?;
+        let value: serde_json::Value =
+            serde_json::from_str(json).with_context(|| format!("invalid --resources {json:?}: not JSON"))?;
         let Some(object) = value.as_object() else {
             bail!("invalid --resources {json:?}: expected a JSON object such as '{{\"accelerator\": 4}}'");
         };
@@ -76,8 +73,7 @@ impl ResourceArgs {
             let Some(amount) = amount.as_f64() else {
                 bail!("invalid --resources: {name:?} must be a number, got {amount}");
             };
-            set.set(name.clone(), amount)
-                .context("invalid --resources")?;
+            set.set(name.clone(), amount).context("invalid --resources")?;
         }
         Ok(set)
     }
@@ -106,10 +102,7 @@ impl ResourceArgs {
         let free = oxray_agent::detect::available_memory() as f64;
         // As Ray: about 30% of free memory backs the object store, the rest is for work.
         let object_store = (free * 0.3).floor();
-        let memory = self
-            .memory
-            .map(|m| m as f64)
-            .unwrap_or((free * 0.7).floor());
+        let memory = self.memory.map(|m| m as f64).unwrap_or((free * 0.7).floor());
         set.set(names::CPU, cpus as f64)?;
         set.set(names::GPU, gpus as f64)?;
         set.set(names::MEMORY, memory)?;
@@ -147,28 +140,18 @@ pub fn detect_node_ip() -> String {
             .filter_map(|a| a.address?.as_sockaddr_in().map(|s| s.ip()))
             .find(|ip| !ip.is_loopback() && !ip.is_unspecified())
     });
-    found
-        .map(|ip| ip.to_string())
-        .unwrap_or_else(|| "127.0.0.1".to_string())
+    found.map(|ip| ip.to_string()).unwrap_or_else(|| "127.0.0.1".to_string())
 }
 
 /// The local address this machine uses to reach `head` (HOST:PORT), else the first
 /// non-loopback address.
 pub fn node_ip_towards(head: &str) -> String {
     use std::net::{TcpStream, ToSocketAddrs};
-    let local = head
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .and_then(|addr| {
-            TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))
-                .ok()?
-                .local_addr()
-                .ok()
+    let local =
+        head.to_socket_addrs().ok().and_then(|mut addrs| addrs.next()).and_then(|addr| {
+            TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?.local_addr().ok()
         });
-    local
-        .map(|a| a.ip().to_string())
-        .unwrap_or_else(detect_node_ip)
+    local.map(|a| a.ip().to_string()).unwrap_or_else(detect_node_ip)
 }
 
 #[cfg(test)]
@@ -176,32 +159,19 @@ mod tests {
     use super::*;
 
     fn args(resources: Option<&str>, labels: Option<&str>) -> ResourceArgs {
-        ResourceArgs {
-            resources: resources.map(Into::into),
-            labels: labels.map(Into::into),
-            ..Default::default()
-        }
+        ResourceArgs { resources: resources.map(Into::into), labels: labels.map(Into::into), ..Default::default() }
     }
 
     #[test]
     fn parses_custom_resources() {
-        let set = args(Some(r#"{"accelerator": 4, "ssd": 0.5}"#), None)
-            .custom()
-            .unwrap();
+        let set = args(Some(r#"{"accelerator": 4, "ssd": 0.5}"#), None).custom().unwrap();
         assert_eq!(set.get("accelerator"), 4.0);
         assert_eq!(set.get("ssd"), 0.5);
     }
 
     #[test]
     fn refuses_malformed_or_negative_resources() {
-        for bad in [
-            "{",
-            "[1]",
-            r#"{"a": -1}"#,
-            r#"{"a": "x"}"#,
-            r#"{"CPU": 2}"#,
-            r#"{"": 1}"#,
-        ] {
+        for bad in ["{", "[1]", r#"{"a": -1}"#, r#"{"a": "x"}"#, r#"{"CPU": 2}"#, r#"{"": 1}"#] {
             assert!(args(Some(bad), None).validate().is_err(), "{bad}");
         }
     }
@@ -217,28 +187,16 @@ mod tests {
 
     #[test]
     fn explicit_amounts_win_over_detection() {
-        let a = ResourceArgs {
-            num_cpus: Some(3),
-            num_gpus: Some(1),
-            memory: Some(1000),
-            ..Default::default()
-        };
+        let a = ResourceArgs { num_cpus: Some(3), num_gpus: Some(1), memory: Some(1000), ..Default::default() };
         let set = a.resolve("10.0.0.1", true).unwrap();
-        assert_eq!(
-            (set.get("CPU"), set.get("GPU"), set.get("memory")),
-            (3.0, 1.0, 1000.0)
-        );
+        assert_eq!((set.get("CPU"), set.get("GPU"), set.get("memory")), (3.0, 1.0, 1000.0));
         assert_eq!(set.get("node:10.0.0.1"), 1.0);
         assert_eq!(set.get("node:__internal_head__"), 1.0);
     }
 
     #[test]
     fn round_trips_through_args() {
-        let a = ResourceArgs {
-            num_cpus: Some(2),
-            labels: Some("a=b".into()),
-            ..Default::default()
-        };
+        let a = ResourceArgs { num_cpus: Some(2), labels: Some("a=b".into()), ..Default::default() };
         assert_eq!(a.to_args(), ["--num-cpus", "2", "--labels", "a=b"]);
     }
 }

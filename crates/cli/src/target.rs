@@ -84,8 +84,5 @@ pub async fn fetch_nodes(target: &TargetArgs) -> Result<Vec<oxray_types::NodeInf
 
 /// A small runtime for client commands: they make a handful of calls and exit.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }

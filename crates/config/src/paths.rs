@@ -6,9 +6,7 @@ pub fn oxray_home() -> PathBuf {
     if let Some(home) = std::env::var_os("OXRAY_HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(home);
     }
-    let user_home = std::env::var_os("HOME")
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "/tmp".into());
+    let user_home = std::env::var_os("HOME").filter(|v| !v.is_empty()).unwrap_or_else(|| "/tmp".into());
     PathBuf::from(user_home).join(".oxray")
 }
 

@@ -51,9 +51,7 @@ pub fn list_running(home: &Path) -> Vec<ProcRecord> {
         if path.extension().and_then(|e| e.to_str()) != Some("json") {
             continue;
         }
-        let record = fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<ProcRecord>(&b).ok());
+        let record = fs::read(&path).ok().and_then(|b| serde_json::from_slice::<ProcRecord>(&b).ok());
         match record {
             Some(r) if is_running(&r) => running.push(r),
             _ => {

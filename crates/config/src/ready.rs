@@ -9,22 +9,9 @@ const PREFIX: &str = "OXRAY_READY ";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ready {
-    Head {
-        pid: u32,
-        node_ip: String,
-        port: u16,
-        dashboard_host: String,
-        dashboard_port: u16,
-        session_name: String,
-    },
-    Agent {
-        pid: u32,
-        node_id: String,
-        node_ip: String,
-    },
-    Failed {
-        error: String,
-    },
+    Head { pid: u32, node_ip: String, port: u16, dashboard_host: String, dashboard_port: u16, session_name: String },
+    Agent { pid: u32, node_id: String, node_ip: String },
+    Failed { error: String },
 }
 
 /// Prints the readiness line, then points stdout at /dev/null: the launcher stops reading
@@ -73,10 +60,7 @@ pub fn wait<R: Read + Send + 'static>(stdout: R, timeout: Duration) -> Result<Re
         Ok(Ok(Ready::Failed { error })) => Err(WaitError::Reported(error)),
         Ok(Ok(ready)) => Ok(ready),
         Ok(Err(e)) => Err(WaitError::Silent(e)),
-        Err(_) => Err(WaitError::Silent(format!(
-            "not ready after {:.1} s",
-            timeout.as_secs_f64()
-        ))),
+        Err(_) => Err(WaitError::Silent(format!("not ready after {:.1} s", timeout.as_secs_f64()))),
     }
 }
 
@@ -86,23 +70,14 @@ mod tests {
 
     #[test]
     fn reads_the_ready_line_among_others() {
-        let msg = Ready::Agent {
-            pid: 1,
-            node_id: "ab".into(),
-            node_ip: "127.0.0.1".into(),
-        };
+        let msg = Ready::Agent { pid: 1, node_id: "ab".into(), node_ip: "127.0.0.1".into() };
         let text = format!("noise\n{PREFIX}{}\n", serde_json::to_string(&msg).unwrap());
-        assert_eq!(
-            wait(std::io::Cursor::new(text), Duration::from_secs(1)).unwrap(),
-            msg
-        );
+        assert_eq!(wait(std::io::Cursor::new(text), Duration::from_secs(1)).unwrap(), msg);
     }
 
     #[test]
     fn reports_failures_and_early_exit() {
-        let failed = Ready::Failed {
-            error: "port 6379 is in use".into(),
-        };
+        let failed = Ready::Failed { error: "port 6379 is in use".into() };
         let text = format!("{PREFIX}{}\n", serde_json::to_string(&failed).unwrap());
         assert_eq!(
             wait(std::io::Cursor::new(text), Duration::from_secs(1)).unwrap_err(),

@@ -10,12 +10,7 @@ pub fn write_private(path: &Path, contents: &str) -> io::Result<()> {
         fs::create_dir_all(dir)?;
     }
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
+    let mut file = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
     file.set_permissions(fs::Permissions::from_mode(0o600))?;
     file.write_all(contents.as_bytes())?;
     file.sync_all()?;

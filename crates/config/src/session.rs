@@ -36,9 +36,7 @@ impl SessionDir {
     /// Uses an existing directory (created if missing), as the launcher hands it to a server.
     pub fn open(path: &Path) -> io::Result<Self> {
         fs::create_dir_all(path.join("logs"))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-        })
+        Ok(Self { path: path.to_path_buf() })
     }
 
     pub fn path(&self) -> &Path {
@@ -46,10 +44,7 @@ impl SessionDir {
     }
 
     pub fn name(&self) -> String {
-        self.path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     }
 
     pub fn logs(&self) -> PathBuf {

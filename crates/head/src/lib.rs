@@ -1,12 +1,16 @@
 //! The control plane: cluster membership and health, the durable state, the control-plane
 //! gRPC service and the HTTP API. Start it with [`Head::bind`], then [`BoundHead::run`].
 
+mod jobs;
 mod membership;
+mod packages;
+mod placement;
 mod service;
 mod store;
 
+pub use jobs::JobManager;
 pub use membership::{Membership, MembershipError, Verdict};
-pub use store::{NodeStore, StoreError};
+pub use store::{Store, StoreError};
 
 use oxray_config::session::SessionDir;
 use oxray_http::{ApiState, ClusterView};
@@ -39,21 +43,13 @@ pub struct HeadConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum HeadError {
     #[error("port {port} ({what}) is already in use on {host}: stop what uses it or choose another port with {flag}")]
-    PortInUse {
-        what: &'static str,
-        host: String,
-        port: u16,
-        flag: &'static str,
-    },
+    PortInUse { what: &'static str, host: String, port: u16, flag: &'static str },
     #[error("cannot listen on {host}:{port} ({what}): {reason}")]
-    Bind {
-        what: &'static str,
-        host: String,
-        port: u16,
-        reason: String,
-    },
+    Bind { what: &'static str, host: String, port: u16, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cannot use the package directory {0}: {1}")]
+    Packages(PathBuf, std::io::Error),
     #[error("the {0} server failed: {1}")]
     Serve(&'static str, String),
 }
@@ -62,32 +58,16 @@ pub enum HeadError {
 pub struct BoundHead {
     config: HeadConfig,
     membership: Arc<Membership>,
+    jobs: Arc<JobManager>,
     control: TcpListener,
     http: TcpListener,
 }
 
-async fn bind(
-    what: &'static str,
-    flag: &'static str,
-    host: &str,
-    port: u16,
-) -> Result<TcpListener, HeadError> {
-    TcpListener::bind((host, port))
-        .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AddrInUse => HeadError::PortInUse {
-                what,
-                host: host.to_string(),
-                port,
-                flag,
-            },
-            _ => HeadError::Bind {
-                what,
-                host: host.to_string(),
-                port,
-                reason: e.to_string(),
-            },
-        })
+async fn bind(what: &'static str, flag: &'static str, host: &str, port: u16) -> Result<TcpListener, HeadError> {
+    TcpListener::bind((host, port)).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => HeadError::PortInUse { what, host: host.to_string(), port, flag },
+        _ => HeadError::Bind { what, host: host.to_string(), port, reason: e.to_string() },
+    })
 }
 
 pub struct Head;
@@ -95,21 +75,13 @@ pub struct Head;
 impl Head {
     pub async fn bind(config: HeadConfig) -> Result<BoundHead, HeadError> {
         let control = bind("control plane", "--port", &config.bind_host, config.port).await?;
-        let http = bind(
-            "dashboard",
-            "--dashboard-port",
-            &config.dashboard_host,
-            config.dashboard_port,
-        )
-        .await?;
-        let store = NodeStore::open(&config.storage)?;
-        let membership = Arc::new(Membership::open(store, config.node_death_timeout)?);
-        Ok(BoundHead {
-            config,
-            membership,
-            control,
-            http,
-        })
+        let http = bind("dashboard", "--dashboard-port", &config.dashboard_host, config.dashboard_port).await?;
+        let store = Arc::new(Store::open(&config.storage)?);
+        let membership = Arc::new(Membership::open(store.clone(), config.node_death_timeout)?);
+        let package_dir = config.storage.with_extension("packages");
+        let packages = packages::Packages::open(&package_dir).map_err(|e| HeadError::Packages(package_dir, e))?;
+        let jobs = Arc::new(JobManager::open(store, membership.clone(), packages, config.token.clone())?);
+        Ok(BoundHead { config, membership, jobs, control, http })
     }
 }
 
@@ -126,25 +98,16 @@ impl ClusterView for View {
 
 impl BoundHead {
     pub fn control_addr(&self) -> SocketAddr {
-        self.control
-            .local_addr()
-            .expect("bound listener has an address")
+        self.control.local_addr().expect("bound listener has an address")
     }
 
     pub fn dashboard_addr(&self) -> SocketAddr {
-        self.http
-            .local_addr()
-            .expect("bound listener has an address")
+        self.http.local_addr().expect("bound listener has an address")
     }
 
     /// Serves until `shutdown` is cancelled, then stops accepting and returns.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), HeadError> {
-        let BoundHead {
-            config,
-            membership,
-            control,
-            http,
-        } = self;
+        let BoundHead { config, membership, jobs, control, http } = self;
         let session_name = config.session.name();
         tracing::info!(
             control = %control.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -153,18 +116,13 @@ impl BoundHead {
             "head serving"
         );
 
-        let monitor = tokio::spawn(watch_heartbeats(membership.clone(), shutdown.clone()));
+        let monitor = tokio::spawn(watch_heartbeats(membership.clone(), jobs.clone(), shutdown.clone()));
+        let scheduler = tokio::spawn(jobs.clone().run(shutdown.clone()));
 
-        let service = service::HeadService::new(
-            membership.clone(),
-            session_name.clone(),
-            config.dashboard_port_hint(&http),
-        );
+        let dashboard = config.dashboard_port_hint(&http);
+        let service = service::HeadService::new(membership.clone(), jobs.clone(), session_name.clone(), dashboard);
         let grpc = tonic::transport::Server::builder()
-            .add_service(HeadServiceServer::with_interceptor(
-                service,
-                ServerAuth(config.token.clone()),
-            ))
+            .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(control),
                 shutdown.clone().cancelled_owned(),
@@ -172,50 +130,44 @@ impl BoundHead {
 
         let api = oxray_http::router(ApiState {
             view: Arc::new(View(membership)),
+            jobs: Arc::new(jobs::Api(jobs)),
             token: config.token.clone(),
             session_name,
         });
         let web = axum::serve(http, api).with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
         let result = tokio::try_join!(
-            async {
-                grpc.await
-                    .map_err(|e| HeadError::Serve("control plane", e.to_string()))
-            },
-            async {
-                web.await
-                    .map_err(|e| HeadError::Serve("dashboard", e.to_string()))
-            },
+            async { grpc.await.map_err(|e| HeadError::Serve("control plane", e.to_string())) },
+            async { web.await.map_err(|e| HeadError::Serve("dashboard", e.to_string())) },
         );
         shutdown.cancel();
         let _ = monitor.await;
+        let _ = scheduler.await;
         result.map(|_| ())
     }
 }
 
 impl HeadConfig {
     fn dashboard_port_hint(&self, http: &TcpListener) -> (String, u16) {
-        let port = http
-            .local_addr()
-            .map(|a| a.port())
-            .unwrap_or(self.dashboard_port);
+        let port = http.local_addr().map(|a| a.port()).unwrap_or(self.dashboard_port);
         (self.dashboard_host.clone(), port)
     }
 }
 
 /// Declares silent nodes dead; checks several times per timeout so death is noticed
 /// within a small fraction of it.
-async fn watch_heartbeats(membership: Arc<Membership>, shutdown: CancellationToken) {
-    let period =
-        (membership.death_timeout() / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+async fn watch_heartbeats(membership: Arc<Membership>, jobs: Arc<JobManager>, shutdown: CancellationToken) {
+    let period = (membership.death_timeout() / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                if let Err(e) = membership.expire(tokio::time::Instant::now()) {
-                    tracing::error!("cannot record dead nodes: {e}");
+                match membership.expire(tokio::time::Instant::now()) {
+                    Ok(dead) if !dead.is_empty() => jobs.nodes_changed(),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!("cannot record dead nodes: {e}"),
                 }
             }
         }

@@ -1,9 +1,9 @@
 //! Cluster membership: who is in the cluster, who is alive, and what they have free.
 
-use crate::store::{NodeStore, StoreError};
+use crate::store::{Store, StoreError};
 use oxray_types::{now_ms, NodeId, NodeInfo, ResourceSet};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -29,33 +29,21 @@ struct Entry {
 
 pub struct Membership {
     nodes: Mutex<HashMap<NodeId, Entry>>,
-    store: NodeStore,
+    store: Arc<Store>,
     death_timeout: Duration,
 }
 
 impl Membership {
     /// Loads every node the head has seen. Nodes that were alive get a full timeout from now
     /// to report again, so agents that outlived a head restart are not declared dead.
-    pub fn open(store: NodeStore, death_timeout: Duration) -> Result<Self, StoreError> {
+    pub fn open(store: Arc<Store>, death_timeout: Duration) -> Result<Self, StoreError> {
         let now = Instant::now();
         let nodes = store
-            .load_all()?
+            .load_nodes()?
             .into_iter()
-            .map(|info| {
-                (
-                    info.node_id.clone(),
-                    Entry {
-                        info,
-                        last_seen: now,
-                    },
-                )
-            })
+            .map(|info| (info.node_id.clone(), Entry { info, last_seen: now }))
             .collect();
-        Ok(Self {
-            nodes: Mutex::new(nodes),
-            store,
-            death_timeout,
-        })
+        Ok(Self { nodes: Mutex::new(nodes), store, death_timeout })
     }
 
     pub fn death_timeout(&self) -> Duration {
@@ -74,15 +62,9 @@ impl Membership {
         info.state = oxray_types::NodeState::Alive;
         info.state_message = None;
         info.end_time_ms = 0;
-        self.store.put(&info)?;
+        self.store.put_node(&info)?;
         tracing::info!(node_id = %info.node_id, ip = %info.node_ip, name = %info.node_name, "node joined");
-        nodes.insert(
-            info.node_id.clone(),
-            Entry {
-                info,
-                last_seen: Instant::now(),
-            },
-        );
+        nodes.insert(info.node_id.clone(), Entry { info, last_seen: Instant::now() });
         Ok(())
     }
 
@@ -105,7 +87,7 @@ impl Membership {
         if let Some(entry) = nodes.get_mut(id).filter(|e| e.info.is_alive()) {
             let mut info = entry.info.clone();
             info.mark_dead(reason, now_ms());
-            self.store.put(&info)?;
+            self.store.put_node(&info)?;
             tracing::info!(node_id = %id, reason, "node left");
             entry.info = info;
         }
@@ -124,14 +106,11 @@ impl Membership {
         if expired.is_empty() {
             return Ok(Vec::new());
         }
-        let reason = format!(
-            "no heartbeat for {:.1} s: the node agent died or is unreachable",
-            timeout.as_secs_f64()
-        );
+        let reason = format!("no heartbeat for {:.1} s: the node agent died or is unreachable", timeout.as_secs_f64());
         for info in &mut expired {
             info.mark_dead(reason.clone(), now_ms());
         }
-        self.store.put_all(&expired)?;
+        self.store.put_nodes(&expired)?;
         let ids = expired.iter().map(|i| i.node_id.clone()).collect();
         for info in expired {
             tracing::warn!(node_id = %info.node_id, ip = %info.node_ip, "node declared dead: {reason}");
@@ -140,6 +119,10 @@ impl Membership {
             }
         }
         Ok(ids)
+    }
+
+    pub fn get(&self, id: &NodeId) -> Option<NodeInfo> {
+        self.nodes.lock().expect("membership lock").get(id).map(|e| e.info.clone())
     }
 
     pub fn snapshot(&self) -> Vec<NodeInfo> {
@@ -176,7 +159,7 @@ pub(crate) mod tests {
     }
 
     fn membership(dir: &tempfile::TempDir) -> Membership {
-        let store = NodeStore::open(&dir.path().join("db")).unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("db")).unwrap());
         Membership::open(store, Duration::from_secs(5)).unwrap()
     }
 
@@ -189,26 +172,16 @@ pub(crate) mod tests {
         m.register(b.clone()).unwrap();
 
         tokio::time::advance(Duration::from_secs(4)).await;
-        assert_eq!(
-            m.heartbeat(&a.node_id, a.resources_total.clone()),
-            Verdict::Ok
-        );
+        assert_eq!(m.heartbeat(&a.node_id, a.resources_total.clone()), Verdict::Ok);
         assert!(m.expire(Instant::now()).unwrap().is_empty());
 
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(m.expire(Instant::now()).unwrap(), vec![b.node_id.clone()]);
-        let dead = m
-            .snapshot()
-            .into_iter()
-            .find(|n| n.node_id == b.node_id)
-            .unwrap();
+        let dead = m.snapshot().into_iter().find(|n| n.node_id == b.node_id).unwrap();
         assert_eq!(dead.state, NodeState::Dead);
         assert!(dead.resources_available.is_empty());
         assert!(dead.state_message.unwrap().contains("no heartbeat"));
-        assert_eq!(
-            m.heartbeat(&b.node_id, ResourceSet::new()),
-            Verdict::NodeDead
-        );
+        assert_eq!(m.heartbeat(&b.node_id, ResourceSet::new()), Verdict::NodeDead);
         assert!(matches!(m.register(b), Err(MembershipError::NodeDead(_))));
     }
 
@@ -227,14 +200,8 @@ pub(crate) mod tests {
         let snap = m.snapshot();
         assert_eq!(snap.len(), 2);
         assert!(m.expire(Instant::now()).unwrap().is_empty());
-        assert_eq!(
-            m.heartbeat(&a.node_id, a.resources_total.clone()),
-            Verdict::Ok
-        );
-        assert_eq!(
-            m.heartbeat(&NodeId::random(), ResourceSet::new()),
-            Verdict::UnknownNode
-        );
+        assert_eq!(m.heartbeat(&a.node_id, a.resources_total.clone()), Verdict::Ok);
+        assert_eq!(m.heartbeat(&NodeId::random(), ResourceSet::new()), Verdict::UnknownNode);
         let stopped = snap.iter().find(|n| n.node_id == b.node_id).unwrap();
         assert_eq!(stopped.state_message.as_deref(), Some("stopped"));
     }

@@ -1,13 +1,17 @@
+use crate::jobs::JobManager;
 use crate::membership::{Membership, MembershipError, Verdict};
+use oxray_api_types::ApiError;
 use oxray_proto::convert::{resources_from_proto, ConvertError};
 use oxray_proto::v1::{self, head_service_server};
 use oxray_types::{NodeId, NodeInfo};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncReadExt;
 use tonic::{Request, Response, Status};
 
 pub struct HeadService {
     membership: Arc<Membership>,
+    jobs: Arc<JobManager>,
     session_name: String,
     dashboard: (String, u16),
 }
@@ -15,20 +19,16 @@ pub struct HeadService {
 impl HeadService {
     pub fn new(
         membership: Arc<Membership>,
+        jobs: Arc<JobManager>,
         session_name: String,
         dashboard: (String, u16),
     ) -> Self {
-        Self {
-            membership,
-            session_name,
-            dashboard,
-        }
+        Self { membership, jobs, session_name, dashboard }
     }
 
     /// Several heartbeats fit in one death timeout, so one lost heartbeat kills no node.
     fn heartbeat_interval(&self) -> Duration {
-        (self.membership.death_timeout() / 5)
-            .clamp(Duration::from_millis(50), Duration::from_secs(1))
+        (self.membership.death_timeout() / 5).clamp(Duration::from_millis(50), Duration::from_secs(1))
     }
 }
 
@@ -37,8 +37,7 @@ fn invalid(e: ConvertError) -> Status {
 }
 
 fn parse_id(text: &str) -> Result<NodeId, Status> {
-    text.parse()
-        .map_err(|e: oxray_types::IdError| Status::invalid_argument(e.to_string()))
+    text.parse().map_err(|e: oxray_types::IdError| Status::invalid_argument(e.to_string()))
 }
 
 fn internal(e: impl std::fmt::Display) -> Status {
@@ -46,33 +45,62 @@ fn internal(e: impl std::fmt::Display) -> Status {
     Status::internal(e.to_string())
 }
 
+const PACKAGE_CHUNK: usize = 1 << 20;
+
 #[tonic::async_trait]
 impl head_service_server::HeadService for HeadService {
+    type GetPackageStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<v1::DataChunk, Status>> + Send>>;
+
+    async fn report_job(&self, request: Request<v1::JobReport>) -> Result<Response<v1::ReportJobReply>, Status> {
+        match self.jobs.report(request.into_inner()) {
+            Ok(()) => Ok(Response::new(v1::ReportJobReply {})),
+            Err(ApiError::BadRequest(m)) => Err(Status::invalid_argument(m)),
+            Err(e) => Err(Status::internal(e.to_string())),
+        }
+    }
+
+    async fn get_package(
+        &self,
+        request: Request<v1::GetPackageRequest>,
+    ) -> Result<Response<Self::GetPackageStream>, Status> {
+        let uri = request.into_inner().uri;
+        let name = oxray_runtime_env::package_name(&uri)
+            .ok_or_else(|| Status::invalid_argument(format!("invalid package URI {uri:?}")))?;
+        let file = tokio::fs::File::open(self.jobs.packages().path(name))
+            .await
+            .map_err(|_| Status::not_found(format!("package {uri} does not exist")))?;
+        let stream = futures_util::stream::unfold(Some(file), |state| async move {
+            let mut file = state?;
+            let mut buf = vec![0u8; PACKAGE_CHUNK];
+            match file.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(v1::DataChunk { data: buf }), Some(file)))
+                }
+                Err(e) => Some((Err(Status::internal(e.to_string())), None)),
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
     async fn register_node(
         &self,
         request: Request<v1::RegisterNodeRequest>,
     ) -> Result<Response<v1::RegisterNodeReply>, Status> {
-        let node = request
-            .into_inner()
-            .node
-            .ok_or_else(|| invalid(ConvertError::MissingNode))?;
+        let node = request.into_inner().node.ok_or_else(|| invalid(ConvertError::MissingNode))?;
         let info = NodeInfo::try_from(node).map_err(invalid)?;
         match self.membership.register(info) {
             Ok(()) => Ok(Response::new(v1::RegisterNodeReply {
                 session_name: self.session_name.clone(),
                 heartbeat_interval_ms: self.heartbeat_interval().as_millis() as u64,
             })),
-            Err(e @ MembershipError::NodeDead(_)) => {
-                Err(Status::failed_precondition(e.to_string()))
-            }
+            Err(e @ MembershipError::NodeDead(_)) => Err(Status::failed_precondition(e.to_string())),
             Err(MembershipError::Store(e)) => Err(internal(e)),
         }
     }
 
-    async fn heartbeat(
-        &self,
-        request: Request<v1::HeartbeatRequest>,
-    ) -> Result<Response<v1::HeartbeatReply>, Status> {
+    async fn heartbeat(&self, request: Request<v1::HeartbeatRequest>) -> Result<Response<v1::HeartbeatReply>, Status> {
         let request = request.into_inner();
         let id = parse_id(&request.node_id)?;
         let available = resources_from_proto(request.resources_available).map_err(invalid)?;
@@ -81,9 +109,7 @@ impl head_service_server::HeadService for HeadService {
             Verdict::UnknownNode => v1::HeartbeatVerdict::UnknownNode,
             Verdict::NodeDead => v1::HeartbeatVerdict::NodeDead,
         };
-        Ok(Response::new(v1::HeartbeatReply {
-            verdict: verdict as i32,
-        }))
+        Ok(Response::new(v1::HeartbeatReply { verdict: verdict as i32 }))
     }
 
     async fn unregister_node(
@@ -92,11 +118,7 @@ impl head_service_server::HeadService for HeadService {
     ) -> Result<Response<v1::UnregisterNodeReply>, Status> {
         let request = request.into_inner();
         let id = parse_id(&request.node_id)?;
-        let reason = if request.reason.is_empty() {
-            "node stopped".to_string()
-        } else {
-            request.reason
-        };
+        let reason = if request.reason.is_empty() { "node stopped".to_string() } else { request.reason };
         self.membership.unregister(&id, &reason).map_err(internal)?;
         Ok(Response::new(v1::UnregisterNodeReply {}))
     }
@@ -105,12 +127,7 @@ impl head_service_server::HeadService for HeadService {
         &self,
         _request: Request<v1::ListNodesRequest>,
     ) -> Result<Response<v1::ListNodesReply>, Status> {
-        let nodes = self
-            .membership
-            .snapshot()
-            .iter()
-            .map(v1::Node::from)
-            .collect();
+        let nodes = self.membership.snapshot().iter().map(v1::Node::from).collect();
         Ok(Response::new(v1::ListNodesReply { nodes }))
     }
 

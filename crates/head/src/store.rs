@@ -1,11 +1,16 @@
 //! The head's durable state in an embedded, crash-safe database (redb: copy-on-write
 //! B-trees, every commit fsynced), so a head killed at any instant restarts with it intact.
+//! Records are JSON values keyed by id, one table per kind.
 
-use oxray_types::NodeInfo;
+use oxray_types::{JobRecord, NodeInfo};
 use redb::{Database, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
+type Table = TableDefinition<'static, &'static str, &'static [u8]>;
+const NODES: Table = TableDefinition::new("nodes");
+const JOBS: Table = TableDefinition::new("jobs");
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -21,71 +26,86 @@ fn db_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Db(e.to_string())
 }
 
-pub struct NodeStore {
+pub struct Store {
     db: Database,
 }
 
-impl NodeStore {
+impl Store {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let open_err = |reason: String| StoreError::Open {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let open_err = |reason: String| StoreError::Open { path: path.to_path_buf(), reason };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| open_err(e.to_string()))?;
         }
         let db = Database::create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => open_err(
-                "another head is using it (stop that head or choose another --storage)".into(),
-            ),
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                open_err("another head is using it (stop that head or choose another --storage)".into())
+            }
             other => open_err(other.to_string()),
         })?;
-        // Create the table up front so readers never see it missing.
+        // Create the tables up front so readers never see one missing.
         let tx = db.begin_write().map_err(db_err)?;
         tx.open_table(NODES).map_err(db_err)?;
+        tx.open_table(JOBS).map_err(db_err)?;
         tx.commit().map_err(db_err)?;
         Ok(Self { db })
     }
 
-    pub fn put(&self, node: &NodeInfo) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(node)?;
-        let tx = self.db.begin_write().map_err(db_err)?;
-        {
-            let mut table = tx.open_table(NODES).map_err(db_err)?;
-            table
-                .insert(node.node_id.hex().as_str(), bytes.as_slice())
-                .map_err(db_err)?;
-        }
-        tx.commit().map_err(db_err)
-    }
-
-    /// Writes several records in one transaction.
-    pub fn put_all<'a>(
+    /// Writes every `(key, value)` in one transaction.
+    fn put_many<'a, T: Serialize + 'a>(
         &self,
-        nodes: impl IntoIterator<Item = &'a NodeInfo>,
+        table: Table,
+        records: impl IntoIterator<Item = (String, &'a T)>,
     ) -> Result<(), StoreError> {
         let tx = self.db.begin_write().map_err(db_err)?;
         {
-            let mut table = tx.open_table(NODES).map_err(db_err)?;
-            for node in nodes {
-                let bytes = serde_json::to_vec(node)?;
-                table
-                    .insert(node.node_id.hex().as_str(), bytes.as_slice())
-                    .map_err(db_err)?;
+            let mut t = tx.open_table(table).map_err(db_err)?;
+            for (key, value) in records {
+                let bytes = serde_json::to_vec(value)?;
+                t.insert(key.as_str(), bytes.as_slice()).map_err(db_err)?;
             }
         }
         tx.commit().map_err(db_err)
     }
 
-    pub fn load_all(&self) -> Result<Vec<NodeInfo>, StoreError> {
+    fn load<T: DeserializeOwned>(&self, table: Table) -> Result<Vec<T>, StoreError> {
         let tx = self.db.begin_read().map_err(db_err)?;
-        let table = tx.open_table(NODES).map_err(db_err)?;
-        let mut nodes = Vec::new();
-        for entry in table.iter().map_err(db_err)? {
+        let t = tx.open_table(table).map_err(db_err)?;
+        let mut out = Vec::new();
+        for entry in t.iter().map_err(db_err)? {
             let (_, value) = entry.map_err(db_err)?;
-            nodes.push(serde_json::from_slice(value.value())?);
+            out.push(serde_json::from_slice(value.value())?);
         }
-        Ok(nodes)
+        Ok(out)
+    }
+
+    pub fn put_node(&self, node: &NodeInfo) -> Result<(), StoreError> {
+        self.put_nodes([node])
+    }
+
+    pub fn put_nodes<'a>(&self, nodes: impl IntoIterator<Item = &'a NodeInfo>) -> Result<(), StoreError> {
+        self.put_many(NODES, nodes.into_iter().map(|n| (n.node_id.hex(), n)))
+    }
+
+    pub fn load_nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
+        self.load(NODES)
+    }
+
+    pub fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
+        self.put_jobs([job])
+    }
+
+    pub fn put_jobs<'a>(&self, jobs: impl IntoIterator<Item = &'a JobRecord>) -> Result<(), StoreError> {
+        self.put_many(JOBS, jobs.into_iter().map(|j| (j.submission_id.clone(), j)))
+    }
+
+    pub fn delete_job(&self, id: &str) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(db_err)?;
+        tx.open_table(JOBS).map_err(db_err)?.remove(id).map_err(db_err)?;
+        tx.commit().map_err(db_err)
+    }
+
+    pub fn load_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        self.load(JOBS)
     }
 }
 
@@ -100,25 +120,30 @@ mod tests {
         let path = dir.path().join("head.redb");
         let a = sample_node("a");
         let mut b = sample_node("b");
+        let job = crate::jobs::tests::sample_job("j1");
         {
-            let store = NodeStore::open(&path).unwrap();
-            store.put(&a).unwrap();
-            store.put(&b).unwrap();
+            let store = Store::open(&path).unwrap();
+            store.put_node(&a).unwrap();
+            store.put_node(&b).unwrap();
             b.mark_dead("gone", 5);
-            store.put_all([&b]).unwrap();
+            store.put_nodes([&b]).unwrap();
+            store.put_job(&job).unwrap();
+            store.put_job(&crate::jobs::tests::sample_job("j2")).unwrap();
+            store.delete_job("j2").unwrap();
         }
-        let store = NodeStore::open(&path).unwrap();
-        let mut loaded = store.load_all().unwrap();
+        let store = Store::open(&path).unwrap();
+        let mut loaded = store.load_nodes().unwrap();
         loaded.sort_by(|x, y| x.node_name.cmp(&y.node_name));
         assert_eq!(loaded, vec![a, b]);
+        assert_eq!(store.load_jobs().unwrap(), vec![job]);
     }
 
     #[test]
     fn refuses_a_second_opener() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("head.redb");
-        let _first = NodeStore::open(&path).unwrap();
-        let err = NodeStore::open(&path).err().unwrap();
+        let _first = Store::open(&path).unwrap();
+        let err = Store::open(&path).err().unwrap();
         assert!(err.to_string().contains("another head"), "{err}");
     }
 }

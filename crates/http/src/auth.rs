@@ -9,11 +9,7 @@ pub const TOKEN_COOKIE: &str = "ray-authentication-token";
 
 /// Accepts the token where Ray's server looks for it: `Authorization`, then
 /// `X-Ray-Authorization`, then the cookie. Missing is 401, wrong is 403, both plain text.
-pub async fn require_token(
-    State(state): State<ApiState>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     match check(&state, request.headers()) {
         Ok(()) => next.run(request).await,
         Err(denied) => denied.into_response(),
@@ -27,24 +23,14 @@ fn check(state: &ApiState, headers: &HeaderMap) -> Result<(), (StatusCode, &'sta
     let ok = match header_value {
         Some(value) => state.token.matches_bearer(value),
         None => match cookie(headers, TOKEN_COOKIE) {
-            Some(value) => state
-                .token
-                .matches(value.strip_prefix("Bearer ").unwrap_or(value)),
-            None => {
-                return Err((
-                    StatusCode::UNAUTHORIZED,
-                    "Unauthorized: Missing authentication token",
-                ))
-            }
+            Some(value) => state.token.matches(value.strip_prefix("Bearer ").unwrap_or(value)),
+            None => return Err((StatusCode::UNAUTHORIZED, "Unauthorized: Missing authentication token")),
         },
     };
     if ok {
         Ok(())
     } else {
-        Err((
-            StatusCode::FORBIDDEN,
-            "Forbidden: Invalid authentication token",
-        ))
+        Err((StatusCode::FORBIDDEN, "Forbidden: Invalid authentication token"))
     }
 }
 

@@ -2,11 +2,19 @@
 //! nodes, cluster status and Prometheus metrics, all behind the cluster token.
 
 mod auth;
+mod jobs;
+mod jobs_api;
 mod metrics;
 mod nodes;
+mod packages;
 mod status;
+mod utf8;
 
-use axum::routing::get;
+pub use jobs_api::{ByteStream, JobsApi};
+pub use packages::MAX_PACKAGE_BYTES;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
 use axum::Router;
 use oxray_rpc::Token;
 use oxray_types::NodeInfo;
@@ -22,6 +30,7 @@ pub trait ClusterView: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct ApiState {
     pub view: Arc<dyn ClusterView>,
+    pub jobs: Arc<dyn JobsApi>,
     pub token: Token,
     pub session_name: String,
 }
@@ -31,10 +40,16 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v0/nodes", get(nodes::list))
         .route("/api/cluster_status", get(status::cluster_status))
         .route("/metrics", get(metrics::render))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_token,
-        ));
+        .route("/api/jobs/", get(jobs::list).post(jobs::submit))
+        .route("/api/jobs", get(jobs::list).post(jobs::submit))
+        .route("/api/jobs/{id}", get(jobs::get).delete(jobs::delete))
+        .route("/api/jobs/{id}/stop", post(jobs::stop))
+        .route("/api/jobs/{id}/logs", get(jobs::logs))
+        .route("/api/jobs/{id}/logs/tail", get(jobs::tail))
+        .route("/api/packages/{protocol}/{name}", get(packages::head).put(packages::put))
+        // Package uploads stream with their own limit; JSON bodies stay small.
+        .layer(DefaultBodyLimit::max(8 * 1024 * 1024))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/api/version", get(status::version))
         .route("/api/gcs_healthz", get(status::healthz))

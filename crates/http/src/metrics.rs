@@ -20,57 +20,26 @@ pub async fn render(State(state): State<ApiState>) -> Response {
     let available = Family::<Labels, FloatGauge>::default();
     for s in ["ALIVE", "DEAD"] {
         let count = nodes.iter().filter(|n| n.state.as_str() == s).count();
-        by_state
-            .get_or_create(&vec![("state".into(), s.to_string())])
-            .set(count as i64);
+        by_state.get_or_create(&vec![("state".into(), s.to_string())]).set(count as i64);
     }
     for node in nodes.iter().filter(|n| n.is_alive()) {
-        for (name, amount) in node
-            .resources_total
-            .iter()
-            .filter(|(k, _)| !k.starts_with("node:"))
-        {
+        for (name, amount) in node.resources_total.iter().filter(|(k, _)| !k.starts_with("node:")) {
             let labels = vec![
                 ("node_id".to_string(), node.node_id.hex()),
                 ("node_ip".to_string(), node.node_ip.clone()),
                 ("resource".to_string(), name.to_string()),
             ];
             total.get_or_create(&labels).set(amount);
-            available
-                .get_or_create(&labels)
-                .set(node.resources_available.get(name));
+            available.get_or_create(&labels).set(node.resources_available.get(name));
         }
     }
     let mut registry = Registry::with_prefix("oxray");
-    registry.register(
-        "cluster_nodes",
-        "Nodes the head has seen, by state",
-        by_state,
-    );
-    registry.register(
-        "node_resources_total",
-        "Resources of each alive node",
-        total,
-    );
-    registry.register(
-        "node_resources_available",
-        "Free resources of each alive node",
-        available,
-    );
+    registry.register("cluster_nodes", "Nodes the head has seen, by state", by_state);
+    registry.register("node_resources_total", "Resources of each alive node", total);
+    registry.register("node_resources_available", "Free resources of each alive node", available);
     let mut body = String::new();
     if let Err(e) = encode(&mut body, &registry) {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode metrics: {e}"),
-        )
-            .into_response();
+        return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode metrics: {e}")).into_response();
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
 }

@@ -7,14 +7,7 @@ use oxray_api_types::{list_nodes, NodeFilter, MAX_LIMIT};
 type Reply = (StatusCode, Json<serde_json::Value>);
 
 fn bad_request(msg: String) -> Reply {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(rest_response(
-            false,
-            &msg,
-            serde_json::json!({ "result": null }),
-        )),
-    )
+    (StatusCode::BAD_REQUEST, Json(rest_response(false, &msg, serde_json::json!({ "result": null }))))
 }
 
 fn parse_bool(name: &str, value: &str) -> Result<bool, String> {
@@ -35,23 +28,14 @@ struct NodeQuery {
 fn parse(query: &str) -> Result<NodeQuery, String> {
     let pairs: Vec<(String, String)> =
         serde_urlencoded::from_str(query).map_err(|e| format!("malformed query: {e}"))?;
-    let mut q = NodeQuery {
-        limit: 100,
-        detail: false,
-        filters: Vec::new(),
-    };
+    let mut q = NodeQuery { limit: 100, detail: false, filters: Vec::new() };
     let (mut keys, mut preds, mut values) = (Vec::new(), Vec::new(), Vec::new());
     for (name, value) in pairs {
         match name.as_str() {
             "limit" => {
-                q.limit = value
-                    .parse()
-                    .map_err(|_| format!("invalid limit {value:?}: expected a positive integer"))?;
+                q.limit = value.parse().map_err(|_| format!("invalid limit {value:?}: expected a positive integer"))?;
                 if q.limit == 0 || q.limit > MAX_LIMIT {
-                    return Err(format!(
-                        "limit must be between 1 and {MAX_LIMIT}, got {}",
-                        q.limit
-                    ));
+                    return Err(format!("limit must be between 1 and {MAX_LIMIT}, got {}", q.limit));
                 }
             }
             "detail" => q.detail = parse_bool("detail", &value)?,
@@ -63,13 +47,10 @@ fn parse(query: &str) -> Result<NodeQuery, String> {
         }
     }
     if keys.len() != preds.len() || keys.len() != values.len() {
-        return Err(
-            "filter_keys, filter_predicates and filter_values must come in equal numbers".into(),
-        );
+        return Err("filter_keys, filter_predicates and filter_values must come in equal numbers".into());
     }
     for ((k, p), v) in keys.iter().zip(&preds).zip(&values) {
-        q.filters
-            .push(NodeFilter::new(k, p, v).map_err(|e| e.to_string())?);
+        q.filters.push(NodeFilter::new(k, p, v).map_err(|e| e.to_string())?);
     }
     Ok(q)
 }
@@ -80,12 +61,5 @@ pub async fn list(State(state): State<ApiState>, RawQuery(query): RawQuery) -> R
         Err(msg) => return bad_request(msg),
     };
     let list = list_nodes(&state.view.nodes(), &q.filters, q.limit, q.detail);
-    (
-        StatusCode::OK,
-        Json(rest_response(
-            true,
-            "",
-            serde_json::json!({ "result": list }),
-        )),
-    )
+    (StatusCode::OK, Json(rest_response(true, "", serde_json::json!({ "result": list }))))
 }

@@ -25,10 +25,7 @@ pub struct StatusQuery {
     format: Option<String>,
 }
 
-pub async fn cluster_status(
-    State(state): State<ApiState>,
-    _q: Query<StatusQuery>,
-) -> Json<serde_json::Value> {
+pub async fn cluster_status(State(state): State<ApiState>, _q: Query<StatusQuery>) -> Json<serde_json::Value> {
     let status = ClusterStatus::from_nodes(&state.view.nodes(), state.view.pending());
     Json(rest_response(
         true,

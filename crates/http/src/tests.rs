@@ -15,6 +15,38 @@ impl ClusterView for FixedView {
     }
 }
 
+/// Knows no job and no package.
+struct NoJobs;
+
+#[async_trait::async_trait]
+impl JobsApi for NoJobs {
+    async fn submit(&self, request: oxray_api_types::SubmitRequest) -> Result<String, oxray_api_types::ApiError> {
+        Ok(request.submission_id.unwrap_or_else(|| "raysubmit_new".into()))
+    }
+    fn job(&self, _id: &str) -> Option<oxray_api_types::JobDetails> {
+        None
+    }
+    fn jobs(&self) -> Vec<oxray_api_types::JobDetails> {
+        Vec::new()
+    }
+    async fn stop(&self, id: &str) -> Result<bool, oxray_api_types::ApiError> {
+        Err(oxray_api_types::not_found(id))
+    }
+    fn delete(&self, id: &str) -> Result<(), oxray_api_types::ApiError> {
+        Err(oxray_api_types::not_found(id))
+    }
+    async fn logs(&self, id: &str, _follow: bool) -> Result<ByteStream, oxray_api_types::ApiError> {
+        Err(oxray_api_types::not_found(id))
+    }
+    async fn wait_terminal(&self, _id: &str, _timeout: std::time::Duration) {}
+    fn package_exists(&self, _name: &str) -> bool {
+        false
+    }
+    async fn put_package(&self, _name: &str, _body: ByteStream, _limit: u64) -> Result<(), oxray_api_types::ApiError> {
+        Ok(())
+    }
+}
+
 fn node(state: NodeState, head: bool) -> NodeInfo {
     let mut total = ResourceSet::new();
     total.set("CPU", 4.0).unwrap();
@@ -38,28 +70,24 @@ fn node(state: NodeState, head: bool) -> NodeInfo {
 
 fn app() -> Router {
     router(ApiState {
-        view: Arc::new(FixedView(vec![
-            node(NodeState::Alive, true),
-            node(NodeState::Dead, false),
-        ])),
+        view: Arc::new(FixedView(vec![node(NodeState::Alive, true), node(NodeState::Dead, false)])),
+        jobs: Arc::new(NoJobs),
         token: Token::parse("s3cret").unwrap(),
         session_name: "session_x".into(),
     })
 }
 
 async fn get(uri: &str, header: Option<(&str, &str)>) -> (StatusCode, String) {
-    let mut req = Request::get(uri);
+    send(Request::get(uri), header, Body::empty()).await
+}
+
+async fn send(mut req: axum::http::request::Builder, header: Option<(&str, &str)>, body: Body) -> (StatusCode, String) {
     if let Some((k, v)) = header {
         req = req.header(k, v);
     }
-    let resp = app()
-        .oneshot(req.body(Body::empty()).unwrap())
-        .await
-        .unwrap();
+    let resp = app().oneshot(req.body(body).unwrap()).await.unwrap();
     let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
-        .await
-        .unwrap();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
     (status, String::from_utf8(bytes.to_vec()).unwrap())
 }
 
@@ -72,34 +100,19 @@ async fn version_and_health_need_no_token() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["version"], "4");
     assert_eq!(v["ray_version"], "2.60.0");
-    assert_eq!(
-        get("/api/gcs_healthz", None).await,
-        (StatusCode::OK, "success".into())
-    );
+    assert_eq!(get("/api/gcs_healthz", None).await, (StatusCode::OK, "success".into()));
 }
 
 #[tokio::test]
 async fn everything_else_needs_the_token() {
     for uri in ["/api/v0/nodes", "/api/cluster_status", "/metrics"] {
         assert_eq!(get(uri, None).await.0, StatusCode::UNAUTHORIZED, "{uri}");
-        assert_eq!(
-            get(uri, Some(("authorization", "Bearer nope"))).await.0,
-            StatusCode::FORBIDDEN,
-            "{uri}"
-        );
+        assert_eq!(get(uri, Some(("authorization", "Bearer nope"))).await.0, StatusCode::FORBIDDEN, "{uri}");
         assert_eq!(get(uri, AUTH).await.0, StatusCode::OK, "{uri}");
     }
-    let proxied = get(
-        "/api/v0/nodes",
-        Some(("x-ray-authorization", "Bearer s3cret")),
-    )
-    .await;
+    let proxied = get("/api/v0/nodes", Some(("x-ray-authorization", "Bearer s3cret"))).await;
     assert_eq!(proxied.0, StatusCode::OK);
-    let cookie = get(
-        "/metrics",
-        Some(("cookie", "a=b; ray-authentication-token=s3cret")),
-    )
-    .await;
+    let cookie = get("/metrics", Some(("cookie", "a=b; ray-authentication-token=s3cret"))).await;
     assert_eq!(cookie.0, StatusCode::OK);
 }
 
@@ -112,10 +125,7 @@ async fn nodes_follow_rays_envelope_and_filters() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["result"], true);
     let list = &v["data"]["result"];
-    assert_eq!(
-        (list["total"].as_u64(), list["num_filtered"].as_u64()),
-        (Some(2), Some(1))
-    );
+    assert_eq!((list["total"].as_u64(), list["num_filtered"].as_u64()), (Some(2), Some(1)));
     let row = &list["result"][0];
     assert_eq!(row["state"], "ALIVE");
     assert_eq!(row["is_head_node"], true);
@@ -142,14 +152,34 @@ async fn bad_node_queries_are_400_with_reason() {
 #[tokio::test]
 async fn metrics_count_nodes_by_state() {
     let (_, body) = get("/metrics", AUTH).await;
-    assert!(
-        body.contains("oxray_cluster_nodes{state=\"ALIVE\"} 1"),
-        "{body}"
-    );
-    assert!(
-        body.contains("oxray_cluster_nodes{state=\"DEAD\"} 1"),
-        "{body}"
-    );
+    assert!(body.contains("oxray_cluster_nodes{state=\"ALIVE\"} 1"), "{body}");
+    assert!(body.contains("oxray_cluster_nodes{state=\"DEAD\"} 1"), "{body}");
     assert!(body.contains("oxray_node_resources_total{"), "{body}");
     assert!(!body.contains("node:127.0.0.1"), "{body}");
+}
+
+#[tokio::test]
+async fn jobs_endpoints_answer_as_rays() {
+    assert_eq!(get("/api/jobs/", None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(get("/api/jobs/", AUTH).await, (StatusCode::OK, "[]".into()));
+    assert_eq!(get("/api/jobs/nope", AUTH).await, (StatusCode::NOT_FOUND, "Job nope does not exist".into()));
+    let (status, body) =
+        send(Request::post("/api/jobs/"), AUTH, Body::from(r#"{"entrypoint": "echo", "submission_id": "abc"}"#)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+        serde_json::json!({"job_id": "abc", "submission_id": "abc"})
+    );
+    let (status, body) = send(Request::post("/api/jobs/"), AUTH, Body::from(r#"{"entrypoint": 1}"#)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("entrypoint must be a string"), "{body}");
+}
+
+#[tokio::test]
+async fn package_names_are_checked() {
+    assert_eq!(get("/api/packages/gcs/_ray_pkg_ab.zip", AUTH).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(get("/api/packages/gcs/evil.sh", AUTH).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(get("/api/packages/s3/_ray_pkg_ab.zip", AUTH).await.0, StatusCode::BAD_REQUEST);
+    let (status, _) = send(Request::put("/api/packages/gcs/..zip"), AUTH, Body::from("x")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
 }

@@ -19,9 +19,7 @@ pub fn resources_to_proto(set: &ResourceSet) -> HashMap<String, f64> {
 }
 
 pub fn resources_from_proto(map: HashMap<String, f64>) -> Result<ResourceSet, ConvertError> {
-    Ok(ResourceSet::try_from(
-        map.into_iter().collect::<BTreeMap<_, _>>(),
-    )?)
+    Ok(ResourceSet::try_from(map.into_iter().collect::<BTreeMap<_, _>>())?)
 }
 
 impl From<&NodeInfo> for v1::Node {
@@ -38,11 +36,7 @@ impl From<&NodeInfo> for v1::Node {
             state_message: n.state_message.clone().unwrap_or_default(),
             resources_total: resources_to_proto(&n.resources_total),
             resources_available: resources_to_proto(&n.resources_available),
-            labels: n
-                .labels
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            labels: n.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             start_time_ms: n.start_time_ms,
             end_time_ms: n.end_time_ms,
             pid: n.pid,
@@ -106,13 +100,7 @@ mod tests {
 
     #[test]
     fn rejects_unspecified_state() {
-        let node = v1::Node {
-            node_id: NodeId::random().hex(),
-            ..Default::default()
-        };
-        assert!(matches!(
-            NodeInfo::try_from(node),
-            Err(ConvertError::MissingState)
-        ));
+        let node = v1::Node { node_id: NodeId::random().hex(), ..Default::default() };
+        assert!(matches!(NodeInfo::try_from(node), Err(ConvertError::MissingState)));
     }
 }

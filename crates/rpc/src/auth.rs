@@ -45,10 +45,7 @@ impl Token {
     /// Whether an `Authorization` value names this token. Compares in constant time so the
     /// token cannot be guessed byte by byte from response times.
     pub fn matches_bearer(&self, header: &str) -> bool {
-        let Some(given) = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-        else {
+        let Some(given) = header.strip_prefix("Bearer ").or_else(|| header.strip_prefix("bearer ")) else {
             return false;
         };
         self.matches(given.trim())
@@ -97,9 +94,7 @@ impl ClientAuth {
 
 impl Interceptor for ClientAuth {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        request
-            .metadata_mut()
-            .insert("authorization", self.0.clone());
+        request.metadata_mut().insert("authorization", self.0.clone());
         Ok(request)
     }
 }
@@ -139,13 +134,8 @@ mod tests {
         assert_eq!(err.code(), tonic::Code::Unauthenticated);
 
         let mut wrong = Request::new(());
-        wrong
-            .metadata_mut()
-            .insert("authorization", "Bearer nope".parse().unwrap());
-        assert_eq!(
-            auth.call(wrong).unwrap_err().code(),
-            tonic::Code::PermissionDenied
-        );
+        wrong.metadata_mut().insert("authorization", "Bearer nope".parse().unwrap());
+        assert_eq!(auth.call(wrong).unwrap_err().code(), tonic::Code::PermissionDenied);
 
         let good = ClientAuth::new(&token).call(Request::new(())).unwrap();
         assert!(auth.call(good).is_ok());

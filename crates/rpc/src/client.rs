@@ -1,4 +1,5 @@
 use crate::auth::{ClientAuth, Token};
+use oxray_proto::v1::agent_service_client::AgentServiceClient;
 use oxray_proto::v1::head_service_client::HeadServiceClient;
 use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
@@ -6,6 +7,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 pub type HeadClient = HeadServiceClient<InterceptedService<Channel, ClientAuth>>;
+pub type AgentClient = AgentServiceClient<InterceptedService<Channel, ClientAuth>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
@@ -30,35 +32,24 @@ fn endpoint(address: &str, call_timeout: Duration) -> Result<Endpoint, RpcError>
 }
 
 /// Connects now, so an unreachable head is reported at once.
-pub async fn connect_head(
-    address: &str,
-    token: &Token,
-    call_timeout: Duration,
-) -> Result<HeadClient, RpcError> {
+pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
     let channel = endpoint(address, call_timeout)?
         .connect()
         .await
-        .map_err(|e| RpcError::Unreachable {
-            address: address.to_string(),
-            reason: root_cause(&e),
-        })?;
-    Ok(HeadServiceClient::with_interceptor(
-        channel,
-        ClientAuth::new(token),
-    ))
+        .map_err(|e| RpcError::Unreachable { address: address.to_string(), reason: root_cause(&e) })?;
+    Ok(HeadServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 
 /// Connects on first use and reconnects by itself after the head goes away and comes back.
-pub fn connect_head_lazy(
-    address: &str,
-    token: &Token,
-    call_timeout: Duration,
-) -> Result<HeadClient, RpcError> {
+pub fn connect_head_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
     let channel = endpoint(address, call_timeout)?.connect_lazy();
-    Ok(HeadServiceClient::with_interceptor(
-        channel,
-        ClientAuth::new(token),
-    ))
+    Ok(HeadServiceClient::with_interceptor(channel, ClientAuth::new(token)))
+}
+
+/// A node agent's service, connected on first use.
+pub fn connect_agent_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<AgentClient, RpcError> {
+    let channel = endpoint(address, call_timeout)?.connect_lazy();
+    Ok(AgentServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 
 /// A one-line explanation of a failed call, naming the likely fix.
@@ -95,15 +86,7 @@ mod tests {
 
     #[test]
     fn rejects_malformed_addresses() {
-        for bad in [
-            "",
-            "host",
-            ":6379",
-            "host:",
-            "host:0",
-            "host:99999",
-            "host:port",
-        ] {
+        for bad in ["", "host", ":6379", "host:", "host:0", "host:99999", "host:port"] {
             assert!(endpoint(bad, Duration::from_secs(1)).is_err(), "{bad}");
         }
         assert!(endpoint("10.0.0.1:6379", Duration::from_secs(1)).is_ok());
@@ -115,9 +98,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap().to_string();
         drop(listener);
-        let err = connect_head(&address, &Token::generate(), Duration::from_secs(1))
-            .await
-            .unwrap_err();
+        let err = connect_head(&address, &Token::generate(), Duration::from_secs(1)).await.unwrap_err();
         assert!(err.to_string().contains("cannot reach the head"), "{err}");
     }
 }

@@ -5,4 +5,4 @@ mod auth;
 mod client;
 
 pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
-pub use client::{connect_head, connect_head_lazy, explain, HeadClient, RpcError};
+pub use client::{connect_agent_lazy, connect_head, connect_head_lazy, explain, AgentClient, HeadClient, RpcError};

@@ -68,13 +68,10 @@ const S_IFREG: u32 = 0o100000;
 const S_IFDIR: u32 = 0o040000;
 
 fn zip_entries(path: &Path) -> Result<(zip::ZipArchive<File>, Vec<Entry>), ArchiveError> {
-    let mut zip = zip::ZipArchive::new(File::open(path)?)
-        .map_err(|e| ArchiveError::Malformed(e.to_string()))?;
+    let mut zip = zip::ZipArchive::new(File::open(path)?).map_err(|e| ArchiveError::Malformed(e.to_string()))?;
     let mut entries = Vec::with_capacity(zip.len());
     for i in 0..zip.len() {
-        let file = zip
-            .by_index_raw(i)
-            .map_err(|e| ArchiveError::Malformed(e.to_string()))?;
+        let file = zip.by_index_raw(i).map_err(|e| ArchiveError::Malformed(e.to_string()))?;
         let name = file.name().to_string();
         let rel = safe_relative(&name)?;
         match file.unix_mode().map(|m| m & S_IFMT) {
@@ -82,11 +79,7 @@ fn zip_entries(path: &Path) -> Result<(zip::ZipArchive<File>, Vec<Entry>), Archi
             Some(0) | Some(S_IFREG) | Some(S_IFDIR) | None => {}
             Some(_) => return Err(ArchiveError::Special(name)),
         }
-        entries.push(if file.is_dir() {
-            Entry::Dir(rel)
-        } else {
-            Entry::File(rel)
-        });
+        entries.push(if file.is_dir() { Entry::Dir(rel) } else { Entry::File(rel) });
     }
     Ok((zip, entries))
 }
@@ -94,10 +87,7 @@ fn zip_entries(path: &Path) -> Result<(zip::ZipArchive<File>, Vec<Entry>), Archi
 fn tar_entries(path: &Path) -> Result<Vec<Entry>, ArchiveError> {
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(File::open(path)?));
     let mut entries = Vec::new();
-    for entry in archive
-        .entries()
-        .map_err(|e| ArchiveError::Malformed(e.to_string()))?
-    {
+    for entry in archive.entries().map_err(|e| ArchiveError::Malformed(e.to_string()))? {
         let entry = entry.map_err(|e| ArchiveError::Malformed(e.to_string()))?;
         let raw = entry.path_bytes();
         let name = String::from_utf8_lossy(&raw).into_owned();
@@ -108,9 +98,7 @@ fn tar_entries(path: &Path) -> Result<Vec<Entry>, ArchiveError> {
             tar::EntryType::Directory => Entry::Dir(rel),
             tar::EntryType::Symlink | tar::EntryType::Link => return Err(ArchiveError::Link(name)),
             // Metadata records of pax and GNU tar carry no file.
-            tar::EntryType::XGlobalHeader
-            | tar::EntryType::XHeader
-            | tar::EntryType::GNULongName => continue,
+            tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName => continue,
             _ => return Err(ArchiveError::Special(name)),
         });
     }
@@ -128,15 +116,11 @@ pub fn validate(path: &Path, kind: ArchiveKind) -> Result<usize, ArchiveError> {
 /// Unpacks into `dest`, which must not exist yet. Everything is checked first and written
 /// into a sibling temporary directory, then renamed, so `dest` is either complete or absent.
 pub fn unpack(path: &Path, kind: ArchiveKind, dest: &Path) -> Result<(), ArchiveError> {
-    let parent = dest
-        .parent()
-        .ok_or_else(|| ArchiveError::Malformed("no parent directory".into()))?;
+    let parent = dest.parent().ok_or_else(|| ArchiveError::Malformed("no parent directory".into()))?;
     fs::create_dir_all(parent)?;
     let tmp = parent.join(format!(
         ".{}.unpack-{}",
-        dest.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         std::process::id()
     ));
     let _ = fs::remove_dir_all(&tmp);
@@ -171,9 +155,7 @@ fn unpack_zip(path: &Path, dest: &Path) -> Result<(), ArchiveError> {
         match entry {
             Entry::Dir(rel) => fs::create_dir_all(dest.join(rel))?,
             Entry::File(rel) => {
-                let mut file = zip
-                    .by_index(i)
-                    .map_err(|e| ArchiveError::Malformed(e.to_string()))?;
+                let mut file = zip.by_index(i).map_err(|e| ArchiveError::Malformed(e.to_string()))?;
                 write_file(dest, rel, &mut file)?;
                 if let Some(mode) = file.unix_mode() {
                     set_mode(&dest.join(rel), mode)?;
@@ -223,8 +205,7 @@ mod tests {
         let file = tempfile::NamedTempFile::new().unwrap();
         let mut zip = zip::ZipWriter::new(file.reopen().unwrap());
         for (name, mode) in entries {
-            let mut opts = zip::write::SimpleFileOptions::default()
-                .compression_method(zip::CompressionMethod::Stored);
+            let mut opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
             if let Some(m) = mode {
                 opts = opts.unix_permissions(*m);
             }
@@ -257,11 +238,7 @@ mod tests {
             let dest = dir.path().join("pkg");
             let err = unpack(archive.path(), ArchiveKind::Zip, &dest).unwrap_err();
             assert!(matches!(err, ArchiveError::Escapes(_)), "{bad}: {err}");
-            assert_eq!(
-                fs::read_dir(dir.path()).unwrap().count(),
-                0,
-                "{bad}: nothing written"
-            );
+            assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "{bad}: nothing written");
         }
     }
 
@@ -269,22 +246,12 @@ mod tests {
     fn refuses_zip_symlinks() {
         let archive = tempfile::NamedTempFile::new().unwrap();
         let mut zip = zip::ZipWriter::new(archive.reopen().unwrap());
-        zip.add_symlink(
-            "link",
-            "/etc/passwd",
-            zip::write::SimpleFileOptions::default(),
-        )
-        .unwrap();
+        zip.add_symlink("link", "/etc/passwd", zip::write::SimpleFileOptions::default()).unwrap();
         zip.finish().unwrap();
-        assert!(matches!(
-            validate(archive.path(), ArchiveKind::Zip),
-            Err(ArchiveError::Link(_))
-        ));
+        assert!(matches!(validate(archive.path(), ArchiveKind::Zip), Err(ArchiveError::Link(_))));
     }
 
-    fn tar_with(
-        build: impl FnOnce(&mut tar::Builder<flate2::write::GzEncoder<File>>),
-    ) -> tempfile::NamedTempFile {
+    fn tar_with(build: impl FnOnce(&mut tar::Builder<flate2::write::GzEncoder<File>>)) -> tempfile::NamedTempFile {
         let file = tempfile::NamedTempFile::new().unwrap();
         let gz = flate2::write::GzEncoder::new(file.reopen().unwrap(), flate2::Compression::fast());
         let mut builder = tar::Builder::new(gz);
@@ -312,10 +279,7 @@ mod tests {
             h.set_size(0);
             b.append_link(&mut h, "l", "/etc/passwd").unwrap();
         });
-        assert!(matches!(
-            validate(link.path(), ArchiveKind::TarGz),
-            Err(ArchiveError::Link(_))
-        ));
+        assert!(matches!(validate(link.path(), ArchiveKind::TarGz), Err(ArchiveError::Link(_))));
 
         let escape = tar_with(|b| {
             let mut h = tar::Header::new_gnu();
@@ -325,24 +289,15 @@ mod tests {
             h.set_cksum();
             b.append(&h, &b"data"[..]).unwrap();
         });
-        assert!(matches!(
-            validate(escape.path(), ArchiveKind::TarGz),
-            Err(ArchiveError::Escapes(_))
-        ));
+        assert!(matches!(validate(escape.path(), ArchiveKind::TarGz), Err(ArchiveError::Escapes(_))));
     }
 
     #[test]
     fn refuses_garbage_and_unknown_names() {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(b"not an archive").unwrap();
-        assert!(matches!(
-            validate(f.path(), ArchiveKind::Zip),
-            Err(ArchiveError::Malformed(_))
-        ));
+        assert!(matches!(validate(f.path(), ArchiveKind::Zip), Err(ArchiveError::Malformed(_))));
         assert!(ArchiveKind::from_name("x.rar").is_err());
-        assert_eq!(
-            ArchiveKind::from_name("_ray_pkg_ab.zip").unwrap(),
-            ArchiveKind::Zip
-        );
+        assert_eq!(ArchiveKind::from_name("_ray_pkg_ab.zip").unwrap(), ArchiveKind::Zip);
     }
 }

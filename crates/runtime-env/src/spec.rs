@@ -6,10 +6,7 @@ pub enum SpecError {
     #[error("runtime_env field {0:?} is not supported; supported fields: working_dir, py_modules, env_vars, pip, excludes, config")]
     UnknownField(String),
     #[error("runtime_env field {field:?} must be {expected}")]
-    WrongType {
-        field: String,
-        expected: &'static str,
-    },
+    WrongType { field: String, expected: &'static str },
     #[error("runtime_env {field:?}: {uri:?} is not a package URI this cluster can serve (expected gcs://<name>.zip, .whl, .tar.gz or .tgz)")]
     BadUri { field: String, uri: String },
 }
@@ -33,16 +30,8 @@ pub struct RuntimeEnv {
 }
 
 fn strings(field: &str, value: &Value) -> Result<Vec<String>, SpecError> {
-    let wrong = || SpecError::WrongType {
-        field: field.to_string(),
-        expected: "a list of strings",
-    };
-    value
-        .as_array()
-        .ok_or_else(wrong)?
-        .iter()
-        .map(|v| v.as_str().map(str::to_string).ok_or_else(wrong))
-        .collect()
+    let wrong = || SpecError::WrongType { field: field.to_string(), expected: "a list of strings" };
+    value.as_array().ok_or_else(wrong)?.iter().map(|v| v.as_str().map(str::to_string).ok_or_else(wrong)).collect()
 }
 
 /// The package name inside a `gcs://` URI, checked to be a plain file name.
@@ -50,9 +39,7 @@ pub fn package_name(uri: &str) -> Option<&str> {
     let name = uri.strip_prefix("gcs://")?;
     let plain = !name.is_empty()
         && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b));
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b));
     (plain && crate::ArchiveKind::from_name(name).is_ok()).then_some(name)
 }
 
@@ -60,10 +47,7 @@ fn location(field: &str, uri: &str) -> Result<String, SpecError> {
     if package_name(uri).is_some() || (uri.starts_with('/') && !uri.contains("..")) {
         Ok(uri.to_string())
     } else {
-        Err(SpecError::BadUri {
-            field: field.to_string(),
-            uri: uri.to_string(),
-        })
+        Err(SpecError::BadUri { field: field.to_string(), uri: uri.to_string() })
     }
 }
 
@@ -76,26 +60,18 @@ impl RuntimeEnv {
             }
             match field.as_str() {
                 "working_dir" => {
-                    let uri = value.as_str().ok_or(SpecError::WrongType {
-                        field: field.clone(),
-                        expected: "a string",
-                    })?;
+                    let uri =
+                        value.as_str().ok_or(SpecError::WrongType { field: field.clone(), expected: "a string" })?;
                     spec.working_dir = Some(location(field, uri)?);
                 }
                 "py_modules" => {
-                    spec.py_modules = strings(field, value)?
-                        .iter()
-                        .map(|u| location(field, u))
-                        .collect::<Result<_, _>>()?;
+                    spec.py_modules =
+                        strings(field, value)?.iter().map(|u| location(field, u)).collect::<Result<_, _>>()?;
                 }
                 "env_vars" => {
-                    let wrong = || SpecError::WrongType {
-                        field: field.clone(),
-                        expected: "an object of strings",
-                    };
+                    let wrong = || SpecError::WrongType { field: field.clone(), expected: "an object of strings" };
                     for (k, v) in value.as_object().ok_or_else(wrong)? {
-                        spec.env_vars
-                            .insert(k.clone(), v.as_str().ok_or_else(wrong)?.to_string());
+                        spec.env_vars.insert(k.clone(), v.as_str().ok_or_else(wrong)?.to_string());
                     }
                 }
                 "pip" => spec.pip = Some(parse_pip(value)?),
@@ -112,23 +88,16 @@ impl RuntimeEnv {
 /// `["pkg", ...]` or Ray's normalised `{"packages": [...], "pip_check": bool, "pip_version": str}`.
 fn parse_pip(value: &Value) -> Result<PipSpec, SpecError> {
     let expected = "a list of requirements or {\"packages\": [...]}";
-    let wrong = || SpecError::WrongType {
-        field: "pip".into(),
-        expected,
-    };
+    let wrong = || SpecError::WrongType { field: "pip".into(), expected };
     match value {
-        Value::Array(_) => Ok(PipSpec {
-            packages: strings("pip", value)?,
-        }),
+        Value::Array(_) => Ok(PipSpec { packages: strings("pip", value)? }),
         Value::Object(o) => {
             for key in o.keys() {
                 if !["packages", "pip_check", "pip_version"].contains(&key.as_str()) {
                     return Err(SpecError::UnknownField(format!("pip.{key}")));
                 }
             }
-            Ok(PipSpec {
-                packages: strings("pip.packages", o.get("packages").ok_or_else(wrong)?)?,
-            })
+            Ok(PipSpec { packages: strings("pip.packages", o.get("packages").ok_or_else(wrong)?)? })
         }
         _ => Err(wrong()),
     }
@@ -154,10 +123,7 @@ mod tests {
             "excludes": ["*.log"],
         }))
         .unwrap();
-        assert_eq!(
-            env.working_dir.as_deref(),
-            Some("gcs://_ray_pkg_dfb316b29e0ce3bc.zip")
-        );
+        assert_eq!(env.working_dir.as_deref(), Some("gcs://_ray_pkg_dfb316b29e0ce3bc.zip"));
         assert_eq!(env.py_modules.len(), 2);
         assert_eq!(env.env_vars["A"], "1");
         assert_eq!(env.pip.unwrap().packages, ["requests==2.0"]);
@@ -165,34 +131,13 @@ mod tests {
 
     #[test]
     fn refuses_unknown_fields_and_wrong_types() {
-        assert_eq!(
-            parse(json!({"conda": "env"})),
-            Err(SpecError::UnknownField("conda".into()))
-        );
-        assert!(matches!(
-            parse(json!({"env_vars": {"A": 1}})),
-            Err(SpecError::WrongType { .. })
-        ));
-        assert!(matches!(
-            parse(json!({"env_vars": ["A"]})),
-            Err(SpecError::WrongType { .. })
-        ));
-        assert!(matches!(
-            parse(json!({"pip": 3})),
-            Err(SpecError::WrongType { .. })
-        ));
-        assert!(matches!(
-            parse(json!({"working_dir": "s3://bucket/x.zip"})),
-            Err(SpecError::BadUri { .. })
-        ));
-        assert!(matches!(
-            parse(json!({"working_dir": "gcs://../x.zip"})),
-            Err(SpecError::BadUri { .. })
-        ));
-        assert!(matches!(
-            parse(json!({"working_dir": "relative/dir"})),
-            Err(SpecError::BadUri { .. })
-        ));
+        assert_eq!(parse(json!({"conda": "env"})), Err(SpecError::UnknownField("conda".into())));
+        assert!(matches!(parse(json!({"env_vars": {"A": 1}})), Err(SpecError::WrongType { .. })));
+        assert!(matches!(parse(json!({"env_vars": ["A"]})), Err(SpecError::WrongType { .. })));
+        assert!(matches!(parse(json!({"pip": 3})), Err(SpecError::WrongType { .. })));
+        assert!(matches!(parse(json!({"working_dir": "s3://bucket/x.zip"})), Err(SpecError::BadUri { .. })));
+        assert!(matches!(parse(json!({"working_dir": "gcs://../x.zip"})), Err(SpecError::BadUri { .. })));
+        assert!(matches!(parse(json!({"working_dir": "relative/dir"})), Err(SpecError::BadUri { .. })));
     }
 
     #[test]

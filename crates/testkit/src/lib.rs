@@ -93,12 +93,7 @@ pub struct LocalCluster {
 impl LocalCluster {
     /// `bin` is the `oxray` executable under test (`env!("CARGO_BIN_EXE_oxray")`).
     pub fn builder(bin: impl Into<PathBuf>) -> Builder {
-        Builder {
-            bin: bin.into(),
-            agents: 3,
-            cpus_per_agent: 1,
-            death_timeout: Duration::from_secs(2),
-        }
+        Builder { bin: bin.into(), agents: 3, cpus_per_agent: 1, death_timeout: Duration::from_secs(2) }
     }
 
     pub fn address(&self) -> String {
@@ -134,10 +129,7 @@ impl LocalCluster {
 
     fn spawn(&self, args: &[String], log: &str, token: &str) -> Result<Server> {
         let log_path = self.root.path().join("logs").join(log);
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
+        let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
         let mut child = Command::new(&self.bin)
             .args(args)
             .env("OXRAY_HOME", &self.home)
@@ -158,11 +150,7 @@ impl LocalCluster {
                 let log = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(20).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
-                Err(anyhow!(
-                    "{e}\n--- {} ---\n{}",
-                    log_path.display(),
-                    tail.join("\n")
-                ))
+                Err(anyhow!("{e}\n--- {} ---\n{}", log_path.display(), tail.join("\n")))
             }
         }
     }
@@ -188,14 +176,7 @@ impl LocalCluster {
         .map(String::from)
         .into();
         let head = self.spawn(&args, "head.log", self.token.as_str())?;
-        let Ready::Head {
-            port,
-            dashboard_port,
-            ..
-        } = head.ready
-        else {
-            bail!("unexpected readiness from the head")
-        };
+        let Ready::Head { port, dashboard_port, .. } = head.ready else { bail!("unexpected readiness from the head") };
         self.ports = (port, dashboard_port);
         self.head = Some(head);
         Ok(())
@@ -231,12 +212,7 @@ impl LocalCluster {
             "--num-gpus",
             "0",
             "--session-dir",
-            &self
-                .root
-                .path()
-                .join(format!("agent-{index}"))
-                .display()
-                .to_string(),
+            &self.root.path().join(format!("agent-{index}")).display().to_string(),
         ]
         .map(String::from)
         .into();
@@ -305,19 +281,11 @@ impl LocalCluster {
     pub async fn nodes(&self) -> Result<Vec<NodeInfo>> {
         let mut client = connect_head(&self.address(), &self.token, Duration::from_secs(5)).await?;
         let reply = client.list_nodes(ListNodesRequest {}).await?.into_inner();
-        reply
-            .nodes
-            .into_iter()
-            .map(|n| NodeInfo::try_from(n).map_err(Into::into))
-            .collect()
+        reply.nodes.into_iter().map(|n| NodeInfo::try_from(n).map_err(Into::into)).collect()
     }
 
     /// Polls the node list until `done` holds; fails with the last list seen after `timeout`.
-    pub async fn wait_for(
-        &self,
-        timeout: Duration,
-        done: impl Fn(&[NodeInfo]) -> bool,
-    ) -> Result<Vec<NodeInfo>> {
+    pub async fn wait_for(&self, timeout: Duration, done: impl Fn(&[NodeInfo]) -> bool) -> Result<Vec<NodeInfo>> {
         let deadline = Instant::now() + timeout;
         loop {
             let nodes = self.nodes().await;

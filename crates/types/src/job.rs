@@ -14,10 +14,7 @@ pub enum JobStatus {
 
 impl JobStatus {
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            JobStatus::Stopped | JobStatus::Succeeded | JobStatus::Failed
-        )
+        matches!(self, JobStatus::Stopped | JobStatus::Succeeded | JobStatus::Failed)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -66,13 +63,7 @@ pub struct JobRecord {
 
 impl JobRecord {
     /// Moves to a terminal status once; a terminal status never changes again.
-    pub fn finish(
-        &mut self,
-        status: JobStatus,
-        message: String,
-        error_type: Option<&str>,
-        now_ms: u64,
-    ) -> bool {
+    pub fn finish(&mut self, status: JobStatus, message: String, error_type: Option<&str>, now_ms: u64) -> bool {
         if self.status.is_terminal() || !status.is_terminal() {
             return false;
         }
@@ -144,9 +135,6 @@ mod tests {
         j.resources.set("GPU", 1.0).unwrap();
         j.runtime_env.insert("pip".into(), serde_json::json!(["x"]));
         let m = j.default_message();
-        assert!(
-            m.contains("waiting for resources") && m.contains("runtime environment"),
-            "{m}"
-        );
+        assert!(m.contains("waiting for resources") && m.contains("runtime environment"), "{m}");
     }
 }

@@ -3,9 +3,7 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ResourceError {
-    #[error(
-        "resource {name:?} has an invalid amount {amount}: amounts must be finite and non-negative"
-    )]
+    #[error("resource {name:?} has an invalid amount {amount}: amounts must be finite and non-negative")]
     InvalidAmount { name: String, amount: f64 },
     #[error("a resource name must not be empty")]
     EmptyName,

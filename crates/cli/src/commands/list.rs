@@ -38,18 +38,10 @@ pub struct ListNodesArgs {
 
 pub fn run(what: ListWhat) -> Result<ExitCode> {
     let ListWhat::Nodes(args) = what;
-    let filters = args
-        .filters
-        .iter()
-        .map(|f| NodeFilter::parse(f))
-        .collect::<Result<Vec<_>, _>>()?;
+    let filters = args.filters.iter().map(|f| NodeFilter::parse(f)).collect::<Result<Vec<_>, _>>()?;
     let nodes = runtime()?.block_on(fetch_nodes(&args.target))?;
     let list = list_nodes(&nodes, &filters, args.limit as usize, args.detail);
-    let format = args.format.unwrap_or(if args.detail {
-        Format::Yaml
-    } else {
-        Format::Table
-    });
+    let format = args.format.unwrap_or(if args.detail { Format::Yaml } else { Format::Table });
     let text = match format {
         Format::Json => serde_json::to_string_pretty(&list.result)?,
         Format::Yaml => serde_norway::to_string(&list.result).context("cannot format as YAML")?,
@@ -57,10 +49,7 @@ pub fn run(what: ListWhat) -> Result<ExitCode> {
     };
     println!("{}", text.trim_end());
     if list.total > list.num_after_truncation {
-        eprintln!(
-            "note: showing {} of {} nodes; raise --limit to see more",
-            list.num_after_truncation, list.total
-        );
+        eprintln!("note: showing {} of {} nodes; raise --limit to see more", list.num_after_truncation, list.total);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -75,28 +64,15 @@ fn resources(row: &NodeRow) -> String {
 }
 
 fn render_table(rows: &[NodeRow], detail: bool) -> String {
-    let mut headers = vec![
-        "NODE_ID",
-        "NODE_IP",
-        "IS_HEAD_NODE",
-        "STATE",
-        "STATE_MESSAGE",
-        "NODE_NAME",
-        "RESOURCES_TOTAL",
-        "LABELS",
-    ];
+    let mut headers =
+        vec!["NODE_ID", "NODE_IP", "IS_HEAD_NODE", "STATE", "STATE_MESSAGE", "NODE_NAME", "RESOURCES_TOTAL", "LABELS"];
     if detail {
         headers.extend(["START_TIME_MS", "END_TIME_MS"]);
     }
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let labels = r
-                .labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(",");
+            let labels = r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
             let mut cells = vec![
                 r.node_id.clone(),
                 r.node_ip.clone(),

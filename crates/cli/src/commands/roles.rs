@@ -51,12 +51,7 @@ impl SessionArgs {
     pub fn open(&self) -> Result<SessionDir> {
         let result = match &self.session_dir {
             Some(dir) => SessionDir::open(dir),
-            None => SessionDir::create(
-                &self
-                    .temp_dir
-                    .clone()
-                    .unwrap_or_else(paths::default_temp_dir),
-            ),
+            None => SessionDir::create(&self.temp_dir.clone().unwrap_or_else(paths::default_temp_dir)),
         };
         result.context("cannot create the session directory")
     }
@@ -82,26 +77,22 @@ pub struct AgentArgs {
     /// Seconds to keep trying an unreachable head before giving up
     #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     pub join_timeout_s: f64,
+    /// Port of this agent's service (jobs, logs) [default: any free port]
+    #[arg(long, default_value_t = 0)]
+    pub agent_port: u16,
 }
 
 pub fn positive_seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
-        _ => Err(format!(
-            "expected a positive number of seconds, got {text:?}"
-        )),
+        _ => Err(format!("expected a positive number of seconds, got {text:?}")),
     }
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("OXRAY_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,h2=warn,tower=warn,hyper=warn")
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OXRAY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,h2=warn,tower=warn,hyper=warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
 }
 
 /// Reports the failure to the launcher and the log, and gives the exit code.
@@ -115,14 +106,13 @@ fn fail(error: anyhow::Error) -> Result<ExitCode> {
 /// Cancels the token on SIGTERM or SIGINT.
 fn on_signals(shutdown: CancellationToken) {
     tokio::spawn(async move {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!("cannot listen for SIGTERM: {e}");
-                    return;
-                }
-            };
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("cannot listen for SIGTERM: {e}");
+                return;
+            }
+        };
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
             _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
@@ -138,8 +128,7 @@ fn head_token(explicit: Option<&str>, home: &Path, session: &SessionDir) -> Resu
     let token = match explicit {
         Some(text) => Token::parse(text).context("invalid OXRAY_AUTH_TOKEN")?,
         None => match secret::read_trimmed(&file)? {
-            Some(text) => Token::parse(&text)
-                .with_context(|| format!("invalid token in {}", file.display()))?,
+            Some(text) => Token::parse(&text).with_context(|| format!("invalid token in {}", file.display()))?,
             None => Token::generate(),
         },
     };
@@ -156,23 +145,15 @@ pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
     let home = paths::oxray_home();
     let setup = || -> Result<oxray_head::HeadConfig> {
         let session = args.dirs.open()?;
-        let explicit = std::env::var("OXRAY_AUTH_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty());
+        let explicit = std::env::var("OXRAY_AUTH_TOKEN").ok().filter(|t| !t.is_empty());
         let token = head_token(explicit.as_deref(), &home, &session)?;
         Ok(oxray_head::HeadConfig {
             bind_host: args.bind_host.clone(),
             port: args.port,
-            node_ip: args
-                .node_ip_address
-                .clone()
-                .unwrap_or_else(crate::resources::detect_node_ip),
+            node_ip: args.node_ip_address.clone().unwrap_or_else(crate::resources::detect_node_ip),
             dashboard_host: args.dashboard_host.clone(),
             dashboard_port: args.dashboard_port,
-            storage: args
-                .storage
-                .clone()
-                .unwrap_or_else(|| session.default_storage()),
+            storage: args.storage.clone().unwrap_or_else(|| session.default_storage()),
             session,
             token,
             node_death_timeout: Duration::from_secs_f64(args.node_death_timeout_s),
@@ -183,10 +164,7 @@ pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
         Err(e) => return fail(e),
     };
     let record = procs::register_self(&home, "head", config.session.path())?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let code = runtime.block_on(async {
         let head = match oxray_head::Head::bind(config.clone()).await {
             Ok(h) => h,
@@ -231,6 +209,8 @@ pub fn run_agent(args: AgentArgs) -> Result<ExitCode> {
             is_head_node: args.head_node,
             node_ip,
             join_timeout: Duration::from_secs_f64(args.join_timeout_s),
+            port: args.agent_port,
+            session_dir: session.path().to_path_buf(),
         };
         Ok((config, session))
     };
@@ -239,10 +219,7 @@ pub fn run_agent(args: AgentArgs) -> Result<ExitCode> {
         Err(e) => return fail(e),
     };
     let record = procs::register_self(&home, "agent", session.path())?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let code = runtime.block_on(async {
         let agent = match oxray_agent::join(config).await {
             Ok(a) => a,

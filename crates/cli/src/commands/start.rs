@@ -58,28 +58,14 @@ const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(20);
 pub fn run(args: StartArgs) -> Result<ExitCode> {
     args.resources.validate()?;
     // Listen before anything starts, so a signal during startup still stops it all cleanly.
-    let signals = if args.block {
-        Some(Signals::install()?)
-    } else {
-        None
-    };
+    let signals = if args.block { Some(Signals::install()?) } else { None };
     if let Some(address) = &args.address {
         validate_address(address)?;
     }
-    let temp_dir = args
-        .temp_dir
-        .clone()
-        .unwrap_or_else(paths::default_temp_dir);
+    let temp_dir = args.temp_dir.clone().unwrap_or_else(paths::default_temp_dir);
     let session = SessionDir::create(&temp_dir)?;
-    let session_args = SessionArgs {
-        session_dir: Some(session.path().to_path_buf()),
-        temp_dir: None,
-    };
-    let token_env: Vec<(&str, &str)> = args
-        .token
-        .as_deref()
-        .map(|t| vec![("OXRAY_AUTH_TOKEN", t)])
-        .unwrap_or_default();
+    let session_args = SessionArgs { session_dir: Some(session.path().to_path_buf()), temp_dir: None };
+    let token_env: Vec<(&str, &str)> = args.token.as_deref().map(|t| vec![("OXRAY_AUTH_TOKEN", t)]).unwrap_or_default();
 
     let mut launched = Vec::new();
     let (address, dashboard_url) = if args.head {
@@ -89,27 +75,13 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
             &session.logs().join("head.log"),
             HEAD_READY_TIMEOUT,
         )?;
-        let Ready::Head {
-            node_ip,
-            port,
-            dashboard_host,
-            dashboard_port,
-            ..
-        } = head.ready.clone()
-        else {
+        let Ready::Head { node_ip, port, dashboard_host, dashboard_port, .. } = head.ready.clone() else {
             bail!("the head answered with an unexpected readiness message");
         };
         launched.push(head);
         let address = format!("{node_ip}:{port}");
-        let shown_host = if dashboard_host == "0.0.0.0" {
-            node_ip
-        } else {
-            dashboard_host
-        };
-        (
-            address,
-            Some(format!("http://{shown_host}:{dashboard_port}")),
-        )
+        let shown_host = if dashboard_host == "0.0.0.0" { node_ip } else { dashboard_host };
+        (address, Some(format!("http://{shown_host}:{dashboard_port}")))
     } else {
         (args.address.clone().unwrap_or_default(), None)
     };
@@ -137,11 +109,7 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
     secret::write_json(&paths::current_cluster_file(&paths::oxray_home()), &current)?;
 
     if args.head {
-        print_head_banner(
-            &address,
-            dashboard_url.as_deref().unwrap_or_default(),
-            &session,
-        );
+        print_head_banner(&address, dashboard_url.as_deref().unwrap_or_default(), &session);
     } else {
         print_node_banner(&address, &launched[0].ready);
     }
@@ -153,12 +121,8 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
 
 fn validate_address(address: &str) -> Result<()> {
     match address.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
-            Ok(())
-        }
-        _ => bail!(
-            "invalid --address {address:?}: expected HOST:PORT of the head, e.g. 10.0.0.1:6379"
-        ),
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => Ok(()),
+        _ => bail!("invalid --address {address:?}: expected HOST:PORT of the head, e.g. 10.0.0.1:6379"),
     }
 }
 
@@ -198,10 +162,7 @@ fn agent_args(args: &StartArgs, address: &str, session: &SessionArgs) -> Vec<Str
 }
 
 fn session_flags(session: &SessionArgs) -> Vec<String> {
-    let dir = session
-        .session_dir
-        .as_ref()
-        .expect("start always names the session directory");
+    let dir = session.session_dir.as_ref().expect("start always names the session directory");
     vec!["--session-dir".into(), dir.display().to_string()]
 }
 
@@ -218,12 +179,7 @@ fn records(launched: &[Launched]) -> Vec<procs::ProcRecord> {
 }
 
 fn stop_launched(launched: &[Launched]) {
-    stop_all(
-        &records(launched),
-        Signal::SIGTERM,
-        Duration::from_secs(10),
-        &paths::oxray_home(),
-    );
+    stop_all(&records(launched), Signal::SIGTERM, Duration::from_secs(10), &paths::oxray_home());
 }
 
 struct Signals {
@@ -237,22 +193,14 @@ impl Signals {
         use tokio::signal::unix::{signal, SignalKind};
         let runtime = crate::target::runtime()?;
         let _guard = runtime.enter();
-        Ok(Self {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            runtime,
-        })
+        Ok(Self { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())?, runtime })
     }
 }
 
 /// Stays until Ctrl-C, SIGTERM or the exit of one of the processes, then stops them all.
 fn block(mut launched: Vec<Launched>, signals: Signals) -> Result<ExitCode> {
     println!("--block: staying in the foreground; Ctrl-C stops this node.");
-    let Signals {
-        runtime,
-        mut term,
-        mut int,
-    } = signals;
+    let Signals { runtime, mut term, mut int } = signals;
     let exited = runtime.block_on(async {
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
@@ -311,9 +259,7 @@ Next steps
 
 fn print_node_banner(address: &str, ready: &Ready) {
     let node = match ready {
-        Ready::Agent {
-            node_id, node_ip, ..
-        } => format!("{node_id} ({node_ip})"),
+        Ready::Agent { node_id, node_ip, .. } => format!("{node_id} ({node_ip})"),
         _ => String::new(),
     };
     println!(

@@ -8,23 +8,13 @@ use std::process::ExitCode;
 pub fn run(target: TargetArgs) -> Result<ExitCode> {
     let nodes = runtime()?.block_on(fetch_nodes(&target))?;
     let status = ClusterStatus::from_nodes(&nodes, Vec::new());
-    print!(
-        "{}",
-        render(
-            &status,
-            &humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
-        )
-    );
+    print!("{}", render(&status, &humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()));
     Ok(ExitCode::SUCCESS)
 }
 
 fn node_line(n: &NodeSummary) -> String {
     let role = if n.is_head_node { ", head" } else { "" };
-    let name = if n.node_name != n.node_ip {
-        format!(" {}", n.node_name)
-    } else {
-        String::new()
-    };
+    let name = if n.node_name != n.node_ip { format!(" {}", n.node_name) } else { String::new() };
     format!(" node_{}{name} ({}{role})", n.node_id, n.node_ip)
 }
 
@@ -51,12 +41,7 @@ pub fn render(status: &ClusterStatus, now: &str) -> String {
     let _ = writeln!(out, "\nResources\n{rule}\nUsage:");
     for (name, total) in &status.resources_total {
         let used = status.resources_used.get(name).copied().unwrap_or(0.0);
-        let _ = writeln!(
-            out,
-            " {}/{} {name}",
-            amount(name, used),
-            amount(name, total.to_owned())
-        );
+        let _ = writeln!(out, " {}/{} {name}", amount(name, used), amount(name, total.to_owned()));
     }
     out.push_str("\nPending:\n");
     if status.pending.is_empty() {

@@ -26,17 +26,10 @@ pub fn run(args: StopArgs) -> Result<ExitCode> {
     }
     // Agents first, so they can tell a still-running head that they leave.
     let (agents, others): (Vec<_>, Vec<_>) = records.into_iter().partition(|r| r.role == "agent");
-    let signal = if args.force {
-        Signal::SIGKILL
-    } else {
-        Signal::SIGTERM
-    };
+    let signal = if args.force { Signal::SIGKILL } else { Signal::SIGTERM };
     let grace = Duration::from_secs(args.grace_period);
     let stopped = stop_all(&agents, signal, grace, &home) + stop_all(&others, signal, grace, &home);
     let _ = std::fs::remove_file(paths::current_cluster_file(&home));
-    println!(
-        "Stopped {stopped} oxray process{}.",
-        if stopped == 1 { "" } else { "es" }
-    );
+    println!("Stopped {stopped} oxray process{}.", if stopped == 1 { "" } else { "es" });
     Ok(ExitCode::SUCCESS)
 }

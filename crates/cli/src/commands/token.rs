@@ -9,9 +9,6 @@ pub fn run() -> Result<ExitCode> {
             println!("{token}");
             Ok(ExitCode::SUCCESS)
         }
-        _ => bail!(
-            "no cluster token in {}: start a head on this machine with `oxray start --head`",
-            file.display()
-        ),
+        _ => bail!("no cluster token in {}: start a head on this machine with `oxray start --head`", file.display()),
     }
 }

@@ -11,9 +11,7 @@ struct Machine {
 
 impl Machine {
     fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-        }
+        Self { dir: tempfile::tempdir().unwrap() }
     }
 
     fn home(&self) -> std::path::PathBuf {
@@ -37,10 +35,7 @@ impl Machine {
 
     /// Pids of the servers this machine's oxray recorded.
     fn server_pids(&self) -> Vec<u32> {
-        oxray_config::procs::list_running(&self.home())
-            .iter()
-            .map(|r| r.pid)
-            .collect()
+        oxray_config::procs::list_running(&self.home()).iter().map(|r| r.pid).collect()
     }
 }
 
@@ -55,12 +50,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        text(&out.stderr),
-        text(&out.stdout)
-    );
+    assert!(out.status.success(), "failed: {}\n{}", text(&out.stderr), text(&out.stdout));
     text(&out.stdout)
 }
 
@@ -101,8 +91,7 @@ fn start_head(m: &Machine) -> String {
     ]));
     assert!(out.contains("oxray start --address='127.0.0.1:"), "{out}");
     let current: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(m.home().join("current_cluster.json")).unwrap())
-            .unwrap();
+        serde_json::from_slice(&std::fs::read(m.home().join("current_cluster.json")).unwrap()).unwrap();
     current["address"].as_str().unwrap().to_string()
 }
 
@@ -115,30 +104,16 @@ fn start_join_status_list_and_stop() {
     assert_eq!(token.len(), 64);
     assert_eq!(mode(&m.home().join("auth_token")), 0o600);
     let session = std::fs::read_link(m.dir.path().join("tmp/session_latest")).unwrap();
-    assert_eq!(
-        mode(&m.dir.path().join("tmp").join(session).join("auth_token")),
-        0o600
-    );
+    assert_eq!(mode(&m.dir.path().join("tmp").join(session).join("auth_token")), 0o600);
 
-    ok(&m.run(&[
-        "start",
-        "--address",
-        &address,
-        "--num-cpus",
-        "1",
-        "--labels",
-        "zone=a",
-        "--node-name",
-        "worker-1",
-    ]));
+    ok(&m.run(&["start", "--address", &address, "--num-cpus", "1", "--labels", "zone=a", "--node-name", "worker-1"]));
 
     let status = ok(&m.run(&["status"]));
     assert!(status.contains("Alive:"), "{status}");
     assert!(status.contains(" 0.0/3.0 CPU"), "{status}");
     assert!(status.contains("(no dead nodes)"), "{status}");
 
-    let rows: serde_json::Value =
-        serde_json::from_str(&ok(&m.run(&["list", "nodes", "--format", "json"]))).unwrap();
+    let rows: serde_json::Value = serde_json::from_str(&ok(&m.run(&["list", "nodes", "--format", "json"]))).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 2);
     let workers: serde_json::Value = serde_json::from_str(&ok(&m.run(&[
         "list",
@@ -173,39 +148,19 @@ fn start_join_status_list_and_stop() {
 fn block_stays_in_the_foreground_until_sigterm() {
     let m = Machine::new();
     let mut child = m
-        .command(&[
-            "start",
-            "--head",
-            "--block",
-            "--port",
-            "0",
-            "--dashboard-port",
-            "0",
-            "--num-cpus",
-            "1",
-        ])
+        .command(&["start", "--head", "--block", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
-    assert!(
-        lines.any(|l| l.unwrap().contains("--block")),
-        "start --block announced itself"
-    );
+    assert!(lines.any(|l| l.unwrap().contains("--block")), "start --block announced itself");
     let pids = m.server_pids();
     assert_eq!(pids.len(), 2);
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "still in the foreground"
-    );
+    assert!(child.try_wait().unwrap().is_none(), "still in the foreground");
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     wait_gone(&pids);
@@ -214,47 +169,15 @@ fn block_stays_in_the_foreground_until_sigterm() {
 #[test]
 fn bad_flags_get_one_line_errors_and_start_nothing() {
     let m = Machine::new();
-    fails(
-        &m.run(&["start", "--head", "--bogus"]),
-        2,
-        "unexpected argument '--bogus'",
-    );
+    fails(&m.run(&["start", "--head", "--bogus"]), 2, "unexpected argument '--bogus'");
     fails(&m.run(&["start"]), 2, "required");
-    fails(
-        &m.run(&["start", "--head", "--num-cpus", "-1"]),
-        2,
-        "non-negative integer",
-    );
-    fails(
-        &m.run(&["start", "--head", "--num-gpus", "two"]),
-        2,
-        "non-negative integer",
-    );
-    fails(
-        &m.run(&["start", "--head", "--resources", "{bad"]),
-        1,
-        "invalid --resources",
-    );
-    fails(
-        &m.run(&["start", "--head", "--resources", r#"{"acc": -2}"#]),
-        1,
-        "invalid --resources",
-    );
-    fails(
-        &m.run(&["start", "--head", "--labels", "novalue"]),
-        1,
-        "invalid --labels",
-    );
-    fails(
-        &m.run(&["start", "--address", "headonly"]),
-        1,
-        "invalid --address",
-    );
-    fails(
-        &m.run(&["list", "nodes", "--filter", "color=red"]),
-        1,
-        "cannot filter nodes by \"color\"",
-    );
+    fails(&m.run(&["start", "--head", "--num-cpus", "-1"]), 2, "non-negative integer");
+    fails(&m.run(&["start", "--head", "--num-gpus", "two"]), 2, "non-negative integer");
+    fails(&m.run(&["start", "--head", "--resources", "{bad"]), 1, "invalid --resources");
+    fails(&m.run(&["start", "--head", "--resources", r#"{"acc": -2}"#]), 1, "invalid --resources");
+    fails(&m.run(&["start", "--head", "--labels", "novalue"]), 1, "invalid --labels");
+    fails(&m.run(&["start", "--address", "headonly"]), 1, "invalid --address");
+    fails(&m.run(&["list", "nodes", "--filter", "color=red"]), 1, "cannot filter nodes by \"color\"");
     fails(&m.run(&["get-auth-token"]), 1, "no cluster token");
     assert!(m.server_pids().is_empty());
 }
@@ -265,45 +188,23 @@ fn a_port_in_use_is_reported_and_leaves_nothing_running() {
     let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let out = m.run(&["start", "--head", "--port", &port, "--dashboard-port", "0"]);
-    fails(
-        &out,
-        1,
-        &format!("port {port} (control plane) is already in use"),
-    );
-    assert_eq!(
-        text(&out.stderr).lines().count(),
-        1,
-        "one line: {}",
-        text(&out.stderr)
-    );
+    fails(&out, 1, &format!("port {port} (control plane) is already in use"));
+    assert_eq!(text(&out.stderr).lines().count(), 1, "one line: {}", text(&out.stderr));
     assert!(m.server_pids().is_empty());
 }
 
 #[test]
 fn joining_an_unreachable_or_wrong_head_fails_cleanly() {
     let m = Machine::new();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
-    fails(
-        &m.run(&["start", "--address", &closed, "--token", "x"]),
-        1,
-        "cannot reach the head",
-    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    fails(&m.run(&["start", "--address", &closed, "--token", "x"]), 1, "cannot reach the head");
     assert!(m.server_pids().is_empty());
 
     let address = start_head(&m);
     let before = m.server_pids();
-    fails(
-        &m.run(&["start", "--address", &address, "--token", "wrong-token"]),
-        1,
-        "refused the cluster token",
-    );
+    fails(&m.run(&["start", "--address", &address, "--token", "wrong-token"]), 1, "refused the cluster token");
     assert_eq!(m.server_pids(), before);
-    let rows: serde_json::Value =
-        serde_json::from_str(&ok(&m.run(&["list", "nodes", "--format", "json"]))).unwrap();
+    let rows: serde_json::Value = serde_json::from_str(&ok(&m.run(&["list", "nodes", "--format", "json"]))).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 1, "nothing joined");
     let out = m.run(&["status", "--token", "wrong-token"]);
     fails(&out, 1, "refused the cluster token");

@@ -9,8 +9,5 @@ use oxray_testkit::LocalCluster;
 pub const BIN: &str = env!("CARGO_BIN_EXE_oxray");
 
 pub fn cluster(agents: usize) -> LocalCluster {
-    LocalCluster::builder(BIN)
-        .agents(agents)
-        .start()
-        .expect("local cluster starts")
+    LocalCluster::builder(BIN).agents(agents).start().expect("local cluster starts")
 }

@@ -1,0 +1,12 @@
+//! Job entrypoints on this node: runtime environments, processes, logs, reports.
+
+mod env;
+mod gpus;
+mod reporter;
+mod runner;
+mod service;
+
+pub use env::EnvCache;
+pub use reporter::Reporter;
+pub use runner::{JobContext, Runner};
+pub use service::AgentService;

@@ -1,0 +1,504 @@
+//! The job manager: the durable job table, the first-come queue, dispatch to node agents,
+//! and the statuses agents report back.
+
+use crate::membership::Membership;
+use crate::packages::Packages;
+use crate::placement::{place, Placement};
+use crate::store::Store;
+use futures_util::StreamExt;
+use oxray_api_types::{new_submission_id, not_found, ApiError, JobDetails, SubmitRequest};
+use oxray_http::ByteStream;
+use oxray_proto::convert::resources_to_proto;
+use oxray_proto::v1;
+use oxray_rpc::{connect_agent_lazy, AgentClient, Token};
+use oxray_types::{error_types, now_ms, JobRecord, JobStatus, NodeId, NodeInfo, ResourceSet};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Default)]
+struct Table {
+    records: HashMap<String, JobRecord>,
+    /// Submission order.
+    order: Vec<String>,
+    /// Jobs whose start the agent acknowledged since this head started.
+    dispatched: HashSet<String>,
+}
+
+pub struct JobManager {
+    table: Mutex<Table>,
+    store: Arc<Store>,
+    membership: Arc<Membership>,
+    packages: Packages,
+    token: Token,
+    agents: Mutex<HashMap<NodeId, AgentClient>>,
+    wake: Notify,
+    /// Bumped on every status change, for waiters.
+    changed: watch::Sender<u64>,
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!("{e}");
+    ApiError::Internal(e.to_string())
+}
+
+/// What a dispatch round decided, carried out after the table lock is released.
+struct Dispatch {
+    id: String,
+    node: NodeInfo,
+    request: v1::StartJobRequest,
+}
+
+impl JobManager {
+    pub fn open(
+        store: Arc<Store>,
+        membership: Arc<Membership>,
+        packages: Packages,
+        token: Token,
+    ) -> Result<Self, crate::StoreError> {
+        let mut records = store.load_jobs()?;
+        records.sort_by(|a, b| (a.start_time, &a.submission_id).cmp(&(b.start_time, &b.submission_id)));
+        let order = records.iter().map(|j| j.submission_id.clone()).collect();
+        let records = records.into_iter().map(|j| (j.submission_id.clone(), j)).collect();
+        Ok(Self {
+            table: Mutex::new(Table { records, order, dispatched: HashSet::new() }),
+            store,
+            membership,
+            packages,
+            token,
+            agents: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    pub fn packages(&self) -> &Packages {
+        &self.packages
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().expect("job table lock")
+    }
+
+    /// Nodes joined, left or died: time for a scheduling round.
+    pub fn nodes_changed(&self) {
+        self.wake.notify_one();
+    }
+
+    fn notify_change(&self) {
+        self.changed.send_modify(|v| *v += 1);
+        self.wake.notify_one();
+    }
+
+    fn agent(&self, node: &NodeInfo) -> Result<AgentClient, ApiError> {
+        let mut agents = self.agents.lock().expect("agent clients lock");
+        if let Some(client) = agents.get(&node.node_id) {
+            return Ok(client.clone());
+        }
+        let address = format!("{}:{}", node.node_ip, node.agent_port);
+        let client = connect_agent_lazy(&address, &self.token, Duration::from_secs(30)).map_err(internal)?;
+        agents.insert(node.node_id.clone(), client.clone());
+        Ok(client)
+    }
+
+    pub fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
+        for uri in request.parsed_env.working_dir.iter().chain(&request.parsed_env.py_modules) {
+            if let Some(name) = oxray_runtime_env::package_name(uri) {
+                if !self.packages.exists(name) {
+                    return Err(ApiError::BadRequest(format!(
+                        "package {uri} was not uploaded; upload it before submitting"
+                    )));
+                }
+            }
+        }
+        let id = request.submission_id.clone().unwrap_or_else(new_submission_id);
+        let job = JobRecord {
+            submission_id: id.clone(),
+            entrypoint: request.entrypoint,
+            status: JobStatus::Pending,
+            message: None,
+            error_type: None,
+            start_time: now_ms(),
+            end_time: None,
+            metadata: request.metadata,
+            runtime_env: request.runtime_env,
+            resources: request.resources,
+            driver_node_id: None,
+            driver_pid: None,
+            driver_exit_code: None,
+            stop_requested: false,
+        };
+        {
+            let mut table = self.lock();
+            if table.records.contains_key(&id) {
+                return Err(ApiError::BadRequest(format!(
+                    "Job with submission_id {id} already exists. Please use a different submission_id."
+                )));
+            }
+            self.store.put_job(&job).map_err(internal)?;
+            tracing::info!(job = %id, entrypoint = %job.entrypoint, "job submitted");
+            table.order.push(id.clone());
+            table.records.insert(id.clone(), job);
+        }
+        self.notify_change();
+        Ok(id)
+    }
+
+    pub fn details(&self, id: &str) -> Option<JobDetails> {
+        let job = self.lock().records.get(id).cloned()?;
+        Some(self.to_details(&job))
+    }
+
+    fn to_details(&self, job: &JobRecord) -> JobDetails {
+        let ip = job.driver_node_id.as_ref().and_then(|n| self.membership.get(n)).map(|n| n.node_ip);
+        JobDetails::new(job, ip.as_deref())
+    }
+
+    pub fn list(&self) -> Vec<JobDetails> {
+        let jobs: Vec<JobRecord> = {
+            let table = self.lock();
+            table.order.iter().filter_map(|id| table.records.get(id).cloned()).collect()
+        };
+        jobs.iter().map(|j| self.to_details(j)).collect()
+    }
+
+    /// Applies `change` to a live job and persists it; false when the job is gone or ended.
+    fn update(&self, id: &str, change: impl FnOnce(&mut JobRecord) -> bool) -> Result<bool, ApiError> {
+        let changed = {
+            let mut table = self.lock();
+            let Some(job) = table.records.get_mut(id) else { return Ok(false) };
+            let mut next = job.clone();
+            if !change(&mut next) {
+                return Ok(false);
+            }
+            self.store.put_job(&next).map_err(internal)?;
+            if next.status.is_terminal() {
+                tracing::info!(job = %id, status = next.status.as_str(), "job ended");
+            }
+            *job = next;
+            true
+        };
+        self.notify_change();
+        Ok(changed)
+    }
+
+    pub async fn stop(&self, id: &str) -> Result<bool, ApiError> {
+        let job = self.lock().records.get(id).cloned().ok_or_else(|| not_found(id))?;
+        if job.status.is_terminal() {
+            return Ok(false);
+        }
+        let Some(node_id) = job.driver_node_id.clone() else {
+            // Not placed yet: nothing runs, it just leaves the queue.
+            self.update(id, |j| j.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms()))?;
+            return Ok(true);
+        };
+        self.update(id, |j| {
+            j.stop_requested = true;
+            true
+        })?;
+        let node = self.membership.get(&node_id);
+        let result = match node {
+            Some(node) if node.is_alive() => {
+                let mut agent = self.agent(&node)?;
+                agent
+                    .stop_job(v1::StopJobRequest { submission_id: id.to_string() })
+                    .await
+                    .map(|r| r.into_inner().was_running)
+            }
+            _ => Ok(false),
+        };
+        match result {
+            // The agent never started it (or it just ended and its report is on the way).
+            Ok(false) if job.status == JobStatus::Pending => {
+                self.update(id, |j| {
+                    j.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms())
+                })?;
+            }
+            Ok(_) => {}
+            Err(status) => tracing::warn!(job = %id, "stop request to node {node_id} failed: {}", status.message()),
+        }
+        Ok(true)
+    }
+
+    pub fn delete(&self, id: &str) -> Result<(), ApiError> {
+        let mut table = self.lock();
+        let job = table.records.get(id).ok_or_else(|| not_found(id))?;
+        if !job.status.is_terminal() {
+            return Err(ApiError::Internal(format!(
+                "Attempted to delete job '{id}', but it is in a non-terminal state {}.",
+                job.status.as_str()
+            )));
+        }
+        self.store.delete_job(id).map_err(internal)?;
+        table.records.remove(id);
+        table.order.retain(|j| j != id);
+        table.dispatched.remove(id);
+        Ok(())
+    }
+
+    /// A status report from the agent that runs the job; idempotent.
+    pub fn report(&self, report: v1::JobReport) -> Result<(), ApiError> {
+        let id = report.submission_id.clone();
+        match report.phase() {
+            v1::JobPhase::Running => {
+                self.update(&id, |j| {
+                    if j.status != JobStatus::Pending {
+                        return false;
+                    }
+                    j.status = JobStatus::Running;
+                    j.message = None;
+                    j.driver_pid = Some(report.pid);
+                    true
+                })?;
+            }
+            v1::JobPhase::Finished => {
+                self.update(&id, |j| {
+                    if report.pid != 0 {
+                        j.driver_pid = Some(report.pid);
+                    }
+                    if report.stopped {
+                        return j.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms());
+                    }
+                    j.driver_exit_code = report.exit_code;
+                    if report.exit_code == Some(0) {
+                        return j.finish(JobStatus::Succeeded, "Job finished successfully.".into(), None, now_ms());
+                    }
+                    let error_type = Some(report.error_type.as_str())
+                        .filter(|t| !t.is_empty())
+                        .unwrap_or(error_types::COMMAND_ERROR);
+                    j.finish(JobStatus::Failed, report.message.clone(), Some(error_type), now_ms())
+                })?;
+            }
+            v1::JobPhase::Unspecified => return Err(ApiError::BadRequest("job report without a phase".into())),
+        }
+        Ok(())
+    }
+
+    /// One round: fail jobs of dead nodes, place waiting jobs, (re)send starts not yet
+    /// acknowledged.
+    fn plan(&self) -> Vec<Dispatch> {
+        let nodes = self.membership.snapshot();
+        let by_id: HashMap<&NodeId, &NodeInfo> = nodes.iter().map(|n| (&n.node_id, n)).collect();
+        let mut table = self.lock();
+        let mut changed: Vec<JobRecord> = Vec::new();
+        let mut reserved: HashMap<NodeId, ResourceSet> = HashMap::new();
+        for job in table.records.values_mut().filter(|j| !j.status.is_terminal()) {
+            let Some(node_id) = job.driver_node_id.clone() else { continue };
+            if by_id.get(&node_id).is_none_or(|n| !n.is_alive()) {
+                let message = format!("The node {node_id} running the job died; the job's entrypoint is lost.");
+                if job.finish(JobStatus::Failed, message, Some(error_types::NODE_DIED), now_ms()) {
+                    changed.push(job.clone());
+                }
+                continue;
+            }
+            reserved.entry(node_id).or_default().add(&job.resources);
+        }
+        let mut dispatches = Vec::new();
+        let order = table.order.clone();
+        for id in order {
+            let dispatched = table.dispatched.contains(&id);
+            let Some(job) = table.records.get_mut(&id) else { continue };
+            if job.status != JobStatus::Pending || job.stop_requested {
+                continue;
+            }
+            if job.driver_node_id.is_none() {
+                match place(&job.resources, &nodes, &reserved) {
+                    Placement::Node(node_id) => {
+                        reserved.entry(node_id.clone()).or_default().add(&job.resources);
+                        job.driver_node_id = Some(node_id);
+                        changed.push(job.clone());
+                    }
+                    Placement::Wait => continue,
+                    Placement::Never(why) => {
+                        if job.finish(
+                            JobStatus::Failed,
+                            format!("Job cannot run: {why}."),
+                            Some(error_types::UNSCHEDULABLE),
+                            now_ms(),
+                        ) {
+                            changed.push(job.clone());
+                        }
+                        continue;
+                    }
+                }
+            }
+            if dispatched {
+                continue;
+            }
+            let node_id = job.driver_node_id.as_ref().expect("placed above");
+            if let Some(node) = by_id.get(node_id) {
+                dispatches.push(Dispatch {
+                    id: id.clone(),
+                    node: (*node).clone(),
+                    request: v1::StartJobRequest {
+                        submission_id: id.clone(),
+                        entrypoint: job.entrypoint.clone(),
+                        runtime_env_json: serde_json::Value::Object(job.runtime_env.clone()).to_string(),
+                        resources: resources_to_proto(&job.resources),
+                    },
+                });
+            }
+        }
+        for d in &dispatches {
+            table.dispatched.insert(d.id.clone());
+        }
+        if !changed.is_empty() {
+            if let Err(e) = self.store.put_jobs(&changed) {
+                tracing::error!("cannot record job changes: {e}");
+            }
+            drop(table);
+            self.changed.send_modify(|v| *v += 1);
+        }
+        dispatches
+    }
+
+    async fn dispatch(self: Arc<Self>, d: Dispatch) {
+        let result = match self.agent(&d.node) {
+            Ok(mut agent) => agent.start_job(d.request).await.map(|_| ()),
+            Err(e) => Err(tonic::Status::internal(e.to_string())),
+        };
+        let Err(status) = result else { return };
+        tracing::warn!(job = %d.id, node = %d.node.node_id, "starting the job failed: {}", status.message());
+        match status.code() {
+            // The node may come back (or be declared dead); try again next round.
+            tonic::Code::Unavailable
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Cancelled
+            | tonic::Code::Unknown => {
+                self.lock().dispatched.remove(&d.id);
+            }
+            _ => {
+                let message = format!("The node agent could not start the job: {}", status.message());
+                let _ = self
+                    .update(&d.id, |j| j.finish(JobStatus::Failed, message, Some(error_types::START_ERROR), now_ms()));
+            }
+        }
+    }
+
+    /// Places and starts jobs until `shutdown`; runs a round on every change and at least
+    /// every half second (nodes joining or dying).
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            for d in self.plan() {
+                tokio::spawn(self.clone().dispatch(d));
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    }
+
+    pub async fn wait_terminal(&self, id: &str, timeout: Duration) {
+        let mut rx = self.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match self.lock().records.get(id) {
+                Some(job) if !job.status.is_terminal() => {}
+                _ => return,
+            }
+            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Waits (for `follow`) until the job is placed or has ended; the node, if any.
+    async fn driver_node(&self, id: &str, follow: bool) -> Result<Option<NodeId>, ApiError> {
+        let mut rx = self.changed.subscribe();
+        loop {
+            let job = self.lock().records.get(id).cloned().ok_or_else(|| not_found(id))?;
+            if job.driver_node_id.is_some() || !follow || job.status.is_terminal() {
+                return Ok(job.driver_node_id);
+            }
+            if rx.changed().await.is_err() {
+                return Ok(None);
+            }
+        }
+    }
+
+    pub async fn logs(&self, id: &str, follow: bool) -> Result<ByteStream, ApiError> {
+        let Some(node_id) = self.driver_node(id, follow).await? else {
+            return Ok(futures_util::stream::empty().boxed());
+        };
+        let node = self.membership.get(&node_id).ok_or_else(|| internal(format!("node {node_id} is unknown")))?;
+        let mut agent = self.agent(&node)?;
+        let request = v1::ReadJobLogsRequest { submission_id: id.to_string(), offset: 0, follow };
+        let stream = agent.read_job_logs(request).await.map_err(|s| {
+            ApiError::Internal(format!(
+                "cannot read the logs of job {id} on node {node_id} ({}): {}",
+                node.node_ip,
+                s.message()
+            ))
+        })?;
+        Ok(stream.into_inner().map(|chunk| chunk.map(|c| c.data.into()).map_err(|s| s.message().to_string())).boxed())
+    }
+}
+
+/// The job manager as the HTTP API sees it.
+pub struct Api(pub Arc<JobManager>);
+
+impl std::ops::Deref for Api {
+    type Target = JobManager;
+    fn deref(&self) -> &JobManager {
+        &self.0
+    }
+}
+
+#[async_trait::async_trait]
+impl oxray_http::JobsApi for Api {
+    async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
+        JobManager::submit(self, request)
+    }
+    fn job(&self, id: &str) -> Option<JobDetails> {
+        self.details(id)
+    }
+    fn jobs(&self) -> Vec<JobDetails> {
+        self.list()
+    }
+    async fn stop(&self, id: &str) -> Result<bool, ApiError> {
+        JobManager::stop(self, id).await
+    }
+    fn delete(&self, id: &str) -> Result<(), ApiError> {
+        JobManager::delete(self, id)
+    }
+    async fn logs(&self, id: &str, follow: bool) -> Result<ByteStream, ApiError> {
+        JobManager::logs(self, id, follow).await
+    }
+    async fn wait_terminal(&self, id: &str, timeout: Duration) {
+        JobManager::wait_terminal(self, id, timeout).await
+    }
+    fn package_exists(&self, name: &str) -> bool {
+        self.packages.exists(name)
+    }
+    async fn put_package(&self, name: &str, body: ByteStream, limit: u64) -> Result<(), ApiError> {
+        self.packages.put(name, body, limit).await
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn sample_job(id: &str) -> JobRecord {
+        JobRecord {
+            submission_id: id.into(),
+            entrypoint: "echo hi".into(),
+            status: JobStatus::Pending,
+            message: None,
+            error_type: None,
+            start_time: now_ms(),
+            end_time: None,
+            metadata: Default::default(),
+            runtime_env: Default::default(),
+            resources: ResourceSet::new(),
+            driver_node_id: None,
+            driver_pid: None,
+            driver_exit_code: None,
+            stop_requested: false,
+        }
+    }
+}
