@@ -29,6 +29,11 @@ enum Command {
         #[command(subcommand)]
         what: commands::list::ListWhat,
     },
+    /// Submit and manage jobs (compatible with Ray's Jobs API).
+    Job {
+        #[command(subcommand)]
+        command: commands::job::JobCommand,
+    },
     /// Print the cluster token that clients and joining nodes must present.
     GetAuthToken,
     /// Run the control plane in the foreground (what `start --head` launches).
@@ -46,6 +51,7 @@ fn main() -> ExitCode {
         Command::Stop(args) => commands::stop::run(args),
         Command::Status(args) => commands::status::run(args),
         Command::List { what } => commands::list::run(what),
+        Command::Job { command } => commands::job::run(command),
         Command::GetAuthToken => commands::token::run(),
         Command::Head(args) => commands::roles::run_head(args),
         Command::Agent(args) => commands::roles::run_agent(args),

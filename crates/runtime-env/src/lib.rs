@@ -2,7 +2,9 @@
 //! archives (checked for entries that escape their target before anything is written).
 
 mod archive;
+mod pack;
 mod spec;
 
 pub use archive::{unpack, validate, ArchiveError, ArchiveKind};
+pub use pack::{pack_dir, PackError};
 pub use spec::{package_name, PipSpec, RuntimeEnv, SpecError};

@@ -9,6 +9,8 @@ use tonic::{Request, Response, Status};
 const LOG_CHUNK: usize = 64 * 1024;
 /// How often a followed log that reached its end is checked for more.
 const LOG_POLL: Duration = Duration::from_millis(100);
+/// How long a followed job that is not here yet may take to arrive.
+const JOB_ARRIVAL: Duration = Duration::from_secs(30);
 
 pub struct AgentService {
     runner: Arc<Runner>,
@@ -39,9 +41,19 @@ impl agent_service_server::AgentService for AgentService {
     async fn read_job_logs(&self, request: Request<v1::ReadJobLogsRequest>) -> Result<Response<LogStream>, Status> {
         let request = request.into_inner();
         let path = self.runner.log_path(&request.submission_id);
-        let handle = self.runner.handle(&request.submission_id);
+        // The head may ask right after it sent the start: give the job a moment to arrive.
+        let mut handle = self.runner.handle(&request.submission_id);
+        let deadline = tokio::time::Instant::now() + JOB_ARRIVAL;
+        while request.follow && handle.is_none() && !path.exists() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(LOG_POLL).await;
+            handle = self.runner.handle(&request.submission_id);
+        }
         if handle.is_none() && !path.exists() {
-            return Err(Status::not_found(format!("no log for job {} on this node", request.submission_id)));
+            return if request.follow {
+                Err(Status::not_found(format!("job {} never reached this node", request.submission_id)))
+            } else {
+                Ok(Response::new(Box::pin(futures_util::stream::empty())))
+            };
         }
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {

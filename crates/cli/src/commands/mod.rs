@@ -1,3 +1,4 @@
+pub mod job;
 pub mod list;
 pub mod roles;
 pub mod start;
