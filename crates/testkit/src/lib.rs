@@ -20,9 +20,16 @@ pub struct Builder {
     agents: usize,
     cpus_per_agent: u32,
     death_timeout: Duration,
+    agent_env: Vec<(String, String)>,
 }
 
 impl Builder {
+    /// An environment variable for every agent (and so for the jobs it runs).
+    pub fn agent_env(mut self, key: &str, value: &str) -> Self {
+        self.agent_env.push((key.to_string(), value.to_string()));
+        self
+    }
+
     pub fn agents(mut self, n: usize) -> Self {
         self.agents = n;
         self
@@ -49,6 +56,7 @@ impl Builder {
             token: Token::generate(),
             death_timeout: self.death_timeout,
             cpus_per_agent: self.cpus_per_agent,
+            agent_env: self.agent_env,
             head: None,
             ports: (0, 0),
             agents: Vec::new(),
@@ -84,6 +92,7 @@ pub struct LocalCluster {
     token: Token,
     death_timeout: Duration,
     cpus_per_agent: u32,
+    agent_env: Vec<(String, String)>,
     head: Option<Server>,
     /// Control-plane and dashboard ports, kept so a restarted head comes back on them.
     ports: (u16, u16),
@@ -93,7 +102,13 @@ pub struct LocalCluster {
 impl LocalCluster {
     /// `bin` is the `oxray` executable under test (`env!("CARGO_BIN_EXE_oxray")`).
     pub fn builder(bin: impl Into<PathBuf>) -> Builder {
-        Builder { bin: bin.into(), agents: 3, cpus_per_agent: 1, death_timeout: Duration::from_secs(2) }
+        Builder {
+            bin: bin.into(),
+            agents: 3,
+            cpus_per_agent: 1,
+            death_timeout: Duration::from_secs(2),
+            agent_env: Vec::new(),
+        }
     }
 
     pub fn address(&self) -> String {
@@ -113,6 +128,11 @@ impl LocalCluster {
         &self.home
     }
 
+    /// Where each process's log goes (`head.log`, `agent-N.log`).
+    pub fn log_dir(&self) -> PathBuf {
+        self.root.path().join("logs")
+    }
+
     pub fn dir(&self) -> &Path {
         self.root.path()
     }
@@ -127,7 +147,7 @@ impl LocalCluster {
         cmd
     }
 
-    fn spawn(&self, args: &[String], log: &str, token: &str) -> Result<Server> {
+    fn spawn(&self, args: &[String], log: &str, token: &str, env: &[(String, String)]) -> Result<Server> {
         let log_path = self.root.path().join("logs").join(log);
         let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
         let mut child = Command::new(&self.bin)
@@ -135,6 +155,7 @@ impl LocalCluster {
             .env("OXRAY_HOME", &self.home)
             .env("OXRAY_AUTH_TOKEN", token)
             .env_remove("OXRAY_ADDRESS")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file)
@@ -175,7 +196,7 @@ impl LocalCluster {
         ]
         .map(String::from)
         .into();
-        let head = self.spawn(&args, "head.log", self.token.as_str())?;
+        let head = self.spawn(&args, "head.log", self.token.as_str(), &[])?;
         let Ready::Head { port, dashboard_port, .. } = head.ready else { bail!("unexpected readiness from the head") };
         self.ports = (port, dashboard_port);
         self.head = Some(head);
@@ -217,7 +238,7 @@ impl LocalCluster {
         .map(String::from)
         .into();
         args.extend(extra.iter().map(|s| s.to_string()));
-        self.spawn(&args, &format!("agent-{index}.log"), token)
+        self.spawn(&args, &format!("agent-{index}.log"), token, &self.agent_env)
     }
 
     pub fn agent_pid(&self, index: usize) -> Option<u32> {

@@ -209,3 +209,52 @@ fn joining_an_unreachable_or_wrong_head_fails_cleanly() {
     let out = m.run(&["status", "--token", "wrong-token"]);
     fails(&out, 1, "refused the cluster token");
 }
+
+#[test]
+fn job_cli_submits_follows_stops_and_exits_with_the_outcome() {
+    let m = Machine::new();
+    start_head(&m);
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("train.py"), "import os\nprint('answer', 6 * 7, os.environ['OXRAY_JOB_ID'])\n")
+        .unwrap();
+    let out = m
+        .command(&["job", "submit", "--working-dir", ".", "--submission-id", "t1", "--", "python3", "train.py"])
+        .current_dir(project.path())
+        .output()
+        .unwrap();
+    let stdout = ok(&out);
+    assert!(stdout.contains("answer 42 t1"), "{stdout}");
+    assert!(stdout.contains("Job 't1' succeeded"), "{stdout}");
+
+    let failed = m.run(&["job", "submit", "--", "sh", "-c", "echo going down; exit 3"]);
+    assert_eq!(failed.status.code(), Some(1), "{}", text_of(&failed));
+    assert!(text(&failed.stdout).contains("going down"));
+
+    ok(&m.run(&[
+        "job",
+        "submit",
+        "--no-wait",
+        "--submission-id",
+        "long",
+        "--metadata-json",
+        r#"{"team": "a"}"#,
+        "--",
+        "sleep",
+        "60",
+    ]));
+    let status = ok(&m.run(&["job", "status", "long"]));
+    assert!(status.contains("PENDING") || status.contains("RUNNING"), "{status}");
+    fails(&m.run(&["job", "delete", "long"]), 1, "non-terminal state");
+    assert!(ok(&m.run(&["job", "stop", "long"])).contains("Job 'long' was stopped"));
+    assert!(ok(&m.run(&["job", "logs", "long"])).contains("Running entrypoint for job long: sleep 60"));
+    let list: serde_json::Value = serde_json::from_str(&ok(&m.run(&["job", "list", "--format", "json"]))).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 3);
+    assert_eq!(list[2]["metadata"]["team"], "a");
+    ok(&m.run(&["job", "delete", "long"]));
+    fails(&m.run(&["job", "status", "long"]), 1, "Job long does not exist");
+    fails(&m.run(&["job", "submit", "--runtime-env-json", "{", "--", "true"]), 1, "invalid --runtime-env-json");
+}
+
+fn text_of(out: &Output) -> String {
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
+}

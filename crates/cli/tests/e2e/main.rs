@@ -3,6 +3,7 @@
 mod cli;
 mod cluster;
 mod http;
+mod jobs;
 
 use oxray_testkit::LocalCluster;
 
