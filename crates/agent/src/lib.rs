@@ -57,6 +57,8 @@ pub struct JoinedAgent {
     runner: Arc<jobs::Runner>,
     /// The node id job reports carry; it changes when the node rejoins under a new id.
     node_id: Arc<Mutex<String>>,
+    /// The head's HTTP API, for the jobs' environment.
+    dashboard_url: Arc<Mutex<String>>,
 }
 
 fn describe(config: &AgentConfig, node_id: NodeId, agent_port: u16) -> NodeInfo {
@@ -93,10 +95,12 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     let node = describe(&config, NodeId::random(), port);
     let node_id = Arc::new(Mutex::new(node.node_id.hex()));
+    let dashboard_url = Arc::new(Mutex::new(String::new()));
     let context = jobs::JobContext {
         head_address: config.head_address.clone(),
         token: config.token.as_str().to_string(),
         node_id: node_id.clone(),
+        dashboard_url: dashboard_url.clone(),
     };
     let cache = jobs::EnvCache::new(config.session_dir.join("runtime_resources"), client.clone());
     let gpus = config.resources.get(oxray_types::resource_names::GPU) as u32;
@@ -115,6 +119,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
         listener: Some(listener),
         runner,
         node_id,
+        dashboard_url,
     };
     let deadline = Instant::now() + agent.config.join_timeout;
     loop {
@@ -146,6 +151,7 @@ impl JoinedAgent {
         if reply.heartbeat_interval_ms > 0 {
             self.heartbeat_interval = Duration::from_millis(reply.heartbeat_interval_ms);
         }
+        *self.dashboard_url.lock().expect("dashboard url lock") = reply.dashboard_url;
         Ok(())
     }
 

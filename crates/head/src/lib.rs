@@ -119,7 +119,7 @@ impl BoundHead {
         let monitor = tokio::spawn(watch_heartbeats(membership.clone(), jobs.clone(), shutdown.clone()));
         let scheduler = tokio::spawn(jobs.clone().run(shutdown.clone()));
 
-        let dashboard = config.dashboard_port_hint(&http);
+        let dashboard = config.dashboard(&http);
         let service = service::HeadService::new(membership.clone(), jobs.clone(), session_name.clone(), dashboard);
         let grpc = tonic::transport::Server::builder()
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
@@ -147,10 +147,22 @@ impl BoundHead {
     }
 }
 
+/// Where the HTTP API listens and how clients reach it.
+#[derive(Debug, Clone)]
+pub struct Dashboard {
+    pub host: String,
+    pub port: u16,
+    pub url: String,
+}
+
 impl HeadConfig {
-    fn dashboard_port_hint(&self, http: &TcpListener) -> (String, u16) {
+    fn dashboard(&self, http: &TcpListener) -> Dashboard {
         let port = http.local_addr().map(|a| a.port()).unwrap_or(self.dashboard_port);
-        (self.dashboard_host.clone(), port)
+        let reach = match self.dashboard_host.as_str() {
+            "0.0.0.0" | "::" => self.node_ip.as_str(),
+            host => host,
+        };
+        Dashboard { host: self.dashboard_host.clone(), port, url: format!("http://{reach}:{port}") }
     }
 }
 

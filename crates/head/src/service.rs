@@ -13,7 +13,7 @@ pub struct HeadService {
     membership: Arc<Membership>,
     jobs: Arc<JobManager>,
     session_name: String,
-    dashboard: (String, u16),
+    dashboard: crate::Dashboard,
 }
 
 impl HeadService {
@@ -21,7 +21,7 @@ impl HeadService {
         membership: Arc<Membership>,
         jobs: Arc<JobManager>,
         session_name: String,
-        dashboard: (String, u16),
+        dashboard: crate::Dashboard,
     ) -> Self {
         Self { membership, jobs, session_name, dashboard }
     }
@@ -94,6 +94,7 @@ impl head_service_server::HeadService for HeadService {
             Ok(()) => Ok(Response::new(v1::RegisterNodeReply {
                 session_name: self.session_name.clone(),
                 heartbeat_interval_ms: self.heartbeat_interval().as_millis() as u64,
+                dashboard_url: self.dashboard.url.clone(),
             })),
             Err(e @ MembershipError::NodeDead(_)) => Err(Status::failed_precondition(e.to_string())),
             Err(MembershipError::Store(e)) => Err(internal(e)),
@@ -138,8 +139,9 @@ impl head_service_server::HeadService for HeadService {
         Ok(Response::new(v1::ClusterInfo {
             session_name: self.session_name.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            dashboard_host: self.dashboard.0.clone(),
-            dashboard_port: self.dashboard.1 as u32,
+            dashboard_host: self.dashboard.host.clone(),
+            dashboard_port: self.dashboard.port as u32,
+            dashboard_url: self.dashboard.url.clone(),
         }))
     }
 }

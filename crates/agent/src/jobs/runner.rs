@@ -45,6 +45,7 @@ pub struct JobContext {
     pub head_address: String,
     pub token: String,
     pub node_id: Arc<Mutex<String>>,
+    pub dashboard_url: Arc<Mutex<String>>,
 }
 
 pub struct Runner {
@@ -215,7 +216,8 @@ impl Runner {
         cmd.env("PYTHONUNBUFFERED", "1")
             .env("OXRAY_ADDRESS", &self.context.head_address)
             .env("OXRAY_AUTH_TOKEN", &self.context.token)
-            .env("OXRAY_JOB_ID", id);
+            .env("OXRAY_JOB_ID", id)
+            .env("OXRAY_DASHBOARD_URL", self.context.dashboard_url.lock().expect("dashboard url lock").as_str());
         if !prepared.python_path.is_empty() {
             let mut parts: Vec<String> = prepared.python_path.iter().map(|p| p.display().to_string()).collect();
             if let Ok(existing) = std::env::var("PYTHONPATH") {
