@@ -1,15 +1,18 @@
 # One entry point for every developer task. `make help` lists them.
 SHELL := /bin/bash
 CARGO ?= cargo
-APT_PACKAGES := protobuf-compiler
+APT_PACKAGES := protobuf-compiler python3-venv
+VENV ?= .venv
+PY := $(VENV)/bin/python
 
-.PHONY: help setup build release test lint fmt bench demo clean
+.PHONY: help setup venv build release test test-rust test-python lint fmt bench demo clean
 
 help:
 	@echo "make setup    install system packages the build needs (Debian: $(APT_PACKAGES))"
 	@echo "make build    debug build of the workspace"
 	@echo "make release  optimized oxray binary in target/release/oxray"
-	@echo "make test     every test (unit, component, real-process end-to-end)"
+	@echo "make venv     Python venv in $(VENV): the oxray package, pytest, Ray's client for the compatibility suite"
+	@echo "make test     every test: Rust (unit, component, real processes), Python client, Ray-client compatibility"
 	@echo "make lint     rustfmt check and clippy with warnings as errors"
 	@echo "make bench    benchmarks under bench/, side by side with Ray when installed"
 	@echo "make demo     start a local cluster, use it, stop it"
@@ -23,18 +26,35 @@ setup:
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "cargo is missing: install Rust from https://rustup.rs"; exit 1; }
 
+# The venv is rebuilt when its inputs change; the oxray package is installed editable.
+$(VENV)/.ready: python/requirements-compat.txt python/pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r python/requirements-compat.txt
+	$(PY) -m pip install -q --disable-pip-version-check -e ./python
+	touch $@
+
+venv: setup $(VENV)/.ready
+
 build: setup
 	$(CARGO) build --workspace --all-targets
 
 release: setup
 	$(CARGO) build --release -p oxray-cli
 
-test: setup
+test: test-rust test-python
+
+test-rust: setup
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --workspace --no-fail-fast; \
 	else \
 	  $(CARGO) test --workspace --no-fail-fast; \
 	fi
+
+# Two pytest runs: Ray's client reads its auth settings once per process.
+test-python: venv
+	$(CARGO) build -p oxray-cli
+	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest python/tests -q
+	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest tests/compat -q
 
 lint: setup
 	$(CARGO) fmt --all --check
@@ -43,8 +63,9 @@ lint: setup
 fmt:
 	$(CARGO) fmt --all
 
-bench: release
+bench: release venv
 	python3 bench/cluster_start.py
+	python3 bench/job_submit.py --venv $(VENV)
 
 demo: release
 	bash scripts/demo.sh target/release/oxray
