@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A two-node cluster on this machine, used through the CLI and the HTTP API, then stopped.
+# A two-node cluster on this machine, used through the CLI, the HTTP API and a job, then stopped.
 # Runs in its own oxray home and temp dir, so it leaves a cluster of yours alone.
 set -euo pipefail
 OXRAY=${1:-target/release/oxray}
@@ -24,5 +24,15 @@ step curl -s "$dashboard/api/version"
 echo
 printf '\n\033[1m$ curl -H "Authorization: Bearer ..." %s/api/cluster_status\033[0m\n' "$dashboard"
 curl -s -H "Authorization: Bearer $token" "$dashboard/api/cluster_status" | python3 -m json.tool
+
+project="$work/project"
+mkdir -p "$project"
+cat > "$project/main.py" <<'PY'
+import os, platform
+total = sum(i * i for i in range(1_000_000))
+print(f"sum of squares below 1e6 = {total}, computed on {platform.node()} as job {os.environ['OXRAY_JOB_ID']}")
+PY
+(cd "$project" && step "$OXRAY" job submit --working-dir . --entrypoint-resources '{"accel": 1}' -- python3 main.py)
+step "$OXRAY" job list
 
 step "$OXRAY" stop

@@ -141,6 +141,10 @@ impl JoinedAgent {
         &self.node.node_id
     }
 
+    pub fn dashboard_url(&self) -> String {
+        self.dashboard_url.lock().expect("dashboard url lock").clone()
+    }
+
     pub fn node_ip(&self) -> &str {
         &self.node.node_ip
     }

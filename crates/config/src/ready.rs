@@ -9,9 +9,25 @@ const PREFIX: &str = "OXRAY_READY ";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ready {
-    Head { pid: u32, node_ip: String, port: u16, dashboard_host: String, dashboard_port: u16, session_name: String },
-    Agent { pid: u32, node_id: String, node_ip: String },
-    Failed { error: String },
+    Head {
+        pid: u32,
+        node_ip: String,
+        port: u16,
+        dashboard_host: String,
+        dashboard_port: u16,
+        session_name: String,
+    },
+    Agent {
+        pid: u32,
+        node_id: String,
+        node_ip: String,
+        /// The cluster's HTTP API, as the head announced it.
+        #[serde(default)]
+        dashboard_url: String,
+    },
+    Failed {
+        error: String,
+    },
 }
 
 /// Prints the readiness line, then points stdout at /dev/null: the launcher stops reading
@@ -70,7 +86,8 @@ mod tests {
 
     #[test]
     fn reads_the_ready_line_among_others() {
-        let msg = Ready::Agent { pid: 1, node_id: "ab".into(), node_ip: "127.0.0.1".into() };
+        let msg =
+            Ready::Agent { pid: 1, node_id: "ab".into(), node_ip: "127.0.0.1".into(), dashboard_url: String::new() };
         let text = format!("noise\n{PREFIX}{}\n", serde_json::to_string(&msg).unwrap());
         assert_eq!(wait(std::io::Cursor::new(text), Duration::from_secs(1)).unwrap(), msg);
     }

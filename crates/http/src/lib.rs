@@ -49,7 +49,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/packages/{protocol}/{name}", get(packages::head).put(packages::put))
         // Package uploads stream with their own limit; JSON bodies stay small.
         .layer(DefaultBodyLimit::max(8 * 1024 * 1024))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
+        // Unknown paths answer 404 only to callers with the token, as Ray's server does.
+        .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "Not Found") })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/api/version", get(status::version))
         .route("/api/gcs_healthz", get(status::healthz))

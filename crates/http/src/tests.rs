@@ -110,6 +110,8 @@ async fn everything_else_needs_the_token() {
         assert_eq!(get(uri, Some(("authorization", "Bearer nope"))).await.0, StatusCode::FORBIDDEN, "{uri}");
         assert_eq!(get(uri, AUTH).await.0, StatusCode::OK, "{uri}");
     }
+    assert_eq!(get("/api/nowhere", None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(get("/api/nowhere", AUTH).await.0, StatusCode::NOT_FOUND);
     let proxied = get("/api/v0/nodes", Some(("x-ray-authorization", "Bearer s3cret"))).await;
     assert_eq!(proxied.0, StatusCode::OK);
     let cookie = get("/metrics", Some(("cookie", "a=b; ray-authentication-token=s3cret"))).await;

@@ -229,6 +229,7 @@ pub fn run_agent(args: AgentArgs) -> Result<ExitCode> {
             pid: record.pid,
             node_id: agent.node_id().hex(),
             node_ip: agent.node_ip().to_string(),
+            dashboard_url: agent.dashboard_url(),
         });
         let shutdown = CancellationToken::new();
         on_signals(shutdown.clone());

@@ -85,6 +85,7 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
     } else {
         (args.address.clone().unwrap_or_default(), None)
     };
+    let head_dashboard = dashboard_url.clone();
 
     let agent = spawn_role(
         &agent_args(&args, &address, &session_args),
@@ -98,6 +99,12 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
             stop_launched(&launched);
             return Err(e);
         }
+    };
+    let dashboard_url = match &agent.ready {
+        Ready::Agent { dashboard_url, .. } if head_dashboard.is_none() && !dashboard_url.is_empty() => {
+            Some(dashboard_url.clone())
+        }
+        _ => head_dashboard,
     };
     launched.push(agent);
 
