@@ -1,14 +1,14 @@
 # One entry point for every developer task. `make help` lists them.
 SHELL := /bin/bash
 CARGO ?= cargo
-APT_PACKAGES := protobuf-compiler python3-venv
+APT_PACKAGES := protobuf-compiler python3-venv chromium
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup venv build release test test-rust test-python lint fmt bench demo clean
+.PHONY: help setup venv build release test test-rust test-python test-ui lint fmt bench demo clean
 
 help:
-	@echo "make setup    install system packages the build needs (Debian: $(APT_PACKAGES))"
+	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
 	@echo "make build    debug build of the workspace"
 	@echo "make release  optimized oxray binary in target/release/oxray"
 	@echo "make venv     Python venv in $(VENV): the oxray package, pytest, Ray's client for the compatibility suite"
@@ -19,6 +19,7 @@ help:
 
 setup:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v node >/dev/null && command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
@@ -41,7 +42,7 @@ build: setup
 release: setup
 	$(CARGO) build --release -p oxray-cli
 
-test: test-rust test-python
+test: test-rust test-python test-ui
 
 test-rust: setup
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -55,6 +56,14 @@ test-python: venv
 	$(CARGO) build -p oxray-cli
 	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest python/tests -q
 	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest tests/compat -q
+
+# The dashboard in Debian's Chromium, driven by playwright-core (no browser download).
+ui/node_modules/.package-lock.json: ui/package.json ui/package-lock.json
+	cd ui && npm ci --no-audit --no-fund --silent
+
+test-ui: setup ui/node_modules/.package-lock.json
+	$(CARGO) build -p oxray-cli
+	cd ui && OXRAY_BIN=$(CURDIR)/target/debug/oxray node --test tests/
 
 lint: setup
 	$(CARGO) fmt --all --check

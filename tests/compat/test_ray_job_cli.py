@@ -249,3 +249,11 @@ def test_auth_missing_and_wrong_token(cluster):
     r = cluster.ray("job", "list", "--headers",
                     json.dumps({"Authorization": f"Bearer {cluster.token}"}), env=no_auth)
     assert r.returncode == 0, r
+
+
+def test_token_through_ray_job_headers(cluster):
+    # RAY_JOB_HEADERS is the CLI's fallback for --headers; no RAY_AUTH_MODE needed.
+    env = {k: v for k, v in cluster.env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    env["RAY_JOB_HEADERS"] = json.dumps({"Authorization": f"Bearer {cluster.token}"})
+    r = cluster.ray("job", "submit", "--", "echo", "via-headers", env=env)
+    assert r.returncode == 0 and "via-headers" in r.output, r

@@ -124,7 +124,10 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
     let deadline = Instant::now() + agent.config.join_timeout;
     loop {
         match agent.register().await {
-            Ok(()) => return Ok(agent),
+            Ok(()) => {
+                tracing::info!(node_id = %agent.node.node_id, head = %agent.config.head_address, "joined the cluster");
+                return Ok(agent);
+            }
             Err(status) if is_refusal(status.code()) => {
                 return Err(AgentError::Refused(explain(&agent.config.head_address, &status)))
             }

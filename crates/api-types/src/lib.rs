@@ -2,9 +2,11 @@
 //! Node rows follow Ray's state API so Ray's own clients can read them.
 
 mod cluster_status;
+mod events;
 mod jobs;
 mod nodes;
 
 pub use cluster_status::{ClusterStatus, NodeSummary};
+pub use events::{Event, JobPage};
 pub use jobs::{new_submission_id, not_found, ApiError, DriverInfo, JobDetails, SubmitRequest};
 pub use nodes::{list_nodes, FilterError, NodeFilter, NodeList, NodeRow, MAX_LIMIT};

@@ -82,6 +82,16 @@ pub async fn fetch_nodes(target: &TargetArgs) -> Result<Vec<oxray_types::NodeInf
         .collect()
 }
 
+/// Work waiting for resources, as the head lists it.
+pub async fn fetch_pending(target: &TargetArgs) -> Result<Vec<String>> {
+    let (address, mut client) = target.connect().await?;
+    let reply = client
+        .get_cluster_info(oxray_proto::v1::GetClusterInfoRequest {})
+        .await
+        .map_err(|status| anyhow!(oxray_rpc::explain(&address, &status)))?;
+    Ok(reply.into_inner().pending_demands)
+}
+
 /// A small runtime for client commands: they make a handful of calls and exit.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")

@@ -1,6 +1,7 @@
 //! The job manager: the durable job table, the first-come queue, dispatch to node agents,
 //! and the statuses agents report back.
 
+use crate::events::Events;
 use crate::membership::Membership;
 use crate::packages::Packages;
 use crate::placement::{place, Placement};
@@ -31,6 +32,7 @@ pub struct JobManager {
     table: Mutex<Table>,
     store: Arc<Store>,
     membership: Arc<Membership>,
+    events: Arc<Events>,
     packages: Packages,
     token: Token,
     agents: Mutex<HashMap<NodeId, AgentClient>>,
@@ -55,6 +57,7 @@ impl JobManager {
     pub fn open(
         store: Arc<Store>,
         membership: Arc<Membership>,
+        events: Arc<Events>,
         packages: Packages,
         token: Token,
     ) -> Result<Self, crate::StoreError> {
@@ -66,6 +69,7 @@ impl JobManager {
             table: Mutex::new(Table { records, order, dispatched: HashSet::new() }),
             store,
             membership,
+            events,
             packages,
             token,
             agents: Mutex::new(HashMap::new()),
@@ -80,6 +84,17 @@ impl JobManager {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().expect("job table lock")
+    }
+
+    fn ended(&self, job: &JobRecord) {
+        tracing::info!(job = %job.submission_id, status = job.status.as_str(), "job ended");
+        let severity = match job.status {
+            JobStatus::Failed => "ERROR",
+            JobStatus::Stopped => "WARNING",
+            _ => "INFO",
+        };
+        let message = format!("Job {} {}", job.submission_id, job.status.as_str().to_lowercase());
+        self.events.record(severity, "job_finished", message);
     }
 
     /// Nodes joined, left or died: time for a scheduling round.
@@ -139,11 +154,40 @@ impl JobManager {
             }
             self.store.put_job(&job).map_err(internal)?;
             tracing::info!(job = %id, entrypoint = %job.entrypoint, "job submitted");
+            self.events.record("INFO", "job_submitted", format!("Job {id} submitted: {}", job.entrypoint));
             table.order.push(id.clone());
             table.records.insert(id.clone(), job);
         }
         self.notify_change();
         Ok(id)
+    }
+
+    /// One line per job waiting for resources, in queue order.
+    pub fn pending_demands(&self) -> Vec<String> {
+        let table = self.lock();
+        table
+            .order
+            .iter()
+            .filter_map(|id| table.records.get(id))
+            .filter(|j| j.status == JobStatus::Pending && j.driver_node_id.is_none())
+            .map(|j| {
+                let wants: Vec<String> =
+                    j.resources.iter().filter(|(_, v)| *v > 0.0).map(|(k, v)| format!("{k}: {v}")).collect();
+                format!("{{{}}} for job {}", wants.join(", "), j.submission_id)
+            })
+            .collect()
+    }
+
+    /// The end of a node agent's own log.
+    pub async fn agent_log(&self, node_id: &NodeId, max_bytes: u64) -> Result<String, ApiError> {
+        let node =
+            self.membership.get(node_id).ok_or_else(|| ApiError::NotFound(format!("Node {node_id} does not exist")))?;
+        let mut agent = self.agent(&node)?;
+        let reply = agent
+            .read_agent_log(v1::ReadAgentLogRequest { max_bytes })
+            .await
+            .map_err(|s| ApiError::Internal(format!("cannot read the log of node {node_id}: {}", s.message())))?;
+        Ok(reply.into_inner().text)
     }
 
     pub fn details(&self, id: &str) -> Option<JobDetails> {
@@ -175,7 +219,7 @@ impl JobManager {
             }
             self.store.put_job(&next).map_err(internal)?;
             if next.status.is_terminal() {
-                tracing::info!(job = %id, status = next.status.as_str(), "job ended");
+                self.ended(&next);
             }
             *job = next;
             true
@@ -347,6 +391,9 @@ impl JobManager {
         if !changed.is_empty() {
             if let Err(e) = self.store.put_jobs(&changed) {
                 tracing::error!("cannot record job changes: {e}");
+            }
+            for job in changed.iter().filter(|j| j.status.is_terminal()) {
+                self.ended(job);
             }
             drop(table);
             self.changed.send_modify(|v| *v += 1);

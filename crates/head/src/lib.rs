@@ -1,6 +1,7 @@
 //! The control plane: cluster membership and health, the durable state, the control-plane
 //! gRPC service and the HTTP API. Start it with [`Head::bind`], then [`BoundHead::run`].
 
+mod events;
 mod jobs;
 mod membership;
 mod packages;
@@ -59,6 +60,7 @@ pub struct BoundHead {
     config: HeadConfig,
     membership: Arc<Membership>,
     jobs: Arc<JobManager>,
+    events: Arc<events::Events>,
     control: TcpListener,
     http: TcpListener,
 }
@@ -77,22 +79,37 @@ impl Head {
         let control = bind("control plane", "--port", &config.bind_host, config.port).await?;
         let http = bind("dashboard", "--dashboard-port", &config.dashboard_host, config.dashboard_port).await?;
         let store = Arc::new(Store::open(&config.storage)?);
-        let membership = Arc::new(Membership::open(store.clone(), config.node_death_timeout)?);
+        let events = Arc::new(events::Events::open(store.clone())?);
+        let membership = Arc::new(Membership::open(store.clone(), events.clone(), config.node_death_timeout)?);
         let package_dir = config.storage.with_extension("packages");
         let packages = packages::Packages::open(&package_dir).map_err(|e| HeadError::Packages(package_dir, e))?;
-        let jobs = Arc::new(JobManager::open(store, membership.clone(), packages, config.token.clone())?);
-        Ok(BoundHead { config, membership, jobs, control, http })
+        let jobs =
+            Arc::new(JobManager::open(store, membership.clone(), events.clone(), packages, config.token.clone())?);
+        Ok(BoundHead { config, membership, jobs, events, control, http })
     }
 }
 
-struct View(Arc<Membership>);
+struct View {
+    membership: Arc<Membership>,
+    jobs: Arc<JobManager>,
+    events: Arc<events::Events>,
+}
 
+#[async_trait::async_trait]
 impl ClusterView for View {
     fn nodes(&self) -> Vec<NodeInfo> {
-        self.0.snapshot()
+        self.membership.snapshot()
     }
     fn pending(&self) -> Vec<String> {
-        Vec::new()
+        self.jobs.pending_demands()
+    }
+    fn events(&self, limit: usize) -> Vec<oxray_api_types::Event> {
+        self.events.latest(limit)
+    }
+    async fn node_log(&self, node_id: &str, max_bytes: u64) -> Result<String, oxray_api_types::ApiError> {
+        let id =
+            node_id.parse().map_err(|e: oxray_types::IdError| oxray_api_types::ApiError::NotFound(e.to_string()))?;
+        self.jobs.agent_log(&id, max_bytes).await
     }
 }
 
@@ -107,7 +124,7 @@ impl BoundHead {
 
     /// Serves until `shutdown` is cancelled, then stops accepting and returns.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), HeadError> {
-        let BoundHead { config, membership, jobs, control, http } = self;
+        let BoundHead { config, membership, jobs, events, control, http } = self;
         let session_name = config.session.name();
         tracing::info!(
             control = %control.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -129,7 +146,7 @@ impl BoundHead {
             );
 
         let api = oxray_http::router(ApiState {
-            view: Arc::new(View(membership)),
+            view: Arc::new(View { membership, jobs: jobs.clone(), events }),
             jobs: Arc::new(jobs::Api(jobs)),
             token: config.token.clone(),
             session_name,

@@ -1,5 +1,6 @@
 //! Cluster membership: who is in the cluster, who is alive, and what they have free.
 
+use crate::events::Events;
 use crate::store::{Store, StoreError};
 use oxray_types::{now_ms, NodeId, NodeInfo, ResourceSet};
 use std::collections::HashMap;
@@ -30,20 +31,21 @@ struct Entry {
 pub struct Membership {
     nodes: Mutex<HashMap<NodeId, Entry>>,
     store: Arc<Store>,
+    events: Arc<Events>,
     death_timeout: Duration,
 }
 
 impl Membership {
     /// Loads every node the head has seen. Nodes that were alive get a full timeout from now
     /// to report again, so agents that outlived a head restart are not declared dead.
-    pub fn open(store: Arc<Store>, death_timeout: Duration) -> Result<Self, StoreError> {
+    pub fn open(store: Arc<Store>, events: Arc<Events>, death_timeout: Duration) -> Result<Self, StoreError> {
         let now = Instant::now();
         let nodes = store
             .load_nodes()?
             .into_iter()
             .map(|info| (info.node_id.clone(), Entry { info, last_seen: now }))
             .collect();
-        Ok(Self { nodes: Mutex::new(nodes), store, death_timeout })
+        Ok(Self { nodes: Mutex::new(nodes), store, events, death_timeout })
     }
 
     pub fn death_timeout(&self) -> Duration {
@@ -64,6 +66,12 @@ impl Membership {
         info.end_time_ms = 0;
         self.store.put_node(&info)?;
         tracing::info!(node_id = %info.node_id, ip = %info.node_ip, name = %info.node_name, "node joined");
+        let name = if info.node_name != info.node_ip { format!(", {}", info.node_name) } else { String::new() };
+        self.events.record(
+            "INFO",
+            "node_joined",
+            format!("Node {} ({}{name}) joined", info.node_id.short(), info.node_ip),
+        );
         nodes.insert(info.node_id.clone(), Entry { info, last_seen: Instant::now() });
         Ok(())
     }
@@ -89,6 +97,7 @@ impl Membership {
             info.mark_dead(reason, now_ms());
             self.store.put_node(&info)?;
             tracing::info!(node_id = %id, reason, "node left");
+            self.events.record("INFO", "node_left", format!("Node {} ({}) left: {reason}", id.short(), info.node_ip));
             entry.info = info;
         }
         Ok(())
@@ -114,6 +123,8 @@ impl Membership {
         let ids = expired.iter().map(|i| i.node_id.clone()).collect();
         for info in expired {
             tracing::warn!(node_id = %info.node_id, ip = %info.node_ip, "node declared dead: {reason}");
+            let message = format!("Node {} ({}) died: {reason}", info.node_id.short(), info.node_ip);
+            self.events.record("WARNING", "node_dead", message);
             if let Some(entry) = nodes.get_mut(&info.node_id) {
                 entry.info = info;
             }
@@ -160,7 +171,8 @@ pub(crate) mod tests {
 
     fn membership(dir: &tempfile::TempDir) -> Membership {
         let store = Arc::new(Store::open(&dir.path().join("db")).unwrap());
-        Membership::open(store, Duration::from_secs(5)).unwrap()
+        let events = Arc::new(Events::open(store.clone()).unwrap());
+        Membership::open(store, events, Duration::from_secs(5)).unwrap()
     }
 
     #[tokio::test(start_paused = true)]

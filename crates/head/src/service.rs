@@ -142,6 +142,7 @@ impl head_service_server::HeadService for HeadService {
             dashboard_host: self.dashboard.host.clone(),
             dashboard_port: self.dashboard.port as u32,
             dashboard_url: self.dashboard.url.clone(),
+            pending_demands: self.jobs.pending_demands(),
         }))
     }
 }

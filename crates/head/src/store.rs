@@ -2,6 +2,7 @@
 //! B-trees, every commit fsynced), so a head killed at any instant restarts with it intact.
 //! Records are JSON values keyed by id, one table per kind.
 
+use oxray_api_types::Event;
 use oxray_types::{JobRecord, NodeInfo};
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 type Table = TableDefinition<'static, &'static str, &'static [u8]>;
 const NODES: Table = TableDefinition::new("nodes");
 const JOBS: Table = TableDefinition::new("jobs");
+const EVENTS: TableDefinition<'static, u64, &'static [u8]> = TableDefinition::new("events");
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -46,6 +48,7 @@ impl Store {
         let tx = db.begin_write().map_err(db_err)?;
         tx.open_table(NODES).map_err(db_err)?;
         tx.open_table(JOBS).map_err(db_err)?;
+        tx.open_table(EVENTS).map_err(db_err)?;
         tx.commit().map_err(db_err)?;
         Ok(Self { db })
     }
@@ -106,6 +109,31 @@ impl Store {
 
     pub fn load_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         self.load(JOBS)
+    }
+
+    /// Adds an event and drops the one that fell out of the kept window, in one transaction.
+    pub fn put_event(&self, event: &Event, dropped: Option<u64>) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(event)?;
+        let tx = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut table = tx.open_table(EVENTS).map_err(db_err)?;
+            table.insert(event.seq, bytes.as_slice()).map_err(db_err)?;
+            if let Some(seq) = dropped {
+                table.remove(seq).map_err(db_err)?;
+            }
+        }
+        tx.commit().map_err(db_err)
+    }
+
+    pub fn load_events(&self) -> Result<Vec<Event>, StoreError> {
+        let tx = self.db.begin_read().map_err(db_err)?;
+        let table = tx.open_table(EVENTS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(db_err)? {
+            let (_, value) = entry.map_err(db_err)?;
+            out.push(serde_json::from_slice(value.value())?);
+        }
+        Ok(out)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The head's HTTP API on the dashboard port: version and health, Ray's state API for
 //! nodes, cluster status and Prometheus metrics, all behind the cluster token.
 
+mod assets;
 mod auth;
 mod jobs;
 mod jobs_api;
@@ -8,6 +9,7 @@ mod metrics;
 mod nodes;
 mod packages;
 mod status;
+mod ui;
 mod utf8;
 
 pub use jobs_api::{ByteStream, JobsApi};
@@ -21,10 +23,15 @@ use oxray_types::NodeInfo;
 use std::sync::Arc;
 
 /// What the HTTP API reads from the control plane.
+#[async_trait::async_trait]
 pub trait ClusterView: Send + Sync + 'static {
     fn nodes(&self) -> Vec<NodeInfo>;
-    /// Work waiting for resources, one line per demand shape.
+    /// Work waiting for resources, one line per waiting job.
     fn pending(&self) -> Vec<String>;
+    /// The newest events, newest first.
+    fn events(&self, limit: usize) -> Vec<oxray_api_types::Event>;
+    /// The end of a node agent's own log.
+    async fn node_log(&self, node_id: &str, max_bytes: u64) -> Result<String, oxray_api_types::ApiError>;
 }
 
 #[derive(Clone)]
@@ -47,6 +54,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/jobs/{id}/logs", get(jobs::logs))
         .route("/api/jobs/{id}/logs/tail", get(jobs::tail))
         .route("/api/packages/{protocol}/{name}", get(packages::head).put(packages::put))
+        .route("/api/ui/jobs", get(ui::jobs))
+        .route("/api/ui/events", get(ui::events))
+        .route("/api/ui/nodes/{id}", get(ui::node))
+        .route("/api/ui/nodes/{id}/log", get(ui::node_log))
         // Package uploads stream with their own limit; JSON bodies stay small.
         .layer(DefaultBodyLimit::max(8 * 1024 * 1024))
         // Unknown paths answer 404 only to callers with the token, as Ray's server does.
@@ -56,6 +67,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/version", get(status::version))
         .route("/api/gcs_healthz", get(status::healthz))
         .route("/-/healthz", get(status::healthz))
+        .route("/", get(assets::index))
+        .route("/static/{name}", get(assets::asset))
+        .route("/api/authentication_mode", get(ui::authentication_mode))
+        .route("/api/authenticate", post(ui::authenticate))
         .merge(protected)
         .with_state(state)
 }

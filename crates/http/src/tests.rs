@@ -6,12 +6,19 @@ use tower::ServiceExt;
 
 struct FixedView(Vec<NodeInfo>);
 
+#[async_trait::async_trait]
 impl ClusterView for FixedView {
     fn nodes(&self) -> Vec<NodeInfo> {
         self.0.clone()
     }
     fn pending(&self) -> Vec<String> {
         Vec::new()
+    }
+    fn events(&self, _limit: usize) -> Vec<oxray_api_types::Event> {
+        Vec::new()
+    }
+    async fn node_log(&self, node_id: &str, _max_bytes: u64) -> Result<String, oxray_api_types::ApiError> {
+        Err(oxray_api_types::ApiError::NotFound(format!("Node {node_id} does not exist")))
     }
 }
 
@@ -184,4 +191,35 @@ async fn package_names_are_checked() {
     assert_eq!(get("/api/packages/s3/_ray_pkg_ab.zip", AUTH).await.0, StatusCode::BAD_REQUEST);
     let (status, _) = send(Request::put("/api/packages/gcs/..zip"), AUTH, Body::from("x")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn the_page_is_public_and_the_data_is_not() {
+    let (status, page) = get("/", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("/static/app.js"));
+    assert_eq!(get("/static/app.js", None).await.0, StatusCode::OK);
+    assert_eq!(get("/static/nope.js", None).await.0, StatusCode::NOT_FOUND);
+    for uri in ["/api/ui/jobs", "/api/ui/events", "/api/cluster_status"] {
+        assert_eq!(get(uri, None).await.0, StatusCode::UNAUTHORIZED, "{uri}");
+    }
+}
+
+#[tokio::test]
+async fn signing_in_sets_the_token_cookie() {
+    let (status, _) =
+        send(Request::post("/api/authenticate"), Some(("authorization", "Bearer wrong")), Body::empty()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let resp = app()
+        .oneshot(
+            Request::post("/api/authenticate").header("authorization", "Bearer s3cret").body(Body::empty()).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let cookie = resp.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.starts_with("ray-authentication-token=s3cret;") && cookie.contains("HttpOnly"), "{cookie}");
+    let page = get("/api/ui/jobs?limit=5", Some(("cookie", "ray-authentication-token=s3cret"))).await;
+    assert_eq!(page.0, StatusCode::OK);
+    assert!(page.1.contains("\"total\":0"), "{}", page.1);
 }

@@ -28,6 +28,30 @@ type LogStream = Pin<Box<dyn futures_util::Stream<Item = Result<v1::LogChunk, St
 impl agent_service_server::AgentService for AgentService {
     type ReadJobLogsStream = LogStream;
 
+    async fn read_agent_log(
+        &self,
+        request: Request<v1::ReadAgentLogRequest>,
+    ) -> Result<Response<v1::AgentLog>, Status> {
+        let max = request.into_inner().max_bytes.clamp(1, 4 << 20);
+        // Launched by `oxray start`, the agent's stderr is its log file.
+        let path = std::fs::read_link("/proc/self/fd/2").map_err(|e| Status::internal(e.to_string()))?;
+        if !path.is_file() {
+            return Err(Status::failed_precondition(format!("this agent logs to {}, not to a file", path.display())));
+        }
+        let mut file = tokio::fs::File::open(&path).await.map_err(|e| Status::internal(e.to_string()))?;
+        let len = file.metadata().await.map_err(|e| Status::internal(e.to_string()))?.len();
+        use tokio::io::AsyncSeekExt;
+        file.seek(std::io::SeekFrom::Start(len.saturating_sub(max)))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).await.map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(v1::AgentLog {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            path: path.display().to_string(),
+        }))
+    }
+
     async fn start_job(&self, request: Request<v1::StartJobRequest>) -> Result<Response<v1::StartJobReply>, Status> {
         self.runner.start(request.into_inner()).map_err(Status::invalid_argument)?;
         Ok(Response::new(v1::StartJobReply {}))

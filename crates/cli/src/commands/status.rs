@@ -6,8 +6,12 @@ use std::fmt::Write;
 use std::process::ExitCode;
 
 pub fn run(target: TargetArgs) -> Result<ExitCode> {
-    let nodes = runtime()?.block_on(fetch_nodes(&target))?;
-    let status = ClusterStatus::from_nodes(&nodes, Vec::new());
+    let (nodes, pending) = runtime()?.block_on(async {
+        let nodes = fetch_nodes(&target).await?;
+        let pending = crate::target::fetch_pending(&target).await?;
+        anyhow::Ok((nodes, pending))
+    })?;
+    let status = ClusterStatus::from_nodes(&nodes, pending);
     print!("{}", render(&status, &humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()));
     Ok(ExitCode::SUCCESS)
 }

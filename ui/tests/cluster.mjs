@@ -1,0 +1,59 @@
+// A real oxray cluster for browser tests: a head and two more nodes on loopback, in a
+// temporary oxray home, started and stopped through the `oxray` binary (OXRAY_BIN).
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const bin = process.env.OXRAY_BIN || join(repo, "target", "debug", "oxray");
+
+export class Cluster {
+  constructor() {
+    this.dir = mkdtempSync(join(tmpdir(), "oxray-ui-"));
+    this.env = { ...process.env, OXRAY_HOME: join(this.dir, "home"), OXRAY_TEMP_DIR: join(this.dir, "sessions") };
+    delete this.env.OXRAY_ADDRESS;
+    delete this.env.OXRAY_AUTH_TOKEN;
+  }
+
+  oxray(...args) {
+    return execFileSync(bin, args, { env: this.env, encoding: "utf8", timeout: 60_000 });
+  }
+
+  start() {
+    this.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2", "--node-ip-address", "127.0.0.1");
+    const current = JSON.parse(readFileSync(join(this.env.OXRAY_HOME, "current_cluster.json"), "utf8"));
+    this.url = current.dashboard_url;
+    this.token = this.oxray("get-auth-token").trim();
+    for (const name of ["gpu-box-1", "gpu-box-2"]) {
+      this.oxray("start", "--address", current.address, "--num-cpus", "1", "--node-name", name,
+        "--labels", "zone=b", "--node-ip-address", "127.0.0.1");
+    }
+    return this;
+  }
+
+  async api(path, options = {}) {
+    const response = await fetch(this.url + path, { ...options, headers: { Authorization: `Bearer ${this.token}`, ...options.headers } });
+    if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`);
+    return response.json();
+  }
+
+  async submit(entrypoint, extra = {}) {
+    const reply = await this.api("/api/jobs/", { method: "POST", body: JSON.stringify({ entrypoint, ...extra }) });
+    return reply.submission_id;
+  }
+
+  async nodeIds() {
+    const reply = await this.api("/api/v0/nodes?limit=100");
+    return reply.data.result.result.map((n) => n.node_id);
+  }
+
+  stop() {
+    try {
+      this.oxray("stop", "--force");
+    } finally {
+      rmSync(this.dir, { recursive: true, force: true });
+    }
+  }
+}
