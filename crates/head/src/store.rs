@@ -70,7 +70,10 @@ impl Store {
         tx.commit().map_err(db_err)
     }
 
-    fn load<T: DeserializeOwned>(&self, table: Table) -> Result<Vec<T>, StoreError> {
+    fn load<K: redb::Key + 'static, T: DeserializeOwned>(
+        &self,
+        table: TableDefinition<'static, K, &'static [u8]>,
+    ) -> Result<Vec<T>, StoreError> {
         let tx = self.db.begin_read().map_err(db_err)?;
         let t = tx.open_table(table).map_err(db_err)?;
         let mut out = Vec::new();
@@ -126,14 +129,7 @@ impl Store {
     }
 
     pub fn load_events(&self) -> Result<Vec<Event>, StoreError> {
-        let tx = self.db.begin_read().map_err(db_err)?;
-        let table = tx.open_table(EVENTS).map_err(db_err)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(db_err)? {
-            let (_, value) = entry.map_err(db_err)?;
-            out.push(serde_json::from_slice(value.value())?);
-        }
-        Ok(out)
+        self.load(EVENTS)
     }
 }
 

@@ -72,7 +72,8 @@ pub fn explain(address: &str, status: &Status) -> String {
     }
 }
 
-fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+/// The innermost error of a chain: the one that names what actually went wrong.
+pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = error;
     while let Some(next) = cause.source() {
         cause = next;

@@ -5,4 +5,6 @@ mod auth;
 mod client;
 
 pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
-pub use client::{connect_agent_lazy, connect_head, connect_head_lazy, explain, AgentClient, HeadClient, RpcError};
+pub use client::{
+    connect_agent_lazy, connect_head, connect_head_lazy, explain, root_cause, AgentClient, HeadClient, RpcError,
+};

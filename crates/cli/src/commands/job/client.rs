@@ -4,7 +4,7 @@ use crate::target::{read_current, resolve_token};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use futures_util::{SinkExt, StreamExt};
-use oxray_rpc::Token;
+use oxray_rpc::{root_cause, Token};
 use serde_json::Value;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -155,12 +155,4 @@ async fn dashboard_of(address: &str, target: &JobTarget) -> Result<String> {
         other => other.to_string(),
     };
     Ok(format!("http://{host}:{}", info.dashboard_port))
-}
-
-fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = error;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
 }
