@@ -5,7 +5,7 @@ APT_PACKAGES := protobuf-compiler python3-venv chromium
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup venv build release test test-rust test-python test-ui lint fmt bench demo clean
+.PHONY: help setup venv wheel build release test test-rust test-python test-ui lint fmt bench demo clean
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
@@ -14,6 +14,7 @@ help:
 	@echo "make venv     Python venv in $(VENV): the oxray package, pytest, Ray's client for the compatibility suite"
 	@echo "make test     every test: Rust (unit, component, real processes), Python client, Ray-client compatibility"
 	@echo "make lint     rustfmt check and clippy with warnings as errors"
+	@echo "make wheel    the oxray Python wheel (abi3, binary included) in target/wheels"
 	@echo "make bench    benchmarks under bench/, side by side with Ray when installed"
 	@echo "make demo     start a local cluster, use it, stop it"
 
@@ -27,14 +28,21 @@ setup:
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "cargo is missing: install Rust from https://rustup.rs"; exit 1; }
 
-# The venv is rebuilt when its inputs change; the oxray package is installed editable.
+# The venv is rebuilt when its inputs change. The oxray package is installed editable and its
+# native module (maturin, dev profile: it shares the workspace's build) rebuilt on every run.
 $(VENV)/.ready: python/requirements-compat.txt python/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r python/requirements-compat.txt
-	$(PY) -m pip install -q --disable-pip-version-check -e ./python
 	touch $@
 
 venv: setup $(VENV)/.ready
+	MATURIN_PEP517_ARGS="--profile dev" $(PY) -m pip install -q --disable-pip-version-check -e ./python
+
+# A release wheel (abi3: any CPython >= 3.9) with the oxray binary inside, in target/wheels.
+wheel: release venv
+	mkdir -p python/oxray/_bin && cp target/release/oxray python/oxray/_bin/oxray
+	$(VENV)/bin/pip wheel -q --no-deps -w target/wheels ./python
+	rm -rf python/oxray/_bin
 
 build: setup
 	$(CARGO) build --workspace --all-targets
@@ -75,6 +83,7 @@ fmt:
 bench: release venv
 	python3 bench/cluster_start.py
 	python3 bench/job_submit.py --venv $(VENV)
+	$(PY) bench/init.py
 
 demo: release
 	bash scripts/demo.sh target/release/oxray

@@ -1,7 +1,28 @@
 """oxray: a distributed compute runtime for AI workloads, compatible with Ray.
 
-This package holds the Python client; `oxray.job_submission` submits and manages jobs the
-way `ray.job_submission` does.
+`import oxray as ray` keeps a Ray script's names: `init`, `shutdown`, `is_initialized`,
+`cluster_resources`, `available_resources`, `nodes`, `get_runtime_context`, and
+`oxray.job_submission`.
 """
 
+from oxray._private.worker import (
+    available_resources,
+    cluster_resources,
+    init,
+    is_initialized,
+    nodes,
+    shutdown,
+)
+from oxray.runtime_context import get_runtime_context
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "available_resources",
+    "cluster_resources",
+    "get_runtime_context",
+    "init",
+    "is_initialized",
+    "nodes",
+    "shutdown",
+]

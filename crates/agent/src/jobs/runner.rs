@@ -217,6 +217,7 @@ impl Runner {
             .env("OXRAY_ADDRESS", &self.context.head_address)
             .env("OXRAY_AUTH_TOKEN", &self.context.token)
             .env("OXRAY_JOB_ID", id)
+            .env("OXRAY_NODE_ID", self.context.node_id.lock().expect("node id lock").as_str())
             .env("OXRAY_DASHBOARD_URL", self.context.dashboard_url.lock().expect("dashboard url lock").as_str());
         if !prepared.python_path.is_empty() {
             let mut parts: Vec<String> = prepared.python_path.iter().map(|p| p.display().to_string()).collect();

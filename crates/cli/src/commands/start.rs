@@ -49,6 +49,10 @@ pub struct StartArgs {
     /// Stay in the foreground; stop everything on Ctrl-C or when a process exits
     #[arg(long)]
     pub block: bool,
+    /// With --block, also stop when standard input closes: a program that starts a private
+    /// cluster keeps the pipe open, and the cluster ends with it however it exits
+    #[arg(long, requires = "block", hide = true)]
+    pub stop_on_stdin_close: bool,
 }
 
 const HEAD_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -121,7 +125,7 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         print_node_banner(&address, &launched[0].ready);
     }
     match signals {
-        Some(signals) => block(launched, signals),
+        Some(signals) => block(launched, signals, args.stop_on_stdin_close),
         None => Ok(ExitCode::SUCCESS),
     }
 }
@@ -205,13 +209,26 @@ impl Signals {
 }
 
 /// Stays until Ctrl-C, SIGTERM or the exit of one of the processes, then stops them all.
-fn block(mut launched: Vec<Launched>, signals: Signals) -> Result<ExitCode> {
+fn block(mut launched: Vec<Launched>, signals: Signals, watch_stdin: bool) -> Result<ExitCode> {
     println!("--block: staying in the foreground; Ctrl-C stops this node.");
     let Signals { runtime, mut term, mut int } = signals;
+    let (closed_tx, mut stdin_closed) = tokio::sync::oneshot::channel::<()>();
+    // Unwatched, the sender lives to the end so the receiver never fires.
+    let _unwatched = if watch_stdin {
+        // A plain thread: process exit ends it, so it never holds up a shutdown.
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            let _ = closed_tx.send(());
+        });
+        None
+    } else {
+        Some(closed_tx)
+    };
     let exited = runtime.block_on(async {
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             tokio::select! {
+                _ = &mut stdin_closed => return Ok::<_, std::io::Error>(None),
                 _ = int.recv() => return Ok::<_, std::io::Error>(None),
                 _ = term.recv() => return Ok(None),
                 _ = tick.tick() => {

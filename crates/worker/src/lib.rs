@@ -1,0 +1,24 @@
+//! The core worker: the part of oxray that runs inside every Python driver and worker
+//! process (through the `oxray._native` module). For now it finds or starts a cluster and
+//! reads its state; tasks, actors and objects build on it.
+
+mod address;
+mod cluster;
+mod local;
+
+pub use address::{resolve, Target};
+pub use cluster::{available_resources, cluster_resources, Cluster};
+pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
+pub use oxray_rpc::Token;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("could not find a running cluster: start one with `oxray start --head`, or pass an address")]
+    NoCluster,
+    #[error("{0}")]
+    Connect(String),
+    #[error("cannot start a local cluster: {0}")]
+    Start(String),
+    #[error("the cluster sent a malformed node: {0}")]
+    Malformed(String),
+}

@@ -1,0 +1,151 @@
+"""The driver's global state: one connection to one cluster per process, as in Ray."""
+
+import atexit
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from oxray import _native
+
+_lock = threading.Lock()
+_client: Optional["_native.Client"] = None
+_namespace: Optional[str] = None
+
+
+def _home() -> Path:
+    return Path(os.environ.get("OXRAY_HOME") or Path.home() / ".oxray")
+
+
+def _current_address() -> Optional[str]:
+    current = _home() / "current_cluster.json"
+    try:
+        return json.loads(current.read_text()).get("address")
+    except (OSError, ValueError):
+        return None
+
+
+def _token() -> Optional[str]:
+    token = os.environ.get("OXRAY_AUTH_TOKEN")
+    if token:
+        return token.strip()
+    path = _home() / "auth_token"
+    return path.read_text().strip() if path.is_file() else None
+
+
+class RayContext(dict):
+    """What `init` returns: the addresses of the cluster it joined, as a dict and as
+    attributes, like Ray's context."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def disconnect(self):
+        shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        shutdown()
+
+
+def init(
+    address: Optional[str] = None,
+    *,
+    num_cpus: Optional[int] = None,
+    num_gpus: Optional[int] = None,
+    resources: Optional[Dict[str, float]] = None,
+    namespace: Optional[str] = None,
+    runtime_env: Optional[Dict[str, Any]] = None,
+    ignore_reinit_error: bool = False,
+    **kwargs: Any,
+) -> RayContext:
+    """Connects this process to a cluster.
+
+    With no address: the cluster of the job this process runs in (OXRAY_ADDRESS), else the
+    cluster started on this machine with `oxray start`, else a new private cluster for this
+    process, stopped when it exits. "auto" only joins; "local" always starts a new one.
+    """
+    global _client, _namespace
+    with _lock:
+        if _client is not None:
+            if ignore_reinit_error:
+                return _context(_client)
+            raise RuntimeError("Maybe you called oxray.init twice by accident? "
+                               "Pass ignore_reinit_error=True or call oxray.shutdown() first.")
+        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        resources_json = json.dumps(resources) if resources is not None else None
+        package_dir = str(Path(__file__).resolve().parent.parent / "_bin")
+        _client = _native.connect(address, os.environ.get("OXRAY_ADDRESS"), _current_address(), _token(),
+                                  (num_cpus, num_gpus, resources_json), package_dir)
+        _namespace = namespace
+        return _context(_client)
+
+
+def _context(client) -> RayContext:
+    return RayContext(address=client.address, gcs_address=client.address, dashboard_url=client.dashboard_url,
+                      session_name=client.session_name, node_id=None)
+
+
+def shutdown() -> None:
+    """Disconnects; stops the cluster if `init` started it for this process."""
+    global _client, _namespace
+    with _lock:
+        client, _client, _namespace = _client, None, None
+    if client is not None:
+        client.shutdown()
+
+
+atexit.register(shutdown)
+
+
+def is_initialized() -> bool:
+    return _client is not None
+
+
+def client():
+    if _client is None:
+        raise RuntimeError("oxray is not initialized: call oxray.init() first")
+    return _client
+
+
+def nodes() -> List[Dict[str, Any]]:
+    """Every node, in the shape of `ray.nodes()`."""
+    out = []
+    for n in json.loads(client().nodes_json()):
+        alive = n["state"] == "ALIVE"
+        out.append({
+            "NodeID": n["node_id"],
+            "Alive": alive,
+            "alive": alive,
+            "NodeManagerAddress": n["node_ip"],
+            "NodeManagerHostname": n["node_name"],
+            "NodeName": n["node_name"],
+            "NodeManagerPort": n.get("agent_port", 0),
+            "Resources": {k: v for k, v in n["resources_total"].items() if v > 0} if alive else {},
+            "Labels": n["labels"],
+            "IsHeadNode": n["is_head_node"],
+            "StartTimeMs": n["start_time_ms"],
+            "EndTimeMs": n["end_time_ms"],
+            "DeathReason": n.get("state_message") or "",
+        })
+    return out
+
+
+def cluster_resources() -> Dict[str, float]:
+    return dict(client().cluster_resources())
+
+
+def available_resources() -> Dict[str, float]:
+    return dict(client().available_resources())
+
+
+def namespace() -> Optional[str]:
+    return _namespace

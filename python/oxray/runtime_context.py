@@ -1,0 +1,39 @@
+"""`oxray.get_runtime_context()`: who and where this process is, as Ray's RuntimeContext."""
+
+import os
+from typing import Any, Dict, List, Optional
+
+from oxray._private import worker
+
+
+class RuntimeContext:
+    def get_job_id(self) -> Optional[str]:
+        """The submission id of the job this process belongs to, when it runs in one."""
+        return os.environ.get("OXRAY_JOB_ID")
+
+    def get_node_id(self) -> Optional[str]:
+        return os.environ.get("OXRAY_NODE_ID")
+
+    def get_task_id(self) -> Optional[str]:
+        return None
+
+    def get_actor_id(self) -> Optional[str]:
+        return None
+
+    def get_namespace(self) -> Optional[str]:
+        return worker.namespace()
+
+    def get_accelerator_ids(self) -> Dict[str, List[str]]:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return {"GPU": [g for g in visible.split(",") if g] if visible else []}
+
+    @property
+    def gcs_address(self) -> str:
+        return worker.client().address
+
+    def get(self) -> Dict[str, Any]:
+        return {"job_id": self.get_job_id(), "node_id": self.get_node_id(), "namespace": self.get_namespace()}
+
+
+def get_runtime_context() -> RuntimeContext:
+    return RuntimeContext()
