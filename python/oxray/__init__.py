@@ -1,24 +1,36 @@
 """oxray: a distributed compute runtime for AI workloads, compatible with Ray.
 
 `import oxray as ray` keeps a Ray script's names: `init`, `shutdown`, `is_initialized`,
-`cluster_resources`, `available_resources`, `nodes`, `get_runtime_context`, and
-`oxray.job_submission`.
+`cluster_resources`, `available_resources`, `nodes`, `get_runtime_context`, `remote`
+(functions), `get`, `put`, `wait`, and `oxray.job_submission`.
 """
 
+from oxray import exceptions
 from oxray._private.worker import (
     available_resources,
     cluster_resources,
+    get,
     init,
     is_initialized,
     nodes,
+    put,
+    remote,
     shutdown,
+    wait,
 )
+from oxray.object_ref import ObjectRef
 from oxray.runtime_context import get_runtime_context
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ObjectRef",
     "available_resources",
+    "exceptions",
+    "get",
+    "put",
+    "remote",
+    "wait",
     "cluster_resources",
     "get_runtime_context",
     "init",

@@ -3,6 +3,7 @@
 
 pub mod detect;
 mod jobs;
+mod workers;
 
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1;
@@ -55,6 +56,7 @@ pub struct JoinedAgent {
     heartbeat_interval: Duration,
     listener: Option<TcpListener>,
     runner: Arc<jobs::Runner>,
+    pool: Arc<workers::WorkerPool>,
     /// The node id job reports carry; it changes when the node rejoins under a new id.
     node_id: Arc<Mutex<String>>,
     /// The head's HTTP API, for the jobs' environment.
@@ -104,6 +106,16 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
     };
     let cache = jobs::EnvCache::new(config.session_dir.join("runtime_resources"), client.clone());
     let gpus = config.resources.get(oxray_types::resource_names::GPU) as u32;
+    let pool = Arc::new(workers::WorkerPool::new(
+        config.resources.clone(),
+        workers::WorkerEnv {
+            head_address: config.head_address.clone(),
+            token: config.token.as_str().to_string(),
+            node_id: node_id.clone(),
+            logs: config.session_dir.join("logs"),
+            agent_address: Arc::new(Mutex::new(format!("127.0.0.1:{port}"))),
+        },
+    ));
     let runner = Arc::new(jobs::Runner::new(
         config.session_dir.join("logs"),
         cache,
@@ -118,6 +130,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
         heartbeat_interval: Duration::from_secs(1),
         listener: Some(listener),
         runner,
+        pool,
         node_id,
         dashboard_url,
     };
@@ -170,11 +183,16 @@ impl JoinedAgent {
             jobs::AgentService::new(self.runner.clone()),
             oxray_rpc::ServerAuth(self.config.token.clone()),
         );
-        let server =
-            tokio::spawn(tonic::transport::Server::builder().add_service(service).serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                shutdown.clone().cancelled_owned(),
-            ));
+        let leases = oxray_proto::v1::lease_service_server::LeaseServiceServer::with_interceptor(
+            workers::LeaseService(self.pool.clone()),
+            oxray_rpc::ServerAuth(self.config.token.clone()),
+        );
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .add_service(leases)
+                .serve_with_incoming_shutdown(oxray_rpc::incoming(listener), shutdown.clone().cancelled_owned()),
+        );
         self.heartbeat(&shutdown).await;
         self.runner.stop_all().await;
         if let Ok(Err(e)) = server.await {

@@ -140,10 +140,7 @@ impl BoundHead {
         let service = service::HeadService::new(membership.clone(), jobs.clone(), session_name.clone(), dashboard);
         let grpc = tonic::transport::Server::builder()
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(control),
-                shutdown.clone().cancelled_owned(),
-            );
+            .serve_with_incoming_shutdown(oxray_rpc::incoming(control), shutdown.clone().cancelled_owned());
 
         let api = oxray_http::router(ApiState {
             view: Arc::new(View { membership, jobs: jobs.clone(), events }),

@@ -1,11 +1,17 @@
 //! `oxray._native`: the Rust core inside Python. Thin glue: it converts and forwards to
 //! `oxray-worker`, releasing the GIL around everything that waits.
 
-use oxray_worker::{available_resources, cluster_resources, Cluster, LocalCluster, LocalOptions, Target, WorkerError};
+use oxray_worker::{
+    available_resources, cluster_resources, Cluster, Executor, GetError, LocalCluster, LocalOptions, ObjectTable,
+    Submitter, Target, TaskSpec, WorkerError,
+};
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 fn to_py(e: WorkerError) -> PyErr {
     match e {
@@ -20,12 +26,32 @@ struct Client {
     runtime: tokio::runtime::Runtime,
     cluster: Cluster,
     local: Option<LocalCluster>,
+    token: oxray_worker::Token,
+    /// The interpreter workers run: this driver's.
+    python: String,
+    /// The node this process runs on, when known (set for jobs and workers).
+    node_hint: Option<String>,
+    objects: Arc<ObjectTable>,
+    submitter: Mutex<Option<Arc<Submitter>>>,
+}
+
+/// `get` and `wait` timeouts: seconds, or forever.
+fn deadline(timeout: Option<f64>) -> Option<tokio::time::Instant> {
+    timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs_f64(t.max(0.0)))
+}
+
+fn get_error(e: GetError) -> PyErr {
+    match e {
+        GetError::Timeout(_) => pyo3::exceptions::PyTimeoutError::new_err(e.to_string()),
+        GetError::Unknown(_) => PyValueError::new_err(e.to_string()),
+    }
 }
 
 /// Resolves `address` as `ray.init` does and connects; starts a private local cluster when
 /// there is none to join.
 #[pyfunction]
-#[pyo3(signature = (address, env_address, current_address, token, local, package_dir))]
+#[pyo3(signature = (address, env_address, current_address, token, local, package_dir, python, node_hint))]
+#[allow(clippy::too_many_arguments)]
 fn connect(
     py: Python<'_>,
     address: Option<String>,
@@ -34,6 +60,8 @@ fn connect(
     token: Option<String>,
     local: (Option<u32>, Option<u32>, Option<String>),
     package_dir: Option<PathBuf>,
+    python: String,
+    node_hint: Option<String>,
 ) -> PyResult<Client> {
     py.detach(|| {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -65,7 +93,8 @@ fn connect(
         };
         let token = parse_token(&token)?;
         let cluster = runtime.block_on(Cluster::connect(&address, &token)).map_err(to_py)?;
-        Ok(Client { runtime, cluster, local })
+        let objects = Arc::new(ObjectTable::default());
+        Ok(Client { runtime, cluster, local, token, python, node_hint, objects, submitter: Mutex::new(None) })
     })
 }
 
@@ -112,6 +141,54 @@ impl Client {
         Ok(available_resources(&nodes))
     }
 
+    /// Starts a task; returns the id of the object that will hold its result.
+    #[pyo3(signature = (name, function, args, dependencies, resources))]
+    fn submit_task(
+        &self,
+        py: Python<'_>,
+        name: String,
+        function: Vec<u8>,
+        args: Vec<u8>,
+        dependencies: Vec<String>,
+        resources: BTreeMap<String, f64>,
+    ) -> PyResult<String> {
+        let resources =
+            oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let submitter = py.detach(|| self.submitter())?;
+        Ok(submitter.submit(self.runtime.handle(), TaskSpec { name, function, args, dependencies, resources }))
+    }
+
+    fn put(&self, data: Vec<u8>) -> String {
+        self.objects.put(data)
+    }
+
+    /// `(data, outcome)` for each id: outcome 0 is a value, 1 a task's exception, 2 a
+    /// system failure whose data is a message.
+    #[pyo3(signature = (ids, timeout=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        ids: Vec<String>,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<(Bound<'py, PyBytes>, u8)>> {
+        let ready =
+            py.detach(|| self.runtime.block_on(self.objects.get(&ids, deadline(timeout)))).map_err(get_error)?;
+        Ok(ready.into_iter().map(|r| (PyBytes::new(py, &r.data), r.outcome as u8)).collect())
+    }
+
+    #[pyo3(signature = (ids, num_returns, timeout=None))]
+    fn wait(&self, py: Python<'_>, ids: Vec<String>, num_returns: usize, timeout: Option<f64>) -> PyResult<Vec<bool>> {
+        py.detach(|| self.runtime.block_on(self.objects.wait(&ids, num_returns, deadline(timeout)))).map_err(get_error)
+    }
+
+    fn add_ref(&self, id: &str) {
+        self.objects.add_ref(id);
+    }
+
+    fn release(&self, id: &str) {
+        self.objects.release(id);
+    }
+
     /// Stops the private cluster, if this client started one.
     fn shutdown(&mut self, py: Python<'_>) {
         if let Some(mut local) = self.local.take() {
@@ -120,9 +197,77 @@ impl Client {
     }
 }
 
+impl Client {
+    /// The submitter, made on first use: it needs the agent of this process's node.
+    fn submitter(&self) -> PyResult<Arc<Submitter>> {
+        let mut slot = self.submitter.lock().expect("submitter lock");
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let nodes = self.runtime.block_on(self.cluster.nodes()).map_err(to_py)?;
+        let usable: Vec<_> = nodes.iter().filter(|n| n.is_alive() && n.agent_port != 0).collect();
+        let node = usable
+            .iter()
+            .find(|n| Some(n.node_id.hex()) == self.node_hint)
+            .or_else(|| usable.iter().find(|n| n.is_head_node))
+            .or_else(|| usable.first())
+            .ok_or_else(|| PyRuntimeError::new_err("no alive node can run tasks"))?;
+        let agent = format!("{}:{}", node.node_ip, node.agent_port);
+        // Lazy channels start their connection task on the runtime.
+        let _runtime = self.runtime.enter();
+        let submitter = Arc::new(
+            Submitter::new(self.objects.clone(), &agent, self.token.clone(), self.python.clone())
+                .map_err(PyRuntimeError::new_err)?,
+        );
+        *slot = Some(submitter.clone());
+        Ok(submitter)
+    }
+}
+
+/// The task loop's side of a worker process.
+#[pyclass(module = "oxray._native")]
+struct TaskExecutor {
+    runtime: tokio::runtime::Runtime,
+    executor: Arc<Executor>,
+}
+
+#[pymethods]
+impl TaskExecutor {
+    #[new]
+    fn new(py: Python<'_>, agent: String, worker_id: String, token: String) -> PyResult<Self> {
+        let token = parse_token(&token)?;
+        py.detach(|| {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+            let executor =
+                runtime.block_on(Executor::start(&agent, &worker_id, token)).map_err(PyConnectionError::new_err)?;
+            Ok(Self { runtime, executor })
+        })
+    }
+
+    /// The next task as `(task_id, name, function, args, [(object_id, data)])`, or None.
+    #[allow(clippy::type_complexity)]
+    fn next_task<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> Option<(String, String, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(String, Bound<'py, PyBytes>)>)> {
+        let task = py.detach(|| self.runtime.block_on(self.executor.next()))?;
+        let deps = task.dependencies.iter().map(|(id, data)| (id.clone(), PyBytes::new(py, data))).collect();
+        Some((task.task_id, task.name, PyBytes::new(py, &task.function), PyBytes::new(py, &task.args), deps))
+    }
+
+    fn finish(&self, task_id: &str, result: Vec<u8>, is_error: bool) {
+        self.executor.finish(task_id, result, is_error);
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
+    m.add_class::<TaskExecutor>()?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -8,3 +8,16 @@ pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
 pub use client::{
     connect_agent_lazy, connect_head, connect_head_lazy, explain, root_cause, AgentClient, HeadClient, RpcError,
 };
+
+/// Accepted connections of a bound listener, with Nagle's algorithm off: RPCs are small
+/// request/response exchanges that must not wait for delayed ACKs.
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
+}

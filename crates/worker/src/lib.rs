@@ -4,12 +4,18 @@
 
 mod address;
 mod cluster;
+mod executor;
 mod local;
+mod objects;
+mod tasks;
 
 pub use address::{resolve, Target};
 pub use cluster::{available_resources, cluster_resources, Cluster};
+pub use executor::{Executor, Incoming};
 pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
+pub use objects::{GetError, ObjectTable, Outcome, Ready};
 pub use oxray_rpc::Token;
+pub use tasks::{Submitter, TaskSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {

@@ -3,6 +3,7 @@
 import atexit
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -84,7 +85,8 @@ def init(
         resources_json = json.dumps(resources) if resources is not None else None
         package_dir = str(Path(__file__).resolve().parent.parent / "_bin")
         _client = _native.connect(address, os.environ.get("OXRAY_ADDRESS"), _current_address(), _token(),
-                                  (num_cpus, num_gpus, resources_json), package_dir)
+                                  (num_cpus, num_gpus, resources_json), package_dir, sys.executable,
+                                  os.environ.get("OXRAY_NODE_ID"))
         _namespace = namespace
         return _context(_client)
 
@@ -149,3 +151,82 @@ def available_resources() -> Dict[str, float]:
 
 def namespace() -> Optional[str]:
     return _namespace
+
+
+def new_ref(object_id: str):
+    from oxray.object_ref import ObjectRef
+
+    return ObjectRef(object_id, client())
+
+
+def put(value: Any):
+    """Stores a value; returns its ObjectRef."""
+    from oxray._private import serialization
+    from oxray.object_ref import ObjectRef
+
+    if isinstance(value, ObjectRef):
+        raise TypeError("Calling put on an ObjectRef is not allowed")
+    return new_ref(client().put(serialization.dumps(value)))
+
+
+def get(refs, *, timeout: Optional[float] = None):
+    """The value of one ObjectRef, or the values of a list of them, waiting as needed."""
+    from oxray import exceptions
+    from oxray._private import serialization
+    from oxray.object_ref import ObjectRef
+
+    single = isinstance(refs, ObjectRef)
+    items = [refs] if single else list(refs)
+    for r in items:
+        if not isinstance(r, ObjectRef):
+            raise TypeError(f"get takes an ObjectRef or a list of them, got {type(r).__name__}")
+    try:
+        results = client().get([r.hex() for r in items], timeout)
+    except TimeoutError as e:
+        raise exceptions.GetTimeoutError(f"Get timed out: {e}") from None
+    except ValueError as e:
+        raise exceptions.ObjectLostError(str(e)) from None
+    values = []
+    for data, outcome in results:
+        if outcome == 0:
+            values.append(serialization.loads(data))
+        elif outcome == 1:
+            raise serialization.loads(data).as_instanceof_cause()
+        else:
+            raise exceptions.WorkerCrashedError(data.decode(errors="replace"))
+    return values[0] if single else values
+
+
+def wait(refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_local: bool = True):
+    """Splits refs into (ready, not ready), once num_returns are ready or at the timeout."""
+    from oxray.object_ref import ObjectRef
+
+    refs = list(refs)
+    if any(not isinstance(r, ObjectRef) for r in refs):
+        raise TypeError("wait takes a list of ObjectRefs")
+    if len(set(refs)) != len(refs):
+        raise ValueError("Wait requires a list of unique ObjectRefs")
+    if not 0 <= num_returns <= len(refs):
+        raise ValueError(f"num_returns must be between 0 and {len(refs)}, got {num_returns}")
+    flags = client().wait([r.hex() for r in refs], num_returns, timeout)
+    ready = [r for r, f in zip(refs, flags) if f][:num_returns] if num_returns else []
+    chosen = set(ready)
+    return ready, [r for r in refs if r not in chosen]
+
+
+def remote(*args, **options):
+    """`@remote` or `@remote(num_cpus=..., ...)` on a function."""
+    from oxray.remote_function import RemoteFunction
+
+    def make(target):
+        if isinstance(target, type):
+            raise NotImplementedError("actors (remote classes) are not supported yet")
+        if not callable(target):
+            raise TypeError("remote takes a function")
+        return RemoteFunction(target, options)
+
+    if len(args) == 1 and not options and callable(args[0]):
+        return make(args[0])
+    if args:
+        raise TypeError("remote takes a function, or keyword options only")
+    return make

@@ -1,0 +1,50 @@
+"""Ray's exceptions, with Ray's names and meaning."""
+
+
+class RayError(Exception):
+    """Base of every oxray error."""
+
+
+class RaySystemError(RayError):
+    """The system, not the task's code, failed."""
+
+
+class WorkerCrashedError(RayError):
+    """The worker running a task died or became unreachable."""
+
+
+class GetTimeoutError(RayError, TimeoutError):
+    """`get` ran out of time."""
+
+
+class ObjectLostError(RayError):
+    """An object is gone (freed, or owned by a process that ended)."""
+
+
+class RayTaskError(RayError):
+    """A task raised. `get` raises it as an instance of the original exception's type too,
+    so `except ValueError` still catches a remote ValueError."""
+
+    def __init__(self, function_name, traceback_str, cause):
+        self.function_name = function_name
+        self.traceback_str = traceback_str
+        self.cause = cause
+        super().__init__(f"{function_name} raised {type(cause).__name__}: {cause}\n\n{traceback_str}")
+
+    def __str__(self):
+        return self.args[0]
+
+    def as_instanceof_cause(self):
+        cause_cls = type(self.cause)
+        if issubclass(cause_cls, RayTaskError):
+            return self
+        try:
+            cls = type(f"RayTaskError({cause_cls.__name__})", (RayTaskError, cause_cls), {})
+            err = cls.__new__(cls)
+            RayTaskError.__init__(err, self.function_name, self.traceback_str, self.cause)
+            return err
+        except TypeError:  # a type that cannot be a base (final, or with a conflicting layout)
+            return self
+
+    def __reduce__(self):
+        return (RayTaskError, (self.function_name, self.traceback_str, self.cause))

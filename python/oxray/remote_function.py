@@ -1,0 +1,59 @@
+from typing import Any, Dict
+
+from oxray._private import serialization, worker
+
+_OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "num_returns", "max_retries", "retry_exceptions", "name",
+            "scheduling_strategy", "runtime_env"}
+
+
+def resource_request(options: Dict[str, Any], default_cpus: float) -> Dict[str, float]:
+    request = {"CPU": float(options.get("num_cpus", default_cpus))}
+    if options.get("num_gpus"):
+        request["GPU"] = float(options["num_gpus"])
+    if options.get("memory"):
+        request["memory"] = float(options["memory"])
+    for name, amount in (options.get("resources") or {}).items():
+        if name in ("CPU", "GPU", "memory"):
+            raise ValueError(f"use num_cpus, num_gpus or memory, not resources={{{name!r}: ...}}")
+        request[name] = float(amount)
+    for name, amount in request.items():
+        if amount < 0:
+            raise ValueError(f"{name} must not be negative, got {amount}")
+    return request
+
+
+def check_options(options: Dict[str, Any]) -> None:
+    unknown = set(options) - _OPTIONS
+    if unknown:
+        raise ValueError(f"unknown option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
+    if options.get("num_returns", 1) != 1:
+        raise NotImplementedError("num_returns other than 1 is not supported yet")
+
+
+class RemoteFunction:
+    """What `@oxray.remote` makes of a function: `.remote(...)` runs it as a task."""
+
+    def __init__(self, function, options: Dict[str, Any]):
+        check_options(options)
+        self._function = function
+        self._options = options
+        self._pickled = None
+        self.__name__ = getattr(function, "__name__", "remote_function")
+        self.__doc__ = function.__doc__
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"Remote function {self.__name__} cannot be called directly; use {self.__name__}.remote(...)")
+
+    def options(self, **options) -> "RemoteFunction":
+        merged = RemoteFunction(self._function, {**self._options, **options})
+        merged._pickled = self._pickled
+        return merged
+
+    def remote(self, *args, **kwargs):
+        client = worker.client()
+        if self._pickled is None:
+            self._pickled = serialization.dumps(self._function)
+        payload, dependencies = serialization.dumps_args(args, kwargs)
+        resources = resource_request(self._options, default_cpus=1)
+        object_id = client.submit_task(self.__name__, self._pickled, payload, dependencies, resources)
+        return worker.new_ref(object_id)

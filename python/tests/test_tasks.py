@@ -1,0 +1,109 @@
+import asyncio
+import os
+
+import pytest
+
+import oxray
+from oxray.exceptions import GetTimeoutError, RayTaskError, WorkerCrashedError
+
+from conftest import OXRAY_BIN
+
+
+@pytest.fixture(scope="module")
+def private_cluster(tmp_path_factory):
+    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME", "OXRAY_BIN")
+    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
+    os.environ.update(OXRAY_BIN=OXRAY_BIN, OXRAY_HOME=str(tmp_path_factory.mktemp("tasks-home")))
+    oxray.init(num_cpus=2, resources={"accel": 1})
+    yield
+    oxray.shutdown()
+    for k in names:
+        os.environ.pop(k, None)
+    os.environ.update(saved)
+
+
+@oxray.remote
+def square(x):
+    return x * x
+
+
+@oxray.remote
+def add(a, b=0):
+    return a + b
+
+
+@oxray.remote
+def fail(message):
+    raise KeyError(message)
+
+
+@oxray.remote(resources={"accel": 1})
+def where():
+    return os.getpid(), os.environ.get("OXRAY_NODE_ID")
+
+
+def test_tasks_return_values_and_take_refs(private_cluster):
+    assert oxray.get(square.remote(7)) == 49
+    refs = [square.remote(i) for i in range(20)]
+    assert oxray.get(refs) == [i * i for i in range(20)]
+    assert oxray.get(add.remote(square.remote(3), b=oxray.put(100))) == 109
+    big = oxray.put(list(range(10_000)))
+    assert oxray.get(add.remote(big, b=[1])) == list(range(10_000)) + [1]
+    pid, node = oxray.get(where.remote())
+    assert pid != os.getpid() and len(node) == 56
+
+
+def test_errors_come_back_as_the_original_type(private_cluster):
+    with pytest.raises(KeyError) as info:
+        oxray.get(fail.remote("missing-key"))
+    assert isinstance(info.value, RayTaskError)
+    assert "missing-key" in str(info.value) and "Traceback" in str(info.value)
+    # A failed argument fails the task that takes it.
+    with pytest.raises(KeyError):
+        oxray.get(add.remote(fail.remote("upstream")))
+
+
+def test_put_get_wait_and_timeouts(private_cluster):
+    ref = oxray.put({"a": 1})
+    assert oxray.get(ref) == {"a": 1} and hash(ref) == hash(oxray.ObjectRef(ref.hex()))
+    slow = [add.remote(i) for i in range(3)]
+    ready, rest = oxray.wait(slow, num_returns=3, timeout=30)
+    assert len(ready) == 3 and not rest
+
+    @oxray.remote
+    def sleepy():
+        import time
+        time.sleep(5)
+
+    with pytest.raises(GetTimeoutError):
+        oxray.get(sleepy.remote(), timeout=0.2)
+    ready, rest = oxray.wait([sleepy.remote()], timeout=0.1)
+    assert ready == [] and len(rest) == 1
+
+
+def test_refs_are_awaitable(private_cluster):
+    async def main():
+        return await square.remote(5)
+
+    assert asyncio.run(main()) == 25
+
+
+def test_a_crashed_worker_fails_its_task_clearly(private_cluster):
+    @oxray.remote
+    def die():
+        os._exit(1)
+
+    with pytest.raises(WorkerCrashedError, match="died"):
+        oxray.get(die.remote(), timeout=30)
+    assert oxray.get(square.remote(2)) == 4, "the cluster goes on"
+
+
+def test_bad_calls_are_refused(private_cluster):
+    with pytest.raises(TypeError, match="cannot be called directly"):
+        square(2)
+    with pytest.raises(ValueError, match="unknown option"):
+        square.options(bogus=1)
+    with pytest.raises(NotImplementedError, match="actors"):
+        oxray.remote(type("A", (), {}))
+    with pytest.raises(WorkerCrashedError, match="can never hold"):
+        oxray.get(square.options(num_cpus=64).remote(1), timeout=30)
