@@ -48,3 +48,7 @@ class RayTaskError(RayError):
 
     def __reduce__(self):
         return (RayTaskError, (self.function_name, self.traceback_str, self.cause))
+
+
+class ActorDiedError(RayError):
+    """The actor a call went to is dead (killed, crashed, or its creation failed)."""

@@ -2,13 +2,14 @@
 //! `oxray-worker`, releasing the GIL around everything that waits.
 
 use oxray_worker::{
-    available_resources, cluster_resources, Cluster, Executor, GetError, LocalCluster, LocalOptions, ObjectTable,
-    Submitter, Target, TaskSpec, WorkerError,
+    available_resources, cluster_resources, ActorCall, Cluster, Executor, GetError, LocalCluster, LocalOptions,
+    ObjectTable, Route, Submitter, Target, TaskSpec, WorkerError,
 };
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +34,9 @@ struct Client {
     node_hint: Option<String>,
     objects: Arc<ObjectTable>,
     submitter: Mutex<Option<Arc<Submitter>>>,
+    /// Identifies this process's calls to actors; each actor runs them in sequence order.
+    caller_id: String,
+    sequences: Mutex<HashMap<String, u64>>,
 }
 
 /// `get` and `wait` timeouts: seconds, or forever.
@@ -94,7 +98,18 @@ fn connect(
         let token = parse_token(&token)?;
         let cluster = runtime.block_on(Cluster::connect(&address, &token)).map_err(to_py)?;
         let objects = Arc::new(ObjectTable::default());
-        Ok(Client { runtime, cluster, local, token, python, node_hint, objects, submitter: Mutex::new(None) })
+        Ok(Client {
+            runtime,
+            cluster,
+            local,
+            token,
+            python,
+            node_hint,
+            objects,
+            submitter: Mutex::new(None),
+            caller_id: oxray_worker::new_id(),
+            sequences: Mutex::new(HashMap::new()),
+        })
     })
 }
 
@@ -155,7 +170,68 @@ impl Client {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let submitter = py.detach(|| self.submitter())?;
-        Ok(submitter.submit(self.runtime.handle(), TaskSpec { name, function, args, dependencies, resources }))
+        let spec = TaskSpec { name, function, args, dependencies, route: Route::Lease(resources) };
+        Ok(submitter.submit(self.runtime.handle(), spec))
+    }
+
+    /// Leases a worker for the actor's life and sends the creation call; returns
+    /// `(actor_id, worker_address, lease_id, creation_object_id)`.
+    fn create_actor(
+        &self,
+        py: Python<'_>,
+        name: String,
+        class: Vec<u8>,
+        args: Vec<u8>,
+        dependencies: Vec<String>,
+        resources: BTreeMap<String, f64>,
+    ) -> PyResult<(String, String, String, String)> {
+        let resources =
+            oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let submitter = py.detach(|| self.submitter())?;
+        let lease = py
+            .detach(|| self.runtime.block_on(submitter.lease(resources)))
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot place actor {name}: {e}")))?;
+        let actor_id = oxray_worker::new_id();
+        self.sequences.lock().expect("sequences lock").insert(actor_id.clone(), 1);
+        let call = ActorCall {
+            address: lease.worker_address.clone(),
+            method: String::new(),
+            creation: true,
+            caller: self.caller_id.clone(),
+            sequence: 0,
+        };
+        let spec = TaskSpec { name, function: class, args, dependencies, route: Route::Actor(call) };
+        let created = submitter.submit(self.runtime.handle(), spec);
+        Ok((actor_id, lease.worker_address, lease.lease_id, created))
+    }
+
+    /// Calls a method; calls from this process run in the order they are made.
+    fn call_actor(
+        &self,
+        py: Python<'_>,
+        address: String,
+        actor_id: String,
+        method: String,
+        args: Vec<u8>,
+        dependencies: Vec<String>,
+    ) -> PyResult<String> {
+        let submitter = py.detach(|| self.submitter())?;
+        let sequence = {
+            let mut sequences = self.sequences.lock().expect("sequences lock");
+            let next = sequences.entry(actor_id).or_insert(0);
+            *next += 1;
+            *next - 1
+        };
+        let call =
+            ActorCall { address, method: method.clone(), creation: false, caller: self.caller_id.clone(), sequence };
+        let spec = TaskSpec { name: method, function: Vec::new(), args, dependencies, route: Route::Actor(call) };
+        Ok(submitter.submit(self.runtime.handle(), spec))
+    }
+
+    /// Ends an actor this process created: its worker is retired and its resources freed.
+    fn kill_actor(&self, py: Python<'_>, lease_id: String) -> PyResult<()> {
+        let submitter = py.detach(|| self.submitter())?;
+        py.detach(|| self.runtime.block_on(submitter.give_back(&lease_id, true))).map_err(PyRuntimeError::new_err)
     }
 
     fn put(&self, data: Vec<u8>) -> String {
@@ -248,15 +324,24 @@ impl TaskExecutor {
         })
     }
 
-    /// The next task as `(task_id, name, function, args, [(object_id, data)])`, or None.
+    /// The next task, or None: `(task_id, name, function, args, [(object_id, data)], actor_creation, actor_method)`.
     #[allow(clippy::type_complexity)]
     fn next_task<'py>(
         &self,
         py: Python<'py>,
-    ) -> Option<(String, String, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(String, Bound<'py, PyBytes>)>)> {
+    ) -> Option<(
+        String,
+        String,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Vec<(String, Bound<'py, PyBytes>)>,
+        bool,
+        String,
+    )> {
         let task = py.detach(|| self.runtime.block_on(self.executor.next()))?;
         let deps = task.dependencies.iter().map(|(id, data)| (id.clone(), PyBytes::new(py, data))).collect();
-        Some((task.task_id, task.name, PyBytes::new(py, &task.function), PyBytes::new(py, &task.args), deps))
+        let (function, args) = (PyBytes::new(py, &task.function), PyBytes::new(py, &task.args));
+        Some((task.task_id, task.name, function, args, deps, task.actor_creation, task.actor_method))
     }
 
     fn finish(&self, task_id: &str, result: Vec<u8>, is_error: bool) {

@@ -1,9 +1,10 @@
 //! The worker side: a process the agent started serves pushed tasks to its Python loop,
-//! which runs them one at a time and hands back the results.
+//! which runs them one at a time and hands back the results. Calls to an actor run in each
+//! caller's order, and only after the actor was created.
 
 use oxray_proto::v1::{self, worker_service_server};
 use oxray_rpc::{ServerAuth, Token};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tonic::{Request, Response, Status};
@@ -14,6 +15,42 @@ pub struct Incoming {
     pub function: Vec<u8>,
     pub args: Vec<u8>,
     pub dependencies: Vec<(String, Vec<u8>)>,
+    pub actor_creation: bool,
+    pub actor_method: String,
+}
+
+/// Actor calls held back until they may run.
+#[derive(Default)]
+struct Order {
+    created: bool,
+    /// Per caller: the next sequence number to deliver, and what arrived early.
+    callers: HashMap<String, (u64, BTreeMap<u64, Incoming>)>,
+}
+
+impl Order {
+    /// Takes one arrival; returns what can now be delivered, in order.
+    fn arrive(&mut self, caller: String, seq: u64, task: Incoming) -> Vec<Incoming> {
+        self.callers.entry(caller).or_default().1.insert(seq, task);
+        let mut out = Vec::new();
+        // Delivering the creation can unblock other callers: repeat until nothing moves.
+        loop {
+            let before = out.len();
+            for (next, waiting) in self.callers.values_mut() {
+                while let Some(first) = waiting.first_key_value().map(|(k, _)| *k) {
+                    if first != *next || !(self.created || waiting[&first].actor_creation) {
+                        break;
+                    }
+                    let task = waiting.remove(&first).expect("present");
+                    self.created |= task.actor_creation;
+                    out.push(task);
+                    *next += 1;
+                }
+            }
+            if out.len() == before {
+                return out;
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -22,6 +59,7 @@ struct Replies(Mutex<HashMap<String, oneshot::Sender<v1::PushTaskReply>>>);
 struct Service {
     queue: mpsc::UnboundedSender<Incoming>,
     replies: Arc<Replies>,
+    order: Mutex<Order>,
 }
 
 #[tonic::async_trait]
@@ -36,8 +74,17 @@ impl worker_service_server::WorkerService for Service {
             function: r.function,
             args: r.args,
             dependencies: r.dependencies.into_iter().map(|d| (d.object_id, d.data)).collect(),
+            actor_creation: r.actor_creation,
+            actor_method: r.actor_method,
         };
-        self.queue.send(incoming).map_err(|_| Status::unavailable("the worker is shutting down"))?;
+        let deliver = if r.caller_id.is_empty() {
+            vec![incoming]
+        } else {
+            self.order.lock().expect("order lock").arrive(r.caller_id, r.sequence, incoming)
+        };
+        for task in deliver {
+            self.queue.send(task).map_err(|_| Status::unavailable("the worker is shutting down"))?;
+        }
         rx.await.map(Response::new).map_err(|_| Status::internal("the worker dropped the task"))
     }
 }
@@ -54,9 +101,13 @@ impl Executor {
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let (tx, rx) = mpsc::unbounded_channel();
         let replies = Arc::new(Replies::default());
-        let server = worker_service_server::WorkerServiceServer::new(Service { queue: tx, replies: replies.clone() })
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX);
+        let server = worker_service_server::WorkerServiceServer::new(Service {
+            queue: tx,
+            replies: replies.clone(),
+            order: Mutex::new(Order::default()),
+        })
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
         let service = tonic::service::interceptor::InterceptedService::new(server, ServerAuth(token.clone()));
         tokio::spawn(
             tonic::transport::Server::builder().add_service(service).serve_with_incoming(oxray_rpc::incoming(listener)),
@@ -88,5 +139,35 @@ impl Executor {
         if let Some(tx) = self.replies.0.lock().expect("replies lock").remove(task_id) {
             let _ = tx.send(v1::PushTaskReply { result, is_error });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(name: &str, creation: bool) -> Incoming {
+        Incoming {
+            task_id: name.into(),
+            name: name.into(),
+            function: vec![],
+            args: vec![],
+            dependencies: vec![],
+            actor_creation: creation,
+            actor_method: String::new(),
+        }
+    }
+
+    fn names(tasks: Vec<Incoming>) -> Vec<String> {
+        tasks.into_iter().map(|t| t.name).collect()
+    }
+
+    #[test]
+    fn calls_run_in_caller_order_after_creation() {
+        let mut order = Order::default();
+        assert!(order.arrive("other".into(), 0, task("x0", false)).is_empty(), "not created yet");
+        assert!(order.arrive("owner".into(), 2, task("m2", false)).is_empty(), "out of order");
+        assert_eq!(names(order.arrive("owner".into(), 0, task("create", true))), ["create", "x0"]);
+        assert_eq!(names(order.arrive("owner".into(), 1, task("m1", false))), ["m1", "m2"]);
     }
 }

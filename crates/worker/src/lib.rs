@@ -13,9 +13,9 @@ pub use address::{resolve, Target};
 pub use cluster::{available_resources, cluster_resources, Cluster};
 pub use executor::{Executor, Incoming};
 pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
-pub use objects::{GetError, ObjectTable, Outcome, Ready};
+pub use objects::{new_id, GetError, ObjectTable, Outcome, Ready};
 pub use oxray_rpc::Token;
-pub use tasks::{Submitter, TaskSpec};
+pub use tasks::{ActorCall, Route, Submitter, TaskSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {

@@ -13,6 +13,8 @@ pub enum Outcome {
     TaskError = 1,
     /// The system failed the task (no worker, worker died): the data is a message.
     SystemError = 2,
+    /// The actor the call went to is gone: the data is a message.
+    ActorDied = 3,
 }
 
 #[derive(Debug, Clone)]

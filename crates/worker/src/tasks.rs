@@ -21,7 +21,24 @@ pub struct TaskSpec {
     pub args: Vec<u8>,
     /// ObjectRefs among the arguments: resolved here before the task is sent.
     pub dependencies: Vec<String>,
-    pub resources: ResourceSet,
+    pub route: Route,
+}
+
+/// Where a task goes.
+pub enum Route {
+    /// A worker leased for this task, holding these resources while it runs.
+    Lease(ResourceSet),
+    /// An actor's worker.
+    Actor(ActorCall),
+}
+
+pub struct ActorCall {
+    pub address: String,
+    /// Empty for the creation call.
+    pub method: String,
+    pub creation: bool,
+    pub caller: String,
+    pub sequence: u64,
 }
 
 pub struct Submitter {
@@ -69,10 +86,12 @@ impl Submitter {
         let this = self.clone();
         let result_id = id.clone();
         runtime.spawn(async move {
+            let actor = matches!(spec.route, Route::Actor(_));
             let (data, outcome) = match this.run(&result_id, spec).await {
                 Ok(reply) if reply.is_error => (reply.result, Outcome::TaskError),
                 Ok(reply) => (reply.result, Outcome::Value),
                 Err(Failure::Dependency(ready)) => (ready.data.to_vec(), ready.outcome),
+                Err(Failure::System(message)) if actor => (message.into_bytes(), Outcome::ActorDied),
                 Err(Failure::System(message)) => (message.into_bytes(), Outcome::SystemError),
             };
             this.objects.fulfil(&result_id, data, outcome);
@@ -94,29 +113,55 @@ impl Submitter {
             }
             dependencies.push(v1::ObjectValue { object_id: id.clone(), data: ready.data.to_vec() });
         }
-        let request = v1::LeaseRequest { resources: resources_to_proto(&spec.resources), python: self.python.clone() };
-        let lease = self
-            .leases
-            .clone()
-            .request_worker_lease(request)
-            .await
-            .map_err(|s| Failure::System(format!("no worker for task {}: {}", spec.name, s.message())))?
-            .into_inner();
-        let push = v1::PushTaskRequest {
+        let mut push = v1::PushTaskRequest {
             task_id: task_id.to_string(),
             function: spec.function,
             args: spec.args,
             function_name: spec.name.clone(),
             dependencies,
+            ..Default::default()
         };
+        let resources = match spec.route {
+            Route::Actor(call) => {
+                push.actor_creation = call.creation;
+                push.actor_method = call.method;
+                push.caller_id = call.caller;
+                push.sequence = call.sequence;
+                let mut worker = self.worker(&call.address).map_err(Failure::System)?;
+                return worker.push_task(push).await.map(|r| r.into_inner()).map_err(|s| {
+                    Failure::System(format!("the actor running {} died or is unreachable: {}", spec.name, s.message()))
+                });
+            }
+            Route::Lease(resources) => resources,
+        };
+        let lease = self
+            .lease(resources)
+            .await
+            .map_err(|e| Failure::System(format!("no worker for task {}: {e}", spec.name)))?;
         let reply = match self.worker(&lease.worker_address) {
             Ok(mut worker) => worker.push_task(push).await.map(|r| r.into_inner()).map_err(|s| s.message().to_string()),
             Err(e) => Err(e),
         };
-        let give_back = v1::ReturnWorkerRequest { lease_id: lease.lease_id, disconnect: reply.is_err() };
         // Losing this call only delays the reuse of the worker; the task's outcome stands.
-        let _ = self.leases.clone().return_worker(give_back).await;
+        let _ = self.give_back(&lease.lease_id, reply.is_err()).await;
         reply.map_err(|e| Failure::System(format!("the worker running task {} died or broke off: {e}", spec.name)))
+    }
+
+    /// A worker holding `resources`, for a task or for an actor's whole life.
+    pub async fn lease(&self, resources: ResourceSet) -> Result<v1::LeaseReply, String> {
+        let request = v1::LeaseRequest { resources: resources_to_proto(&resources), python: self.python.clone() };
+        self.leases
+            .clone()
+            .request_worker_lease(request)
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|s| s.message().to_string())
+    }
+
+    /// Gives a worker back; `disconnect` retires it (its process is killed).
+    pub async fn give_back(&self, lease_id: &str, disconnect: bool) -> Result<(), String> {
+        let request = v1::ReturnWorkerRequest { lease_id: lease_id.to_string(), disconnect };
+        self.leases.clone().return_worker(request).await.map(|_| ()).map_err(|s| s.message().to_string())
     }
 }
 

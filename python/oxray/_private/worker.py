@@ -13,6 +13,8 @@ from oxray import _native
 _lock = threading.Lock()
 _client: Optional["_native.Client"] = None
 _namespace: Optional[str] = None
+# Actors this process created: they end with it, as non-detached actors do in Ray.
+_owned_actors: List[Any] = []
 
 
 def _home() -> Path:
@@ -101,7 +103,14 @@ def shutdown() -> None:
     global _client, _namespace
     with _lock:
         client, _client, _namespace = _client, None, None
+        actors = list(_owned_actors)
+        _owned_actors.clear()
     if client is not None:
+        for handle in actors:
+            try:
+                client.kill_actor(handle._lease_id)
+            except Exception:  # the cluster may already be gone
+                pass
         client.shutdown()
 
 
@@ -113,8 +122,10 @@ def is_initialized() -> bool:
 
 
 def client():
+    """The connection, made on first use as Ray does (in workers too: their environment
+    names their cluster)."""
     if _client is None:
-        raise RuntimeError("oxray is not initialized: call oxray.init() first")
+        init(ignore_reinit_error=True)
     return _client
 
 
@@ -192,6 +203,8 @@ def get(refs, *, timeout: Optional[float] = None):
             values.append(serialization.loads(data))
         elif outcome == 1:
             raise serialization.loads(data).as_instanceof_cause()
+        elif outcome == 3:
+            raise exceptions.ActorDiedError(data.decode(errors="replace"))
         else:
             raise exceptions.WorkerCrashedError(data.decode(errors="replace"))
     return values[0] if single else values
@@ -220,7 +233,9 @@ def remote(*args, **options):
 
     def make(target):
         if isinstance(target, type):
-            raise NotImplementedError("actors (remote classes) are not supported yet")
+            from oxray.actor import ActorClass
+
+            return ActorClass(target, options)
         if not callable(target):
             raise TypeError("remote takes a function")
         return RemoteFunction(target, options)
@@ -230,3 +245,22 @@ def remote(*args, **options):
     if args:
         raise TypeError("remote takes a function, or keyword options only")
     return make
+
+
+def own_actor(handle) -> None:
+    with _lock:
+        _owned_actors.append(handle)
+
+
+def kill(actor, *, no_restart: bool = True) -> None:
+    """Ends an actor at once; calls still waiting on it fail with ActorDiedError."""
+    from oxray.actor import ActorHandle
+
+    if not isinstance(actor, ActorHandle):
+        raise TypeError(f"kill takes an actor handle, got {type(actor).__name__}")
+    if actor._lease_id is None:
+        raise ValueError("only the process that created an actor can kill it (named actors are not supported yet)")
+    with _lock:
+        if actor in _owned_actors:
+            _owned_actors.remove(actor)
+    client().kill_actor(actor._lease_id)

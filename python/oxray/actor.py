@@ -1,0 +1,74 @@
+"""Actors: `@oxray.remote` on a class. The actor lives in a worker process of its own
+(holding its resources while it lives); calls go straight to it and run one at a time, in
+the order each caller made them."""
+
+from typing import Any, Dict
+
+from oxray._private import serialization, worker
+from oxray.remote_function import check_options, resource_request
+
+
+class ActorMethod:
+    def __init__(self, handle: "ActorHandle", name: str):
+        self._handle = handle
+        self._name = name
+
+    def remote(self, *args, **kwargs):
+        h = self._handle
+        payload, dependencies = serialization.dumps_args(args, kwargs)
+        object_id = worker.client().call_actor(h._address, h._actor_id, self._name, payload, dependencies)
+        return worker.new_ref(object_id)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"Actor method {self._name} cannot be called directly; use .{self._name}.remote(...)")
+
+
+class ActorHandle:
+    """A reference to an actor; it can be passed to tasks and other actors."""
+
+    def __init__(self, actor_id: str, address: str, class_name: str, methods, lease_id: str = None):
+        self._actor_id = actor_id
+        self._address = address
+        self._class_name = class_name
+        self._methods = frozenset(methods)
+        self._lease_id = lease_id  # only in the process that created it
+
+    def __getattr__(self, name):
+        if name.startswith("_") and name not in self._methods:
+            raise AttributeError(name)
+        if name not in self._methods:
+            raise AttributeError(f"'{self._class_name}' actor has no method '{name}'")
+        return ActorMethod(self, name)
+
+    def __repr__(self):
+        return f"Actor({self._class_name}, {self._actor_id})"
+
+    def __reduce__(self):
+        return (ActorHandle, (self._actor_id, self._address, self._class_name, self._methods))
+
+
+class ActorClass:
+    def __init__(self, cls, options: Dict[str, Any]):
+        check_options(options)
+        self._cls = cls
+        self._options = options
+        self.__name__ = cls.__name__
+        self._methods = [m for m in dir(cls) if callable(getattr(cls, m, None)) and not m.startswith("__")]
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"Actor class {self.__name__} cannot be instantiated directly; use {self.__name__}.remote(...)")
+
+    def options(self, **options) -> "ActorClass":
+        return ActorClass(self._cls, {**self._options, **options})
+
+    def remote(self, *args, **kwargs) -> ActorHandle:
+        client = worker.client()
+        payload, dependencies = serialization.dumps_args(args, kwargs)
+        # As in Ray: an actor needs a CPU to be placed only if it asks for one.
+        resources = resource_request(self._options, default_cpus=0)
+        actor_id, address, lease_id, created = client.create_actor(
+            self.__name__, serialization.dumps(self._cls), payload, dependencies, resources)
+        handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id)
+        handle._created = worker.new_ref(created)
+        worker.own_actor(handle)
+        return handle

@@ -1,0 +1,69 @@
+import os
+
+import pytest
+
+import oxray
+from oxray.exceptions import ActorDiedError
+
+from test_tasks import private_cluster  # noqa: F401  (the shared private cluster)
+
+
+@oxray.remote
+class Counter:
+    def __init__(self, start=0):
+        self.n = start
+
+    def incr(self, by=1):
+        self.n += by
+        return self.n
+
+    def pid(self):
+        return os.getpid()
+
+    def fail(self):
+        raise ZeroDivisionError("by design")
+
+
+@oxray.remote
+def bump(counter, times):
+    return oxray.get([counter.incr.remote() for _ in range(times)])[-1]
+
+
+def test_calls_run_in_order_on_one_process(private_cluster):  # noqa: F811
+    counter = Counter.remote(10)
+    assert oxray.get([counter.incr.remote() for _ in range(50)]) == list(range(11, 61))
+    pids = set(oxray.get([counter.pid.remote() for _ in range(5)]))
+    assert len(pids) == 1 and os.getpid() not in pids
+    oxray.kill(counter)
+
+
+def test_handles_pass_to_tasks(private_cluster):  # noqa: F811
+    counter = Counter.remote()
+    assert oxray.get(bump.remote(counter, 5)) == 5
+    assert oxray.get(counter.incr.remote(0)) == 5, "the task's calls reached the same actor"
+    oxray.kill(counter)
+
+
+def test_errors_kill_and_bad_calls(private_cluster):  # noqa: F811
+    counter = Counter.remote()
+    with pytest.raises(ZeroDivisionError):
+        oxray.get(counter.fail.remote())
+    assert oxray.get(counter.incr.remote()) == 1, "an error in a method leaves the actor alive"
+    with pytest.raises(AttributeError, match="no method 'nope'"):
+        counter.nope
+    oxray.kill(counter)
+    with pytest.raises(ActorDiedError):
+        oxray.get(counter.incr.remote(), timeout=30)
+
+    @oxray.remote
+    class Broken:
+        def __init__(self):
+            raise RuntimeError("cannot start")
+
+        def ping(self):
+            return "pong"
+
+    broken = Broken.remote()
+    with pytest.raises(ActorDiedError, match="could not be created"):
+        oxray.get(broken.ping.remote(), timeout=30)
+    oxray.kill(broken)
