@@ -84,6 +84,7 @@ bench: release venv
 	python3 bench/cluster_start.py
 	python3 bench/job_submit.py --venv $(VENV)
 	$(PY) bench/init.py
+	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/microbenchmark.py --ray
 
 demo: release
 	bash scripts/demo.sh target/release/oxray

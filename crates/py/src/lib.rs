@@ -162,15 +162,21 @@ impl Client {
         &self,
         py: Python<'_>,
         name: String,
-        function: Vec<u8>,
-        args: Vec<u8>,
+        function: &[u8],
+        args: &[u8],
         dependencies: Vec<String>,
         resources: BTreeMap<String, f64>,
     ) -> PyResult<String> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let submitter = py.detach(|| self.submitter())?;
-        let spec = TaskSpec { name, function, args, dependencies, route: Route::Lease(resources) };
+        let spec = TaskSpec {
+            name,
+            function: function.to_vec(),
+            args: args.to_vec(),
+            dependencies,
+            route: Route::Lease(resources),
+        };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }
 
@@ -180,8 +186,8 @@ impl Client {
         &self,
         py: Python<'_>,
         name: String,
-        class: Vec<u8>,
-        args: Vec<u8>,
+        class: &[u8],
+        args: &[u8],
         dependencies: Vec<String>,
         resources: BTreeMap<String, f64>,
     ) -> PyResult<(String, String, String, String)> {
@@ -200,7 +206,8 @@ impl Client {
             caller: self.caller_id.clone(),
             sequence: 0,
         };
-        let spec = TaskSpec { name, function: class, args, dependencies, route: Route::Actor(call) };
+        let spec =
+            TaskSpec { name, function: class.to_vec(), args: args.to_vec(), dependencies, route: Route::Actor(call) };
         let created = submitter.submit(self.runtime.handle(), spec);
         Ok((actor_id, lease.worker_address, lease.lease_id, created))
     }
@@ -212,7 +219,7 @@ impl Client {
         address: String,
         actor_id: String,
         method: String,
-        args: Vec<u8>,
+        args: &[u8],
         dependencies: Vec<String>,
     ) -> PyResult<String> {
         let submitter = py.detach(|| self.submitter())?;
@@ -224,7 +231,13 @@ impl Client {
         };
         let call =
             ActorCall { address, method: method.clone(), creation: false, caller: self.caller_id.clone(), sequence };
-        let spec = TaskSpec { name: method, function: Vec::new(), args, dependencies, route: Route::Actor(call) };
+        let spec = TaskSpec {
+            name: method,
+            function: Vec::new(),
+            args: args.to_vec(),
+            dependencies,
+            route: Route::Actor(call),
+        };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }
 
@@ -234,8 +247,9 @@ impl Client {
         py.detach(|| self.runtime.block_on(submitter.give_back(&lease_id, true))).map_err(PyRuntimeError::new_err)
     }
 
-    fn put(&self, data: Vec<u8>) -> String {
-        self.objects.put(data)
+    /// Borrows the bytes from Python and copies them once.
+    fn put(&self, data: &[u8]) -> String {
+        self.objects.put(data.to_vec())
     }
 
     /// `(data, outcome)` for each id: outcome 0 is a value, 1 a task's exception, 2 a
@@ -344,8 +358,8 @@ impl TaskExecutor {
         Some((task.task_id, task.name, function, args, deps, task.actor_creation, task.actor_method))
     }
 
-    fn finish(&self, task_id: &str, result: Vec<u8>, is_error: bool) {
-        self.executor.finish(task_id, result, is_error);
+    fn finish(&self, task_id: &str, result: &[u8], is_error: bool) {
+        self.executor.finish(task_id, result.to_vec(), is_error);
     }
 }
 
