@@ -6,7 +6,7 @@ use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, lease_service_client::LeaseServiceClient, worker_service_client::WorkerServiceClient};
 use oxray_rpc::{ClientAuth, Token};
 use oxray_types::ResourceSet;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
@@ -47,6 +47,24 @@ pub struct Submitter {
     token: Token,
     python: String,
     workers: Mutex<HashMap<String, WorkerServiceClient<Authed>>>,
+    /// Tasks waiting for a worker, by resource shape.
+    shapes: Mutex<HashMap<String, Shape>>,
+}
+
+type Reply = Result<v1::PushTaskReply, String>;
+
+struct Queued {
+    push: v1::PushTaskRequest,
+    reply: tokio::sync::oneshot::Sender<Reply>,
+}
+
+/// Tasks of one resource shape share leases: a leased worker runs queued tasks one after
+/// another and is returned only when none is left. At most one lease request per shape is
+/// outstanding, and another is made only while tasks still wait.
+#[derive(Default)]
+struct Shape {
+    waiting: VecDeque<Queued>,
+    requesting: bool,
 }
 
 fn channel(address: &str) -> Result<Channel, String> {
@@ -61,7 +79,14 @@ impl Submitter {
     /// `agent` is the local node agent's address; `python` the interpreter workers run.
     pub fn new(objects: Arc<ObjectTable>, agent: &str, token: Token, python: String) -> Result<Self, String> {
         let leases = LeaseServiceClient::with_interceptor(channel(agent)?, ClientAuth::new(&token));
-        Ok(Self { objects, leases, token, python, workers: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            objects,
+            leases,
+            token,
+            python,
+            workers: Mutex::new(HashMap::new()),
+            shapes: Mutex::new(HashMap::new()),
+        })
     }
 
     fn worker(&self, address: &str) -> Result<WorkerServiceClient<Authed>, String> {
@@ -99,7 +124,7 @@ impl Submitter {
         id
     }
 
-    async fn run(&self, task_id: &str, spec: TaskSpec) -> Result<v1::PushTaskReply, Failure> {
+    async fn run(self: &Arc<Self>, task_id: &str, spec: TaskSpec) -> Result<v1::PushTaskReply, Failure> {
         let values = self.objects.get(&spec.dependencies, None).await;
         for dep in &spec.dependencies {
             self.objects.release(dep);
@@ -134,17 +159,91 @@ impl Submitter {
             }
             Route::Lease(resources) => resources,
         };
-        let lease = self
-            .lease(resources)
-            .await
-            .map_err(|e| Failure::System(format!("no worker for task {}: {e}", spec.name)))?;
-        let reply = match self.worker(&lease.worker_address) {
-            Ok(mut worker) => worker.push_task(push).await.map(|r| r.into_inner()).map_err(|s| s.message().to_string()),
-            Err(e) => Err(e),
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.enqueue(resources, Queued { push, reply: tx });
+        let reply = rx.await.unwrap_or_else(|_| Err("the submitter stopped".into()));
+        reply.map_err(|e| Failure::System(format!("task {} failed: {e}", spec.name)))
+    }
+
+    fn shapes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Shape>> {
+        self.shapes.lock().expect("shapes lock")
+    }
+
+    fn enqueue(self: &Arc<Self>, resources: ResourceSet, queued: Queued) {
+        let key = format!("{:?}", resources.as_map());
+        let request = {
+            let mut shapes = self.shapes();
+            let shape = shapes.entry(key.clone()).or_default();
+            shape.waiting.push_back(queued);
+            !std::mem::replace(&mut shape.requesting, true)
         };
-        // Losing this call only delays the reuse of the worker; the task's outcome stands.
-        let _ = self.give_back(&lease.lease_id, reply.is_err()).await;
-        reply.map_err(|e| Failure::System(format!("the worker running task {} died or broke off: {e}", spec.name)))
+        if request {
+            self.spawn_drive(key, resources);
+        }
+    }
+
+    /// A plain function between the spawns keeps the recursive future's type nameable.
+    fn spawn_drive(self: &Arc<Self>, key: String, resources: ResourceSet) {
+        tokio::spawn(self.clone().drive(key, resources));
+    }
+
+    /// Gets a lease and runs waiting tasks of the shape on it until none is left.
+    async fn drive(self: Arc<Self>, key: String, resources: ResourceSet) {
+        let lease = match self.lease(resources.clone()).await {
+            Ok(lease) => lease,
+            Err(e) => {
+                // The agent refused the shape (it can never fit) or is gone: fail what waits.
+                let waiting: Vec<Queued> = {
+                    let mut shapes = self.shapes();
+                    let shape = shapes.entry(key).or_default();
+                    shape.requesting = false;
+                    shape.waiting.drain(..).collect()
+                };
+                for q in waiting {
+                    let _ = q.reply.send(Err(format!("no worker: {e}")));
+                }
+                return;
+            }
+        };
+        let more = {
+            let mut shapes = self.shapes();
+            let shape = shapes.entry(key.clone()).or_default();
+            shape.requesting = shape.waiting.len() > 1;
+            shape.requesting
+        };
+        if more {
+            self.spawn_drive(key.clone(), resources.clone());
+        }
+        loop {
+            let next = self.shapes().get_mut(&key).and_then(|s| s.waiting.pop_front());
+            let Some(queued) = next else {
+                // Losing this call only delays the worker's reuse.
+                let _ = self.give_back(&lease.lease_id, false).await;
+                return;
+            };
+            let reply = match self.worker(&lease.worker_address) {
+                Ok(mut worker) => worker
+                    .push_task(queued.push)
+                    .await
+                    .map(|r| r.into_inner())
+                    .map_err(|s| format!("the worker died or broke off: {}", s.message())),
+                Err(e) => Err(e),
+            };
+            let broken = reply.is_err();
+            let _ = queued.reply.send(reply);
+            if broken {
+                let _ = self.give_back(&lease.lease_id, true).await;
+                let again = {
+                    let mut shapes = self.shapes();
+                    let shape = shapes.entry(key.clone()).or_default();
+                    !shape.waiting.is_empty() && !std::mem::replace(&mut shape.requesting, true)
+                };
+                if again {
+                    self.spawn_drive(key, resources);
+                }
+                return;
+            }
+        }
     }
 
     /// A worker holding `resources`, for a task or for an actor's whole life.
