@@ -113,6 +113,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
             token: config.token.as_str().to_string(),
             node_id: node_id.clone(),
             logs: config.session_dir.join("logs"),
+            node_ip: config.node_ip.clone(),
             agent_address: Arc::new(Mutex::new(format!("127.0.0.1:{port}"))),
         },
     ));

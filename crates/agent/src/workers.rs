@@ -19,6 +19,8 @@ pub struct WorkerEnv {
     pub token: String,
     pub node_id: Arc<Mutex<String>>,
     pub logs: PathBuf,
+    /// Where other machines reach this node's workers.
+    pub node_ip: String,
     /// Where this agent's services listen, filled in once bound.
     pub agent_address: Arc<Mutex<String>>,
 }
@@ -172,7 +174,8 @@ impl WorkerPool {
             return Err(Status::failed_precondition(format!("the worker process did not start: {}", tail.join(" | "))));
         };
         tracing::info!(worker = %id, port, "worker started");
-        Ok(Worker { id, python: python.to_string(), address: format!("127.0.0.1:{port}"), child })
+        let address = format!("{}:{port}", self.env.node_ip);
+        Ok(Worker { id, python: python.to_string(), address, child })
     }
 }
 

@@ -37,6 +37,8 @@ struct Client {
     /// Identifies this process's calls to actors; each actor runs them in sequence order.
     caller_id: String,
     sequences: Mutex<HashMap<String, u64>>,
+    /// Leases of the actors this process created, by lease id, to kill them.
+    actor_leases: Mutex<HashMap<String, oxray_worker::Lease>>,
 }
 
 /// `get` and `wait` timeouts: seconds, or forever.
@@ -109,6 +111,7 @@ fn connect(
             submitter: Mutex::new(None),
             caller_id: oxray_worker::new_id(),
             sequences: Mutex::new(HashMap::new()),
+            actor_leases: Mutex::new(HashMap::new()),
         })
     })
 }
@@ -200,7 +203,7 @@ impl Client {
         let actor_id = oxray_worker::new_id();
         self.sequences.lock().expect("sequences lock").insert(actor_id.clone(), 1);
         let call = ActorCall {
-            address: lease.worker_address.clone(),
+            address: lease.reply.worker_address.clone(),
             method: String::new(),
             creation: true,
             caller: self.caller_id.clone(),
@@ -209,7 +212,9 @@ impl Client {
         let spec =
             TaskSpec { name, function: class.to_vec(), args: args.to_vec(), dependencies, route: Route::Actor(call) };
         let created = submitter.submit(self.runtime.handle(), spec);
-        Ok((actor_id, lease.worker_address, lease.lease_id, created))
+        let (address, lease_id) = (lease.reply.worker_address.clone(), lease.reply.lease_id.clone());
+        self.actor_leases.lock().expect("actor leases lock").insert(lease_id.clone(), lease);
+        Ok((actor_id, address, lease_id, created))
     }
 
     /// Calls a method; calls from this process run in the order they are made.
@@ -244,7 +249,9 @@ impl Client {
     /// Ends an actor this process created: its worker is retired and its resources freed.
     fn kill_actor(&self, py: Python<'_>, lease_id: String) -> PyResult<()> {
         let submitter = py.detach(|| self.submitter())?;
-        py.detach(|| self.runtime.block_on(submitter.give_back(&lease_id, true))).map_err(PyRuntimeError::new_err)
+        let lease = self.actor_leases.lock().expect("actor leases lock").remove(&lease_id);
+        let Some(lease) = lease else { return Ok(()) };
+        py.detach(|| self.runtime.block_on(submitter.give_back(&lease, true))).map_err(PyRuntimeError::new_err)
     }
 
     /// Borrows the bytes from Python and copies them once.
@@ -306,8 +313,14 @@ impl Client {
         // Lazy channels start their connection task on the runtime.
         let _runtime = self.runtime.enter();
         let submitter = Arc::new(
-            Submitter::new(self.objects.clone(), &agent, self.token.clone(), self.python.clone())
-                .map_err(PyRuntimeError::new_err)?,
+            Submitter::new(
+                self.objects.clone(),
+                &agent,
+                self.token.clone(),
+                self.python.clone(),
+                Some(self.cluster.head()),
+            )
+            .map_err(PyRuntimeError::new_err)?,
         );
         *slot = Some(submitter.clone());
         Ok(submitter)

@@ -26,6 +26,11 @@ impl Cluster {
         Ok(Self { address: address.to_string(), client, info })
     }
 
+    /// A client of the head, for cluster-wide decisions (where a task can run).
+    pub fn head(&self) -> HeadClient {
+        self.client.clone()
+    }
+
     pub fn address(&self) -> &str {
         &self.address
     }

@@ -97,7 +97,8 @@ pub struct Executor {
 impl Executor {
     /// Serves on a free loopback port and tells the agent where.
     pub async fn start(agent: &str, worker_id: &str, token: Token) -> Result<Arc<Self>, String> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.map_err(|e| e.to_string())?;
+        // Callers on other machines reach it through the node's address.
+        let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await.map_err(|e| e.to_string())?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let (tx, rx) = mpsc::unbounded_channel();
         let replies = Arc::new(Replies::default());

@@ -44,6 +44,10 @@ pub struct ActorCall {
 pub struct Submitter {
     objects: Arc<ObjectTable>,
     leases: LeaseServiceClient<Authed>,
+    /// The cluster's view, to find another node when this one can never hold a task.
+    head: Option<oxray_rpc::HeadClient>,
+    local_agent: String,
+    remote_agents: Mutex<HashMap<String, LeaseServiceClient<Authed>>>,
     token: Token,
     python: String,
     workers: Mutex<HashMap<String, WorkerServiceClient<Authed>>>,
@@ -77,11 +81,20 @@ fn channel(address: &str) -> Result<Channel, String> {
 
 impl Submitter {
     /// `agent` is the local node agent's address; `python` the interpreter workers run.
-    pub fn new(objects: Arc<ObjectTable>, agent: &str, token: Token, python: String) -> Result<Self, String> {
+    pub fn new(
+        objects: Arc<ObjectTable>,
+        agent: &str,
+        token: Token,
+        python: String,
+        head: Option<oxray_rpc::HeadClient>,
+    ) -> Result<Self, String> {
         let leases = LeaseServiceClient::with_interceptor(channel(agent)?, ClientAuth::new(&token));
         Ok(Self {
             objects,
             leases,
+            head,
+            local_agent: agent.to_string(),
+            remote_agents: Mutex::new(HashMap::new()),
             token,
             python,
             workers: Mutex::new(HashMap::new()),
@@ -218,10 +231,10 @@ impl Submitter {
             let next = self.shapes().get_mut(&key).and_then(|s| s.waiting.pop_front());
             let Some(queued) = next else {
                 // Losing this call only delays the worker's reuse.
-                let _ = self.give_back(&lease.lease_id, false).await;
+                let _ = self.give_back(&lease, false).await;
                 return;
             };
-            let reply = match self.worker(&lease.worker_address) {
+            let reply = match self.worker(&lease.reply.worker_address) {
                 Ok(mut worker) => worker
                     .push_task(queued.push)
                     .await
@@ -232,7 +245,7 @@ impl Submitter {
             let broken = reply.is_err();
             let _ = queued.reply.send(reply);
             if broken {
-                let _ = self.give_back(&lease.lease_id, true).await;
+                let _ = self.give_back(&lease, true).await;
                 let again = {
                     let mut shapes = self.shapes();
                     let shape = shapes.entry(key.clone()).or_default();
@@ -246,22 +259,59 @@ impl Submitter {
         }
     }
 
-    /// A worker holding `resources`, for a task or for an actor's whole life.
-    pub async fn lease(&self, resources: ResourceSet) -> Result<v1::LeaseReply, String> {
+    /// A worker holding `resources`, for a task or for an actor's whole life: from this
+    /// node's agent, or, when this node can never hold them, from a node that can.
+    pub async fn lease(&self, resources: ResourceSet) -> Result<Lease, String> {
         let request = v1::LeaseRequest { resources: resources_to_proto(&resources), python: self.python.clone() };
-        self.leases
-            .clone()
-            .request_worker_lease(request)
-            .await
-            .map(|r| r.into_inner())
-            .map_err(|s| s.message().to_string())
+        let local = self.leases.clone().request_worker_lease(request.clone()).await;
+        let status = match local {
+            Ok(reply) => return Ok(Lease { reply: reply.into_inner(), agent: self.leases.clone() }),
+            Err(status) if status.code() == tonic::Code::InvalidArgument => status,
+            Err(status) => return Err(status.message().to_string()),
+        };
+        let Some(agent) = self.spill_target(&resources).await? else {
+            return Err(format!("no node of the cluster can hold {:?} ({})", resources.as_map(), status.message()));
+        };
+        let reply = agent.clone().request_worker_lease(request).await.map_err(|s| s.message().to_string())?;
+        Ok(Lease { reply: reply.into_inner(), agent })
+    }
+
+    /// The agent of another alive node whose resources could hold the request.
+    async fn spill_target(&self, resources: &ResourceSet) -> Result<Option<LeaseServiceClient<Authed>>, String> {
+        let Some(head) = &self.head else { return Ok(None) };
+        let nodes = head.clone().list_nodes(v1::ListNodesRequest {}).await.map_err(|s| s.message().to_string())?;
+        let fits = |n: &v1::Node| {
+            resources.iter().all(|(k, v)| v <= 0.0 || n.resources_total.get(k).copied().unwrap_or(0.0) >= v)
+        };
+        let address = nodes
+            .into_inner()
+            .nodes
+            .iter()
+            .filter(|n| n.state == v1::NodeState::Alive as i32 && n.agent_port != 0 && fits(n))
+            .map(|n| format!("{}:{}", n.node_ip, n.agent_port))
+            .find(|a| *a != self.local_agent);
+        let Some(address) = address else { return Ok(None) };
+        let mut agents = self.remote_agents.lock().expect("agents lock");
+        if let Some(client) = agents.get(&address) {
+            return Ok(Some(client.clone()));
+        }
+        let client = LeaseServiceClient::with_interceptor(channel(&address)?, ClientAuth::new(&self.token));
+        agents.insert(address, client.clone());
+        Ok(Some(client))
     }
 
     /// Gives a worker back; `disconnect` retires it (its process is killed).
-    pub async fn give_back(&self, lease_id: &str, disconnect: bool) -> Result<(), String> {
-        let request = v1::ReturnWorkerRequest { lease_id: lease_id.to_string(), disconnect };
-        self.leases.clone().return_worker(request).await.map(|_| ()).map_err(|s| s.message().to_string())
+    pub async fn give_back(&self, lease: &Lease, disconnect: bool) -> Result<(), String> {
+        let request = v1::ReturnWorkerRequest { lease_id: lease.reply.lease_id.clone(), disconnect };
+        lease.agent.clone().return_worker(request).await.map(|_| ()).map_err(|s| s.message().to_string())
     }
+}
+
+/// A worker lease and the agent that granted it.
+#[derive(Clone)]
+pub struct Lease {
+    pub reply: v1::LeaseReply,
+    agent: LeaseServiceClient<Authed>,
 }
 
 enum Failure {

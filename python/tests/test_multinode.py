@@ -1,0 +1,54 @@
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import oxray
+from oxray.exceptions import WorkerCrashedError
+
+from conftest import OXRAY_BIN, Cluster
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    """A head node with 1 CPU and a second node with 1 CPU and a `special` resource."""
+    cluster = Cluster(tmp_path_factory.mktemp("two-nodes"))
+    cluster.start()
+    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
+    subprocess.run([OXRAY_BIN, "start", "--address", address, "--num-cpus", "1", "--resources", '{"special": 1}',
+                    "--node-ip-address", "127.0.0.1", "--node-name", "second"],
+                   env=cluster.env, check=True, capture_output=True, timeout=60)
+    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME")
+    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
+    os.environ["OXRAY_HOME"] = cluster.env["OXRAY_HOME"]
+    oxray.init()
+    yield {n["NodeName"]: n["NodeID"] for n in oxray.nodes()}
+    oxray.shutdown()
+    os.environ.pop("OXRAY_HOME", None)
+    os.environ.update(saved)
+    cluster.stop()
+
+
+@oxray.remote
+def where():
+    return os.environ["OXRAY_NODE_ID"]
+
+
+@oxray.remote(resources={"special": 1})
+class Pinned:
+    def where(self):
+        return os.environ["OXRAY_NODE_ID"]
+
+
+def test_work_goes_to_the_node_that_has_its_resources(two_nodes):
+    second = two_nodes["second"]
+    assert oxray.cluster_resources()["special"] == 1
+    assert oxray.get(where.options(resources={"special": 1}).remote()) == second
+    assert oxray.get(where.remote()) != second, "plain tasks run on the driver's node"
+    pinned = Pinned.remote()
+    assert oxray.get(pinned.where.remote()) == second
+    oxray.kill(pinned)
+    with pytest.raises(WorkerCrashedError, match="no node of the cluster can hold"):
+        oxray.get(where.options(resources={"nowhere": 1}).remote(), timeout=30)
