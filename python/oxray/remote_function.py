@@ -55,5 +55,10 @@ class RemoteFunction:
             self._pickled = serialization.dumps(self._function)
         payload, dependencies = serialization.dumps_args(args, kwargs)
         resources = resource_request(self._options, default_cpus=1)
-        object_id = client.submit_task(self.__name__, self._pickled, payload, dependencies, resources)
+        retries = int(self._options.get("max_retries", 3))
+        if retries < 0:  # Ray's -1: retry without limit
+            retries = 2**32 - 1
+        retry_exceptions = bool(self._options.get("retry_exceptions", False))
+        object_id = client.submit_task(self.__name__, self._pickled, payload, dependencies, resources, retries,
+                                       retry_exceptions)
         return worker.new_ref(object_id)

@@ -94,8 +94,32 @@ def test_a_crashed_worker_fails_its_task_clearly(private_cluster):
         os._exit(1)
 
     with pytest.raises(WorkerCrashedError, match="died"):
-        oxray.get(die.remote(), timeout=30)
+        oxray.get(die.options(max_retries=0).remote(), timeout=30)
     assert oxray.get(square.remote(2)) == 4, "the cluster goes on"
+
+
+def test_a_task_whose_worker_dies_runs_again(private_cluster, tmp_path):
+    marker = tmp_path / "attempts"
+
+    @oxray.remote(max_retries=2)
+    def die_once(path):
+        with open(path, "a") as f:
+            f.write("x")
+        if len(open(path).read()) == 1:
+            os._exit(1)
+        return "second attempt"
+
+    assert oxray.get(die_once.remote(str(marker)), timeout=60) == "second attempt"
+
+    @oxray.remote(max_retries=1, retry_exceptions=True)
+    def flaky(path):
+        with open(path, "a") as f:
+            f.write("y")
+        if open(path).read().count("y") == 1:
+            raise ConnectionError("transient")
+        return "recovered"
+
+    assert oxray.get(flaky.remote(str(marker)), timeout=60) == "recovered"
 
 
 def test_bad_calls_are_refused(private_cluster):

@@ -160,7 +160,8 @@ impl Client {
     }
 
     /// Starts a task; returns the id of the object that will hold its result.
-    #[pyo3(signature = (name, function, args, dependencies, resources))]
+    #[pyo3(signature = (name, function, args, dependencies, resources, max_retries=3, retry_exceptions=false))]
+    #[allow(clippy::too_many_arguments)]
     fn submit_task(
         &self,
         py: Python<'_>,
@@ -169,17 +170,15 @@ impl Client {
         args: &[u8],
         dependencies: Vec<String>,
         resources: BTreeMap<String, f64>,
+        max_retries: u32,
+        retry_exceptions: bool,
     ) -> PyResult<String> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let submitter = py.detach(|| self.submitter())?;
-        let spec = TaskSpec {
-            name,
-            function: function.to_vec(),
-            args: args.to_vec(),
-            dependencies,
-            route: Route::Lease(resources),
-        };
+        let (function, args) = (function.to_vec(), args.to_vec());
+        let route = Route::Lease(resources);
+        let spec = TaskSpec { name, function, args, dependencies, route, max_retries, retry_exceptions };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }
 
@@ -209,8 +208,15 @@ impl Client {
             caller: self.caller_id.clone(),
             sequence: 0,
         };
-        let spec =
-            TaskSpec { name, function: class.to_vec(), args: args.to_vec(), dependencies, route: Route::Actor(call) };
+        let spec = TaskSpec {
+            name,
+            function: class.to_vec(),
+            args: args.to_vec(),
+            dependencies,
+            route: Route::Actor(call),
+            max_retries: 0,
+            retry_exceptions: false,
+        };
         let created = submitter.submit(self.runtime.handle(), spec);
         let (address, lease_id) = (lease.reply.worker_address.clone(), lease.reply.lease_id.clone());
         self.actor_leases.lock().expect("actor leases lock").insert(lease_id.clone(), lease);
@@ -236,12 +242,15 @@ impl Client {
         };
         let call =
             ActorCall { address, method: method.clone(), creation: false, caller: self.caller_id.clone(), sequence };
+        let args = args.to_vec();
         let spec = TaskSpec {
             name: method,
             function: Vec::new(),
-            args: args.to_vec(),
+            args,
             dependencies,
             route: Route::Actor(call),
+            max_retries: 0,
+            retry_exceptions: false,
         };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }

@@ -22,6 +22,10 @@ pub struct TaskSpec {
     /// ObjectRefs among the arguments: resolved here before the task is sent.
     pub dependencies: Vec<String>,
     pub route: Route,
+    /// How often a task whose worker died runs again (Ray's max_retries).
+    pub max_retries: u32,
+    /// Whether an exception the task raised counts as a reason to retry too.
+    pub retry_exceptions: bool,
 }
 
 /// Where a task goes.
@@ -172,10 +176,20 @@ impl Submitter {
             }
             Route::Lease(resources) => resources,
         };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.enqueue(resources, Queued { push, reply: tx });
-        let reply = rx.await.unwrap_or_else(|_| Err("the submitter stopped".into()));
-        reply.map_err(|e| Failure::System(format!("task {} failed: {e}", spec.name)))
+        let mut attempt = 0;
+        loop {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.enqueue(resources.clone(), Queued { push: push.clone(), reply: tx });
+            let reply = rx.await.unwrap_or_else(|_| Err("the submitter stopped".into()));
+            let retry = match &reply {
+                Err(_) => true,
+                Ok(r) => r.is_error && spec.retry_exceptions,
+            };
+            if !retry || attempt >= spec.max_retries {
+                return reply.map_err(|e| Failure::System(format!("task {} failed: {e}", spec.name)));
+            }
+            attempt += 1;
+        }
     }
 
     fn shapes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Shape>> {
