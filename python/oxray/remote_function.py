@@ -26,8 +26,9 @@ def check_options(options: Dict[str, Any]) -> None:
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
-    if options.get("num_returns", 1) != 1:
-        raise NotImplementedError("num_returns other than 1 is not supported yet")
+    num_returns = options.get("num_returns", 1)
+    if not isinstance(num_returns, int) or num_returns < 1:
+        raise ValueError(f"num_returns must be a positive integer, got {num_returns!r}")
 
 
 class RemoteFunction:
@@ -59,6 +60,8 @@ class RemoteFunction:
         if retries < 0:  # Ray's -1: retry without limit
             retries = 2**32 - 1
         retry_exceptions = bool(self._options.get("retry_exceptions", False))
-        object_id = client.submit_task(self.__name__, self._pickled, payload, dependencies, resources, retries,
-                                       retry_exceptions)
-        return worker.new_ref(object_id)
+        num_returns = self._options.get("num_returns", 1)
+        ids = client.submit_task(self.__name__, self._pickled, payload, dependencies, resources, retries,
+                                 retry_exceptions, num_returns)
+        refs = [worker.new_ref(i) for i in ids]
+        return refs if num_returns > 1 else refs[0]

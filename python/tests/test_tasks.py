@@ -131,3 +131,23 @@ def test_bad_calls_are_refused(private_cluster):
         oxray.remote(42)
     with pytest.raises(WorkerCrashedError, match="can never hold"):
         oxray.get(square.options(num_cpus=64).remote(1), timeout=30)
+
+
+def test_several_return_values_and_printed_output(private_cluster, capfd):
+    @oxray.remote(num_returns=3)
+    def three():
+        print("hello from a task")
+        return 1, 2, 3
+
+    refs = three.remote()
+    assert isinstance(refs, list) and oxray.get(refs) == [1, 2, 3]
+    assert oxray.get(refs[1]) == 2
+    out = capfd.readouterr().out
+    assert "(three pid=" in out and "hello from a task" in out, out
+
+    @oxray.remote(num_returns=2)
+    def wrong():
+        return 1, 2, 3
+
+    with pytest.raises(ValueError, match="num_returns=2"):
+        oxray.get(wrong.remote()[0])

@@ -155,6 +155,7 @@ impl WorkerPool {
             .env("OXRAY_ADDRESS", &self.env.head_address)
             .env("OXRAY_AUTH_TOKEN", &self.env.token)
             .env("OXRAY_NODE_ID", node_id)
+            .env("OXRAY_NODE_IP", &self.env.node_ip)
             .env("PYTHONUNBUFFERED", "1")
             .stdin(std::process::Stdio::null())
             .stdout(log)

@@ -159,8 +159,8 @@ impl Client {
         Ok(available_resources(&nodes))
     }
 
-    /// Starts a task; returns the id of the object that will hold its result.
-    #[pyo3(signature = (name, function, args, dependencies, resources, max_retries=3, retry_exceptions=false))]
+    /// Starts a task; returns the ids of the objects that will hold its results.
+    #[pyo3(signature = (name, function, args, dependencies, resources, max_retries=3, retry_exceptions=false, num_returns=1))]
     #[allow(clippy::too_many_arguments)]
     fn submit_task(
         &self,
@@ -172,13 +172,14 @@ impl Client {
         resources: BTreeMap<String, f64>,
         max_retries: u32,
         retry_exceptions: bool,
-    ) -> PyResult<String> {
+        num_returns: u32,
+    ) -> PyResult<Vec<String>> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let submitter = py.detach(|| self.submitter())?;
         let (function, args) = (function.to_vec(), args.to_vec());
         let route = Route::Lease(resources);
-        let spec = TaskSpec { name, function, args, dependencies, route, max_retries, retry_exceptions };
+        let spec = TaskSpec { name, function, args, dependencies, route, max_retries, retry_exceptions, num_returns };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }
 
@@ -216,8 +217,9 @@ impl Client {
             route: Route::Actor(call),
             max_retries: 0,
             retry_exceptions: false,
+            num_returns: 1,
         };
-        let created = submitter.submit(self.runtime.handle(), spec);
+        let created = submitter.submit(self.runtime.handle(), spec).swap_remove(0);
         let (address, lease_id) = (lease.reply.worker_address.clone(), lease.reply.lease_id.clone());
         self.actor_leases.lock().expect("actor leases lock").insert(lease_id.clone(), lease);
         Ok((actor_id, address, lease_id, created))
@@ -251,8 +253,9 @@ impl Client {
             route: Route::Actor(call),
             max_retries: 0,
             retry_exceptions: false,
+            num_returns: 1,
         };
-        Ok(submitter.submit(self.runtime.handle(), spec))
+        Ok(submitter.submit(self.runtime.handle(), spec).swap_remove(0))
     }
 
     /// Ends an actor this process created: its worker is retired and its resources freed.
@@ -360,7 +363,8 @@ impl TaskExecutor {
         })
     }
 
-    /// The next task, or None: `(task_id, name, function, args, [(object_id, data)], actor_creation, actor_method)`.
+    /// The next task, or None: `(task_id, name, function, args, [(object_id, data)], actor_creation,
+    /// actor_method, num_returns)`.
     #[allow(clippy::type_complexity)]
     fn next_task<'py>(
         &self,
@@ -373,15 +377,18 @@ impl TaskExecutor {
         Vec<(String, Bound<'py, PyBytes>)>,
         bool,
         String,
+        u32,
     )> {
         let task = py.detach(|| self.runtime.block_on(self.executor.next()))?;
         let deps = task.dependencies.iter().map(|(id, data)| (id.clone(), PyBytes::new(py, data))).collect();
         let (function, args) = (PyBytes::new(py, &task.function), PyBytes::new(py, &task.args));
-        Some((task.task_id, task.name, function, args, deps, task.actor_creation, task.actor_method))
+        Some((task.task_id, task.name, function, args, deps, task.actor_creation, task.actor_method, task.num_returns))
     }
 
-    fn finish(&self, task_id: &str, result: &[u8], is_error: bool) {
-        self.executor.finish(task_id, result.to_vec(), is_error);
+    #[pyo3(signature = (task_id, result, is_error, returns=Vec::new(), output=String::new()))]
+    fn finish(&self, task_id: &str, result: &[u8], is_error: bool, returns: Vec<Vec<u8>>, output: String) {
+        let reply = oxray_worker::PushTaskReply { result: result.to_vec(), is_error, returns, output };
+        self.executor.finish(task_id, reply);
     }
 }
 

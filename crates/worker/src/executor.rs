@@ -17,6 +17,7 @@ pub struct Incoming {
     pub dependencies: Vec<(String, Vec<u8>)>,
     pub actor_creation: bool,
     pub actor_method: String,
+    pub num_returns: u32,
 }
 
 /// Actor calls held back until they may run.
@@ -76,6 +77,7 @@ impl worker_service_server::WorkerService for Service {
             dependencies: r.dependencies.into_iter().map(|d| (d.object_id, d.data)).collect(),
             actor_creation: r.actor_creation,
             actor_method: r.actor_method,
+            num_returns: r.num_returns,
         };
         let deliver = if r.caller_id.is_empty() {
             vec![incoming]
@@ -136,9 +138,11 @@ impl Executor {
         self.queue.lock().await.recv().await
     }
 
-    pub fn finish(&self, task_id: &str, result: Vec<u8>, is_error: bool) {
+    /// Hands back a finished task: its value (or error), or its values one by one when it
+    /// has several, and what it printed.
+    pub fn finish(&self, task_id: &str, reply: v1::PushTaskReply) {
         if let Some(tx) = self.replies.0.lock().expect("replies lock").remove(task_id) {
-            let _ = tx.send(v1::PushTaskReply { result, is_error });
+            let _ = tx.send(reply);
         }
     }
 }
@@ -156,6 +160,7 @@ mod tests {
             dependencies: vec![],
             actor_creation: creation,
             actor_method: String::new(),
+            num_returns: 1,
         }
     }
 

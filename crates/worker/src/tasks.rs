@@ -26,6 +26,8 @@ pub struct TaskSpec {
     pub max_retries: u32,
     /// Whether an exception the task raised counts as a reason to retry too.
     pub retry_exceptions: bool,
+    /// How many values the function returns, each its own object.
+    pub num_returns: u32,
 }
 
 /// Where a task goes.
@@ -118,27 +120,41 @@ impl Submitter {
         Ok(client)
     }
 
-    /// Returns the id of the object that will hold the task's result.
-    pub fn submit(self: &Arc<Self>, runtime: &tokio::runtime::Handle, spec: TaskSpec) -> String {
-        let id = self.objects.pending();
+    /// Returns the ids of the objects that will hold the task's results.
+    pub fn submit(self: &Arc<Self>, runtime: &tokio::runtime::Handle, spec: TaskSpec) -> Vec<String> {
+        let ids: Vec<String> = (0..spec.num_returns.max(1)).map(|_| self.objects.pending()).collect();
         // The arguments stay alive until the task has them, even if the caller lets go.
         for dep in &spec.dependencies {
             self.objects.add_ref(dep);
         }
         let this = self.clone();
-        let result_id = id.clone();
+        let result_ids = ids.clone();
         runtime.spawn(async move {
             let actor = matches!(spec.route, Route::Actor(_));
-            let (data, outcome) = match this.run(&result_id, spec).await {
-                Ok(reply) if reply.is_error => (reply.result, Outcome::TaskError),
-                Ok(reply) => (reply.result, Outcome::Value),
+            let (data, outcome) = match this.run(&result_ids[0], spec).await {
+                Ok(reply) => {
+                    show_output(&reply.output);
+                    if reply.is_error {
+                        (reply.result, Outcome::TaskError)
+                    } else if !reply.returns.is_empty() {
+                        for (id, value) in result_ids.iter().zip(reply.returns) {
+                            this.objects.fulfil(id, value, Outcome::Value);
+                        }
+                        return;
+                    } else {
+                        (reply.result, Outcome::Value)
+                    }
+                }
                 Err(Failure::Dependency(ready)) => (ready.data.to_vec(), ready.outcome),
                 Err(Failure::System(message)) if actor => (message.into_bytes(), Outcome::ActorDied),
                 Err(Failure::System(message)) => (message.into_bytes(), Outcome::SystemError),
             };
-            this.objects.fulfil(&result_id, data, outcome);
+            // Every return value of a failed task carries the failure.
+            for id in &result_ids {
+                this.objects.fulfil(id, data.clone(), outcome);
+            }
         });
-        id
+        ids
     }
 
     async fn run(self: &Arc<Self>, task_id: &str, spec: TaskSpec) -> Result<v1::PushTaskReply, Failure> {
@@ -161,6 +177,7 @@ impl Submitter {
             args: spec.args,
             function_name: spec.name.clone(),
             dependencies,
+            num_returns: spec.num_returns,
             ..Default::default()
         };
         let resources = match spec.route {
@@ -326,6 +343,16 @@ impl Submitter {
 pub struct Lease {
     pub reply: v1::LeaseReply,
     agent: LeaseServiceClient<Authed>,
+}
+
+/// A task's output, already prefixed by its worker, in this process's output.
+fn show_output(output: &str) {
+    if !output.is_empty() {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(output.as_bytes());
+        let _ = out.flush();
+    }
 }
 
 enum Failure {

@@ -1,7 +1,9 @@
 """A worker process: the node agent starts it with `python -m oxray._private.worker_main`;
 it runs the tasks pushed to it one at a time. Once it received an actor's creation call, it
-is that actor."""
+is that actor. What a task prints goes to the worker's log and, prefixed with the task's
+name, process and node, back to the caller, which prints it as Ray's drivers do."""
 
+import io
 import os
 import sys
 
@@ -10,41 +12,80 @@ from oxray._private import serialization
 from oxray.exceptions import ActorDiedError
 
 
+class _Tee(io.TextIOBase):
+    """Writes to the worker's own stream and keeps a copy for the caller."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.captured = []
+
+    def write(self, text):
+        self.captured.append(text)
+        return self.stream.write(text)
+
+    def flush(self):
+        self.stream.flush()
+
+    def take(self):
+        text, self.captured = "".join(self.captured), []
+        return text
+
+
+def _prefixed(text, name):
+    if not text:
+        return ""
+    prefix = f"({name} pid={os.getpid()}, ip={os.environ.get('OXRAY_NODE_IP', '?')}) "
+    return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
+
+
+def _run(task, state):
+    """Returns (result, is_error, returns)."""
+    task_id, name, function, args, dependencies, actor_creation, actor_method, num_returns = task
+    values = {object_id: serialization.loads(data) for object_id, data in dependencies}
+    call_args, call_kwargs = serialization.loads_args(args, values)
+    if actor_creation:
+        try:
+            state["actor"] = serialization.loads(function)(*call_args, **call_kwargs)
+        except BaseException as error:
+            state["creation_error"] = error
+            raise
+        return None
+    if actor_method:
+        if state.get("actor") is None:
+            raise ActorDiedError(f"the actor could not be created: {state.get('creation_error')!r}")
+        return getattr(state["actor"], actor_method)(*call_args, **call_kwargs)
+    fn = state["functions"].get(function)
+    if fn is None:
+        fn = state["functions"][function] = serialization.loads(function)
+    return fn(*call_args, **call_kwargs)
+
+
 def main() -> None:
     executor = _native.TaskExecutor(os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_WORKER_ID"],
                                     os.environ["OXRAY_AUTH_TOKEN"])
-    functions = {}
-    actor = None
-    creation_error = None
+    state = {"functions": {}}
+    out, err = _Tee(sys.stdout), _Tee(sys.stderr)
+    sys.stdout, sys.stderr = out, err
     while True:
         task = executor.next_task()
         if task is None:
             return
-        task_id, name, function, args, dependencies, actor_creation, actor_method = task
+        task_id, name, num_returns = task[0], task[1], task[7]
         try:
-            values = {object_id: serialization.loads(data) for object_id, data in dependencies}
-            call_args, call_kwargs = serialization.loads_args(args, values)
-            if actor_creation:
-                try:
-                    actor = serialization.loads(function)(*call_args, **call_kwargs)
-                except BaseException as error:
-                    creation_error = error
-                    raise
-                result = None
-            elif actor_method:
-                if actor is None:
-                    raise ActorDiedError(f"the actor could not be created: {creation_error!r}")
-                result = getattr(actor, actor_method)(*call_args, **call_kwargs)
+            result = _run(task, state)
+            if num_returns > 1:
+                values = list(result)
+                if len(values) != num_returns:
+                    raise ValueError(f"{name} returned {len(values)} values, but num_returns={num_returns}")
+                reply = (b"", False, [serialization.dumps(v) for v in values])
             else:
-                fn = functions.get(function)
-                if fn is None:
-                    fn = functions[function] = serialization.loads(function)
-                result = fn(*call_args, **call_kwargs)
-            executor.finish(task_id, serialization.dumps(result), False)
+                reply = (serialization.dumps(result), False, [])
         except BaseException as error:  # the task's failure is its result
-            executor.finish(task_id, serialization.dumps_error(name, error), True)
-        sys.stdout.flush()
-        sys.stderr.flush()
+            reply = (serialization.dumps_error(name, error), True, [])
+        out.flush()
+        err.flush()
+        output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
+        executor.finish(task_id, reply[0], reply[1], reply[2], output)
 
 
 if __name__ == "__main__":
