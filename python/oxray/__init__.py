@@ -19,6 +19,7 @@ from oxray._private.worker import (
     shutdown,
     wait,
 )
+from oxray.actor import get_actor
 from oxray.object_ref import ObjectRef
 from oxray.runtime_context import get_runtime_context
 
@@ -29,6 +30,7 @@ __all__ = [
     "available_resources",
     "exceptions",
     "get",
+    "get_actor",
     "kill",
     "put",
     "remote",

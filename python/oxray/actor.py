@@ -26,12 +26,17 @@ class ActorMethod:
 class ActorHandle:
     """A reference to an actor; it can be passed to tasks and other actors."""
 
-    def __init__(self, actor_id: str, address: str, class_name: str, methods, lease_id: str = None):
+    def __init__(self, actor_id: str, address: str, class_name: str, methods, lease_id: str = None,
+                 agent_address: str = None, name: str = None, namespace: str = None):
         self._actor_id = actor_id
         self._address = address
         self._class_name = class_name
         self._methods = frozenset(methods)
-        self._lease_id = lease_id  # only in the process that created it
+        # Where the actor's worker is leased: what `kill` needs, from any process.
+        self._lease_id = lease_id
+        self._agent_address = agent_address
+        self._name = name
+        self._namespace = namespace
 
     def __getattr__(self, name):
         if name.startswith("_") and name not in self._methods:
@@ -44,7 +49,14 @@ class ActorHandle:
         return f"Actor({self._class_name}, {self._actor_id})"
 
     def __reduce__(self):
-        return (ActorHandle, (self._actor_id, self._address, self._class_name, self._methods))
+        return (ActorHandle, (self._actor_id, self._address, self._class_name, self._methods, self._lease_id,
+                              self._agent_address, self._name, self._namespace))
+
+    def __eq__(self, other):
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self):
+        return hash(self._actor_id)
 
 
 class ActorClass:
@@ -63,12 +75,40 @@ class ActorClass:
 
     def remote(self, *args, **kwargs) -> ActorHandle:
         client = worker.client()
+        name = self._options.get("name")
+        namespace = self._options.get("namespace") or worker.namespace() or "default"
+        lifetime = self._options.get("lifetime")
+        if lifetime not in (None, "detached", "non_detached"):
+            raise ValueError(f"lifetime must be 'detached' or None, got {lifetime!r}")
+        if lifetime == "detached" and not name:
+            raise ValueError("a detached actor needs a name, to be found again")
+        if name and self._options.get("get_if_exists"):
+            try:
+                return get_actor(name, namespace)
+            except ValueError:
+                pass
         payload, dependencies = serialization.dumps_args(args, kwargs)
         # As in Ray: an actor needs a CPU to be placed only if it asks for one.
         resources = resource_request(self._options, default_cpus=0)
-        actor_id, address, lease_id, created = client.create_actor(
+        actor_id, address, lease_id, created, agent = client.create_actor(
             self.__name__, serialization.dumps(self._cls), payload, dependencies, resources)
-        handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id)
+        handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id, agent,
+                             name, namespace if name else None)
         handle._created = worker.new_ref(created)
-        worker.own_actor(handle)
+        if name:
+            try:
+                client.register_actor(name, namespace, actor_id, address, agent, lease_id, self.__name__,
+                                      sorted(self._methods), lifetime == "detached")
+            except ValueError:
+                client.kill_actor_at(agent, lease_id)
+                raise
+        if lifetime != "detached":
+            worker.own_actor(handle)
         return handle
+
+
+def get_actor(name: str, namespace: str = None) -> ActorHandle:
+    """The handle of a named actor, from any process of the cluster."""
+    namespace = namespace or worker.namespace() or "default"
+    actor_id, address, agent, lease_id, class_name, methods = worker.client().get_actor(name, namespace)
+    return ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace)

@@ -67,3 +67,47 @@ def test_errors_kill_and_bad_calls(private_cluster):  # noqa: F811
     with pytest.raises(ActorDiedError, match="could not be created"):
         oxray.get(broken.ping.remote(), timeout=30)
     oxray.kill(broken)
+
+
+def test_named_actors_are_found_from_other_processes(private_cluster):  # noqa: F811
+    counter = Counter.options(name="shared-counter", namespace="team").remote(100)
+    assert oxray.get(counter.incr.remote()) == 101
+    with pytest.raises(ValueError, match="already exists"):
+        Counter.options(name="shared-counter", namespace="team").remote()
+    found = oxray.get_actor("shared-counter", namespace="team")
+    assert oxray.get(found.incr.remote()) == 102
+
+    @oxray.remote
+    def from_a_task():
+        return oxray.get(oxray.get_actor("shared-counter", namespace="team").incr.remote())
+
+    assert oxray.get(from_a_task.remote()) == 103
+    same = Counter.options(name="shared-counter", namespace="team", get_if_exists=True).remote()
+    assert oxray.get(same.incr.remote()) == 104
+    with pytest.raises(ValueError, match="no actor named"):
+        oxray.get_actor("nobody", namespace="team")
+    oxray.kill(found)
+    with pytest.raises(ValueError):
+        oxray.get_actor("shared-counter", namespace="team")
+    with pytest.raises(ActorDiedError):
+        oxray.get(counter.incr.remote(), timeout=30)
+
+
+def test_detached_actors_outlive_their_creator(private_cluster):  # noqa: F811
+    import subprocess
+    import sys
+
+    script = ("import oxray\n"
+              "@oxray.remote\n"
+              "class Keeper:\n"
+              "    def ping(self):\n"
+              "        return 'still here'\n"
+              "k = Keeper.options(name='keeper', lifetime='detached').remote()\n"
+              "print(oxray.get(k.ping.remote()))\n")
+    env = dict(os.environ, OXRAY_ADDRESS=oxray._private.worker.client().address)
+    env["OXRAY_AUTH_TOKEN"] = open(os.path.join(oxray._private.worker.client().local_home, "auth_token")).read().strip()
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert "still here" in done.stdout, done.stderr
+    keeper = oxray.get_actor("keeper")
+    assert oxray.get(keeper.ping.remote()) == "still here"
+    oxray.kill(keeper)

@@ -1,6 +1,7 @@
 //! The control plane: cluster membership and health, the durable state, the control-plane
 //! gRPC service and the HTTP API. Start it with [`Head::bind`], then [`BoundHead::run`].
 
+mod actors;
 mod events;
 mod jobs;
 mod membership;
@@ -61,6 +62,7 @@ pub struct BoundHead {
     membership: Arc<Membership>,
     jobs: Arc<JobManager>,
     events: Arc<events::Events>,
+    actors: Arc<actors::Actors>,
     control: TcpListener,
     http: TcpListener,
 }
@@ -83,9 +85,15 @@ impl Head {
         let membership = Arc::new(Membership::open(store.clone(), events.clone(), config.node_death_timeout)?);
         let package_dir = config.storage.with_extension("packages");
         let packages = packages::Packages::open(&package_dir).map_err(|e| HeadError::Packages(package_dir, e))?;
-        let jobs =
-            Arc::new(JobManager::open(store, membership.clone(), events.clone(), packages, config.token.clone())?);
-        Ok(BoundHead { config, membership, jobs, events, control, http })
+        let jobs = Arc::new(JobManager::open(
+            store.clone(),
+            membership.clone(),
+            events.clone(),
+            packages,
+            config.token.clone(),
+        )?);
+        let actors = Arc::new(actors::Actors::open(store)?);
+        Ok(BoundHead { config, membership, jobs, events, actors, control, http })
     }
 }
 
@@ -124,7 +132,7 @@ impl BoundHead {
 
     /// Serves until `shutdown` is cancelled, then stops accepting and returns.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), HeadError> {
-        let BoundHead { config, membership, jobs, events, control, http } = self;
+        let BoundHead { config, membership, jobs, events, actors, control, http } = self;
         let session_name = config.session.name();
         tracing::info!(
             control = %control.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -137,7 +145,8 @@ impl BoundHead {
         let scheduler = tokio::spawn(jobs.clone().run(shutdown.clone()));
 
         let dashboard = config.dashboard(&http);
-        let service = service::HeadService::new(membership.clone(), jobs.clone(), session_name.clone(), dashboard);
+        let service =
+            service::HeadService::new(membership.clone(), jobs.clone(), actors, session_name.clone(), dashboard);
         let grpc = tonic::transport::Server::builder()
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
             .serve_with_incoming_shutdown(oxray_rpc::incoming(control), shutdown.clone().cancelled_owned());

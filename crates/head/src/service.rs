@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 pub struct HeadService {
     membership: Arc<Membership>,
     jobs: Arc<JobManager>,
+    actors: Arc<crate::actors::Actors>,
     session_name: String,
     dashboard: crate::Dashboard,
 }
@@ -20,10 +21,11 @@ impl HeadService {
     pub fn new(
         membership: Arc<Membership>,
         jobs: Arc<JobManager>,
+        actors: Arc<crate::actors::Actors>,
         session_name: String,
         dashboard: crate::Dashboard,
     ) -> Self {
-        Self { membership, jobs, session_name, dashboard }
+        Self { membership, jobs, actors, session_name, dashboard }
     }
 
     /// Several heartbeats fit in one death timeout, so one lost heartbeat kills no node.
@@ -40,6 +42,15 @@ fn parse_id(text: &str) -> Result<NodeId, Status> {
     text.parse().map_err(|e: oxray_types::IdError| Status::invalid_argument(e.to_string()))
 }
 
+fn actor_status(e: crate::actors::ActorError) -> Status {
+    use crate::actors::ActorError;
+    match e {
+        ActorError::Exists(..) => Status::already_exists(e.to_string()),
+        ActorError::Missing(..) => Status::not_found(e.to_string()),
+        ActorError::Store(_) => internal(e),
+    }
+}
+
 fn internal(e: impl std::fmt::Display) -> Status {
     tracing::error!("{e}");
     Status::internal(e.to_string())
@@ -50,6 +61,28 @@ const PACKAGE_CHUNK: usize = 1 << 20;
 #[tonic::async_trait]
 impl head_service_server::HeadService for HeadService {
     type GetPackageStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<v1::DataChunk, Status>> + Send>>;
+
+    async fn register_actor(
+        &self,
+        request: Request<v1::NamedActor>,
+    ) -> Result<Response<v1::RegisterActorReply>, Status> {
+        self.actors.register(request.into_inner()).map_err(actor_status)?;
+        Ok(Response::new(v1::RegisterActorReply {}))
+    }
+
+    async fn get_actor(&self, request: Request<v1::GetActorRequest>) -> Result<Response<v1::NamedActor>, Status> {
+        let r = request.into_inner();
+        self.actors.get(&r.name, &r.namespace).map(Response::new).map_err(actor_status)
+    }
+
+    async fn remove_actor(
+        &self,
+        request: Request<v1::GetActorRequest>,
+    ) -> Result<Response<v1::RemoveActorReply>, Status> {
+        let r = request.into_inner();
+        self.actors.remove(&r.name, &r.namespace).map_err(actor_status)?;
+        Ok(Response::new(v1::RemoveActorReply {}))
+    }
 
     async fn report_job(&self, request: Request<v1::JobReport>) -> Result<Response<v1::ReportJobReply>, Status> {
         match self.jobs.report(request.into_inner()) {

@@ -13,6 +13,8 @@ type Table = TableDefinition<'static, &'static str, &'static [u8]>;
 const NODES: Table = TableDefinition::new("nodes");
 const JOBS: Table = TableDefinition::new("jobs");
 const EVENTS: TableDefinition<'static, u64, &'static [u8]> = TableDefinition::new("events");
+/// Named actors, as protobuf bytes keyed by "namespace/name".
+const ACTORS: Table = TableDefinition::new("actors");
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -49,6 +51,7 @@ impl Store {
         tx.open_table(NODES).map_err(db_err)?;
         tx.open_table(JOBS).map_err(db_err)?;
         tx.open_table(EVENTS).map_err(db_err)?;
+        tx.open_table(ACTORS).map_err(db_err)?;
         tx.commit().map_err(db_err)?;
         Ok(Self { db })
     }
@@ -130,6 +133,32 @@ impl Store {
 
     pub fn load_events(&self) -> Result<Vec<Event>, StoreError> {
         self.load(EVENTS)
+    }
+
+    pub fn put_actor(&self, key: &str, actor: &oxray_proto::v1::NamedActor) -> Result<(), StoreError> {
+        use prost::Message;
+        let bytes = actor.encode_to_vec();
+        let tx = self.db.begin_write().map_err(db_err)?;
+        tx.open_table(ACTORS).map_err(db_err)?.insert(key, bytes.as_slice()).map_err(db_err)?;
+        tx.commit().map_err(db_err)
+    }
+
+    pub fn delete_actor(&self, key: &str) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(db_err)?;
+        tx.open_table(ACTORS).map_err(db_err)?.remove(key).map_err(db_err)?;
+        tx.commit().map_err(db_err)
+    }
+
+    pub fn load_actors(&self) -> Result<Vec<oxray_proto::v1::NamedActor>, StoreError> {
+        use prost::Message;
+        let tx = self.db.begin_read().map_err(db_err)?;
+        let table = tx.open_table(ACTORS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(db_err)? {
+            let (_, value) = entry.map_err(db_err)?;
+            out.push(oxray_proto::v1::NamedActor::decode(value.value()).map_err(|e| StoreError::Db(e.to_string()))?);
+        }
+        Ok(out)
     }
 }
 

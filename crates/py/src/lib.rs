@@ -184,7 +184,7 @@ impl Client {
     }
 
     /// Leases a worker for the actor's life and sends the creation call; returns
-    /// `(actor_id, worker_address, lease_id, creation_object_id)`.
+    /// `(actor_id, worker_address, lease_id, creation_object_id, agent_address)`.
     fn create_actor(
         &self,
         py: Python<'_>,
@@ -193,7 +193,7 @@ impl Client {
         args: &[u8],
         dependencies: Vec<String>,
         resources: BTreeMap<String, f64>,
-    ) -> PyResult<(String, String, String, String)> {
+    ) -> PyResult<(String, String, String, String, String)> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let submitter = py.detach(|| self.submitter())?;
@@ -221,8 +221,9 @@ impl Client {
         };
         let created = submitter.submit(self.runtime.handle(), spec).swap_remove(0);
         let (address, lease_id) = (lease.reply.worker_address.clone(), lease.reply.lease_id.clone());
+        let agent = lease.agent_address.clone();
         self.actor_leases.lock().expect("actor leases lock").insert(lease_id.clone(), lease);
-        Ok((actor_id, address, lease_id, created))
+        Ok((actor_id, address, lease_id, created, agent))
     }
 
     /// Calls a method; calls from this process run in the order they are made.
@@ -256,6 +257,68 @@ impl Client {
             num_returns: 1,
         };
         Ok(submitter.submit(self.runtime.handle(), spec).swap_remove(0))
+    }
+
+    /// Records a named actor in the head's directory; fails if the name is taken.
+    #[allow(clippy::too_many_arguments)]
+    fn register_actor(
+        &self,
+        py: Python<'_>,
+        name: String,
+        namespace: String,
+        actor_id: String,
+        worker_address: String,
+        agent_address: String,
+        lease_id: String,
+        class_name: String,
+        methods: Vec<String>,
+        detached: bool,
+    ) -> PyResult<()> {
+        let actor = oxray_worker::NamedActor {
+            name,
+            namespace,
+            actor_id,
+            worker_address,
+            agent_address,
+            lease_id,
+            class_name,
+            methods,
+            detached,
+        };
+        py.detach(|| self.runtime.block_on(self.cluster.register_actor(actor))).map_err(|s| match s.code() {
+            tonic::Code::AlreadyExists => PyValueError::new_err(s.message().to_string()),
+            _ => PyConnectionError::new_err(s.message().to_string()),
+        })
+    }
+
+    /// `(actor_id, worker_address, agent_address, lease_id, class_name, methods)` of a named actor.
+    #[allow(clippy::type_complexity)]
+    fn get_actor(
+        &self,
+        py: Python<'_>,
+        name: String,
+        namespace: String,
+    ) -> PyResult<(String, String, String, String, String, Vec<String>)> {
+        let a = py.detach(|| self.runtime.block_on(self.cluster.get_actor(&name, &namespace))).map_err(|s| match s
+            .code()
+        {
+            tonic::Code::NotFound => PyValueError::new_err(s.message().to_string()),
+            _ => PyConnectionError::new_err(s.message().to_string()),
+        })?;
+        Ok((a.actor_id, a.worker_address, a.agent_address, a.lease_id, a.class_name, a.methods))
+    }
+
+    fn remove_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<()> {
+        py.detach(|| self.runtime.block_on(self.cluster.remove_actor(&name, &namespace)))
+            .map_err(|s| PyConnectionError::new_err(s.message().to_string()))
+    }
+
+    /// Retires an actor's worker through the agent that leased it.
+    fn kill_actor_at(&self, py: Python<'_>, agent_address: String, lease_id: String) -> PyResult<()> {
+        self.actor_leases.lock().expect("actor leases lock").remove(&lease_id);
+        let submitter = py.detach(|| self.submitter())?;
+        py.detach(|| self.runtime.block_on(submitter.retire(&agent_address, &lease_id)))
+            .map_err(PyRuntimeError::new_err)
     }
 
     /// Ends an actor this process created: its worker is retired and its resources freed.

@@ -43,6 +43,20 @@ impl Cluster {
         &self.info.session_name
     }
 
+    pub async fn register_actor(&self, actor: v1::NamedActor) -> Result<(), tonic::Status> {
+        self.client.clone().register_actor(actor).await.map(|_| ())
+    }
+
+    pub async fn get_actor(&self, name: &str, namespace: &str) -> Result<v1::NamedActor, tonic::Status> {
+        let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
+        self.client.clone().get_actor(request).await.map(|r| r.into_inner())
+    }
+
+    pub async fn remove_actor(&self, name: &str, namespace: &str) -> Result<(), tonic::Status> {
+        let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
+        self.client.clone().remove_actor(request).await.map(|_| ())
+    }
+
     pub async fn nodes(&self) -> Result<Vec<NodeInfo>, WorkerError> {
         let reply = self
             .client

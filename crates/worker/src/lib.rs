@@ -14,7 +14,7 @@ pub use cluster::{available_resources, cluster_resources, Cluster};
 pub use executor::{Executor, Incoming};
 pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
 pub use objects::{new_id, GetError, ObjectTable, Outcome, Ready};
-pub use oxray_proto::v1::PushTaskReply;
+pub use oxray_proto::v1::{NamedActor, PushTaskReply};
 pub use oxray_rpc::Token;
 pub use tasks::{ActorCall, Lease, Route, Submitter, TaskSpec};
 

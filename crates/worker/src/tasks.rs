@@ -296,19 +296,25 @@ impl Submitter {
         let request = v1::LeaseRequest { resources: resources_to_proto(&resources), python: self.python.clone() };
         let local = self.leases.clone().request_worker_lease(request.clone()).await;
         let status = match local {
-            Ok(reply) => return Ok(Lease { reply: reply.into_inner(), agent: self.leases.clone() }),
+            Ok(reply) => {
+                let agent_address = self.local_agent.clone();
+                return Ok(Lease { reply: reply.into_inner(), agent: self.leases.clone(), agent_address });
+            }
             Err(status) if status.code() == tonic::Code::InvalidArgument => status,
             Err(status) => return Err(status.message().to_string()),
         };
-        let Some(agent) = self.spill_target(&resources).await? else {
+        let Some((agent_address, agent)) = self.spill_target(&resources).await? else {
             return Err(format!("no node of the cluster can hold {:?} ({})", resources.as_map(), status.message()));
         };
         let reply = agent.clone().request_worker_lease(request).await.map_err(|s| s.message().to_string())?;
-        Ok(Lease { reply: reply.into_inner(), agent })
+        Ok(Lease { reply: reply.into_inner(), agent, agent_address })
     }
 
     /// The agent of another alive node whose resources could hold the request.
-    async fn spill_target(&self, resources: &ResourceSet) -> Result<Option<LeaseServiceClient<Authed>>, String> {
+    async fn spill_target(
+        &self,
+        resources: &ResourceSet,
+    ) -> Result<Option<(String, LeaseServiceClient<Authed>)>, String> {
         let Some(head) = &self.head else { return Ok(None) };
         let nodes = head.clone().list_nodes(v1::ListNodesRequest {}).await.map_err(|s| s.message().to_string())?;
         let fits = |n: &v1::Node| {
@@ -322,13 +328,26 @@ impl Submitter {
             .map(|n| format!("{}:{}", n.node_ip, n.agent_port))
             .find(|a| *a != self.local_agent);
         let Some(address) = address else { return Ok(None) };
-        let mut agents = self.remote_agents.lock().expect("agents lock");
-        if let Some(client) = agents.get(&address) {
-            return Ok(Some(client.clone()));
+        Ok(Some((address.clone(), self.agent(&address)?)))
+    }
+
+    fn agent(&self, address: &str) -> Result<LeaseServiceClient<Authed>, String> {
+        if address == self.local_agent {
+            return Ok(self.leases.clone());
         }
-        let client = LeaseServiceClient::with_interceptor(channel(&address)?, ClientAuth::new(&self.token));
-        agents.insert(address, client.clone());
-        Ok(Some(client))
+        let mut agents = self.remote_agents.lock().expect("agents lock");
+        if let Some(client) = agents.get(address) {
+            return Ok(client.clone());
+        }
+        let client = LeaseServiceClient::with_interceptor(channel(address)?, ClientAuth::new(&self.token));
+        agents.insert(address.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// Retires a worker by its lease, from any process: how a named actor is killed.
+    pub async fn retire(&self, agent_address: &str, lease_id: &str) -> Result<(), String> {
+        let request = v1::ReturnWorkerRequest { lease_id: lease_id.to_string(), disconnect: true };
+        self.agent(agent_address)?.return_worker(request).await.map(|_| ()).map_err(|s| s.message().to_string())
     }
 
     /// Gives a worker back; `disconnect` retires it (its process is killed).
@@ -343,6 +362,7 @@ impl Submitter {
 pub struct Lease {
     pub reply: v1::LeaseReply,
     agent: LeaseServiceClient<Authed>,
+    pub agent_address: String,
 }
 
 /// A task's output, already prefixed by its worker, in this process's output.

@@ -108,7 +108,7 @@ def shutdown() -> None:
     if client is not None:
         for handle in actors:
             try:
-                client.kill_actor(handle._lease_id)
+                _kill(client, handle)
             except Exception:  # the cluster may already be gone
                 pass
         client.shutdown()
@@ -258,9 +258,13 @@ def kill(actor, *, no_restart: bool = True) -> None:
 
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill takes an actor handle, got {type(actor).__name__}")
-    if actor._lease_id is None:
-        raise ValueError("only the process that created an actor can kill it (named actors are not supported yet)")
     with _lock:
         if actor in _owned_actors:
             _owned_actors.remove(actor)
-    client().kill_actor(actor._lease_id)
+    _kill(client(), actor)
+
+
+def _kill(client, actor) -> None:
+    if actor._name:
+        client.remove_actor(actor._name, actor._namespace)
+    client.kill_actor_at(actor._agent_address, actor._lease_id)

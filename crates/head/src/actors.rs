@@ -1,0 +1,89 @@
+//! The directory of named actors, kept in the database so names survive a head restart.
+
+use crate::store::{Store, StoreError};
+use oxray_proto::v1;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ActorError {
+    #[error("an actor named {0:?} already exists in namespace {1:?}")]
+    Exists(String, String),
+    #[error("no actor named {0:?} in namespace {1:?}")]
+    Missing(String, String),
+    #[error("{0}")]
+    Store(String),
+}
+
+impl From<StoreError> for ActorError {
+    fn from(e: StoreError) -> Self {
+        ActorError::Store(e.to_string())
+    }
+}
+
+fn key(name: &str, namespace: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+pub struct Actors {
+    named: Mutex<HashMap<String, v1::NamedActor>>,
+    store: Arc<Store>,
+}
+
+impl Actors {
+    pub fn open(store: Arc<Store>) -> Result<Self, StoreError> {
+        let named = store.load_actors()?.into_iter().map(|a| (key(&a.name, &a.namespace), a)).collect();
+        Ok(Self { named: Mutex::new(named), store })
+    }
+
+    pub fn register(&self, actor: v1::NamedActor) -> Result<(), ActorError> {
+        let mut named = self.named.lock().expect("actors lock");
+        let k = key(&actor.name, &actor.namespace);
+        if named.contains_key(&k) {
+            return Err(ActorError::Exists(actor.name, actor.namespace));
+        }
+        self.store.put_actor(&k, &actor)?;
+        named.insert(k, actor);
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str, namespace: &str) -> Result<v1::NamedActor, ActorError> {
+        let named = self.named.lock().expect("actors lock");
+        named.get(&key(name, namespace)).cloned().ok_or_else(|| ActorError::Missing(name.into(), namespace.into()))
+    }
+
+    pub fn remove(&self, name: &str, namespace: &str) -> Result<(), ActorError> {
+        let k = key(name, namespace);
+        self.store.delete_actor(&k)?;
+        self.named.lock().expect("actors lock").remove(&k);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_per_namespace_and_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let actor = |name: &str, ns: &str| v1::NamedActor {
+            name: name.into(),
+            namespace: ns.into(),
+            actor_id: "a".into(),
+            ..Default::default()
+        };
+        {
+            let actors = Actors::open(Arc::new(Store::open(&path).unwrap())).unwrap();
+            actors.register(actor("counter", "ml")).unwrap();
+            actors.register(actor("counter", "other")).unwrap();
+            assert_eq!(actors.register(actor("counter", "ml")), Err(ActorError::Exists("counter".into(), "ml".into())));
+            actors.register(actor("gone", "ml")).unwrap();
+            actors.remove("gone", "ml").unwrap();
+        }
+        let actors = Actors::open(Arc::new(Store::open(&path).unwrap())).unwrap();
+        assert_eq!(actors.get("counter", "ml").unwrap().actor_id, "a");
+        assert!(matches!(actors.get("gone", "ml"), Err(ActorError::Missing(..))));
+    }
+}
