@@ -90,8 +90,12 @@ class ActorClass:
         payload, dependencies = serialization.dumps_args(args, kwargs)
         # As in Ray: an actor needs a CPU to be placed only if it asks for one.
         resources = resource_request(self._options, default_cpus=0)
+        max_concurrency = self._options.get("max_concurrency")
+        if max_concurrency is not None and (not isinstance(max_concurrency, int) or max_concurrency < 1):
+            raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
+        blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency}))
         actor_id, address, lease_id, created, agent = client.create_actor(
-            self.__name__, serialization.dumps(self._cls), payload, dependencies, resources)
+            self.__name__, blueprint, payload, dependencies, resources)
         handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id, agent,
                              name, namespace if name else None)
         handle._created = worker.new_ref(created)

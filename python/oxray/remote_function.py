@@ -3,7 +3,7 @@ from typing import Any, Dict
 from oxray._private import serialization, worker
 
 _OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "num_returns", "max_retries", "retry_exceptions", "name",
-            "namespace", "lifetime", "get_if_exists", "scheduling_strategy", "runtime_env"}
+            "namespace", "lifetime", "get_if_exists", "max_concurrency", "scheduling_strategy", "runtime_env"}
 
 
 def resource_request(options: Dict[str, Any], default_cpus: float) -> Dict[str, float]:

@@ -111,3 +111,29 @@ def test_detached_actors_outlive_their_creator(private_cluster):  # noqa: F811
     keeper = oxray.get_actor("keeper")
     assert oxray.get(keeper.ping.remote()) == "still here"
     oxray.kill(keeper)
+
+
+def test_async_and_threaded_actors_run_calls_concurrently(private_cluster):  # noqa: F811
+    import time
+
+    @oxray.remote
+    class AsyncWorker:
+        async def wait_then(self, value, seconds):
+            import asyncio
+
+            await asyncio.sleep(seconds)
+            return value
+
+    @oxray.remote(max_concurrency=4)
+    class Threaded:
+        def wait_then(self, value, seconds):
+            time.sleep(seconds)
+            return value
+
+    for cls in (AsyncWorker, Threaded):
+        actor = cls.remote()
+        oxray.get(actor.wait_then.remote(0, 0))
+        began = time.time()
+        assert oxray.get([actor.wait_then.remote(i, 0.5) for i in range(4)]) == [0, 1, 2, 3]
+        assert time.time() - began < 1.5, f"{cls.__name__} calls overlapped"
+        oxray.kill(actor)

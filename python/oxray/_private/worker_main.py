@@ -9,6 +9,7 @@ import sys
 
 from oxray import _native
 from oxray._private import serialization
+from oxray._private.actor_runner import ActorRunner
 from oxray.exceptions import ActorDiedError
 
 
@@ -45,7 +46,9 @@ def _run(task, state):
     call_args, call_kwargs = serialization.loads_args(args, values)
     if actor_creation:
         try:
-            state["actor"] = serialization.loads(function)(*call_args, **call_kwargs)
+            cls, options = serialization.loads(function)
+            state["actor"] = cls(*call_args, **call_kwargs)
+            state["runner"] = ActorRunner(state["actor"], options.get("max_concurrency"))
         except BaseException as error:
             state["creation_error"] = error
             raise
@@ -71,6 +74,10 @@ def main() -> None:
         if task is None:
             return
         task_id, name, num_returns = task[0], task[1], task[7]
+        runner = state.get("runner")
+        if runner is not None and runner.concurrent and task[6]:
+            _submit_concurrent(executor, runner, task)
+            continue
         try:
             result = _run(task, state)
             if num_returns > 1:
@@ -86,6 +93,28 @@ def main() -> None:
         err.flush()
         output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
         executor.finish(task_id, reply[0], reply[1], reply[2], output)
+
+
+def _submit_concurrent(executor, runner, task):
+    """Starts a call of a threaded or async actor and goes back for the next one."""
+    task_id, name, _function, args, dependencies, _creation, method = task[:7]
+    try:
+        values = {object_id: serialization.loads(data) for object_id, data in dependencies}
+        call_args, call_kwargs = serialization.loads_args(args, values)
+    except BaseException as error:
+        executor.finish(task_id, serialization.dumps_error(name, error), True)
+        return
+
+    def done(result, error):
+        if error is None:
+            try:
+                executor.finish(task_id, serialization.dumps(result), False)
+                return
+            except BaseException as e:  # the result does not serialize
+                error = e
+        executor.finish(task_id, serialization.dumps_error(name, error), True)
+
+    runner.submit(method, call_args, call_kwargs, done)
 
 
 if __name__ == "__main__":

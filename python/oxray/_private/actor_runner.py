@@ -1,0 +1,51 @@
+"""How an actor's calls run in its worker: one at a time (the default), on a thread pool
+(`max_concurrency > 1`), or as coroutines on an event loop (any `async def` method; up to
+`max_concurrency` at once, 1000 by default, as in Ray)."""
+
+import asyncio
+import inspect
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+
+class ActorRunner:
+    def __init__(self, instance, max_concurrency):
+        self.instance = instance
+        # Looked up on the class, so no property of the instance runs.
+        self.is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(type(instance)))
+        self.pool = None
+        self.loop = None
+        if self.is_async:
+            self.loop = asyncio.new_event_loop()
+            self.slots = None
+            self.limit = max_concurrency or 1000
+            threading.Thread(target=self.loop.run_forever, name="actor-event-loop", daemon=True).start()
+        elif max_concurrency and max_concurrency > 1:
+            self.pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="actor")
+
+    @property
+    def concurrent(self):
+        return self.is_async or self.pool is not None
+
+    def submit(self, method, args, kwargs, done):
+        """Runs a call without waiting; `done(result, error)` is called when it ends."""
+        target = getattr(self.instance, method)
+        if self.is_async:
+            async def call():
+                if self.slots is None:
+                    self.slots = asyncio.Semaphore(self.limit)
+                async with self.slots:
+                    result = target(*args, **kwargs)
+                    if inspect.isawaitable(result):
+                        result = await result
+                    return result
+
+            future = asyncio.run_coroutine_threadsafe(call(), self.loop)
+        else:
+            future = self.pool.submit(target, *args, **kwargs)
+
+        def finished(f):
+            error = f.exception()
+            done(None if error else f.result(), error)
+
+        future.add_done_callback(finished)
