@@ -22,6 +22,24 @@ def resource_request(options: Dict[str, Any], default_cpus: float) -> Dict[str, 
     return request
 
 
+def env_vars(options: Dict[str, Any]) -> Dict[str, str]:
+    """The worker's environment variables: the job's runtime_env (from init), then the
+    task's own on top."""
+    merged = {}
+    for runtime_env in (worker.runtime_env(), options.get("runtime_env")):
+        if not runtime_env:
+            continue
+        unsupported = set(runtime_env) - {"env_vars"}
+        if unsupported:
+            raise ValueError(f"runtime_env {sorted(unsupported)} is not supported for tasks and actors yet; "
+                             "env_vars is (working_dir, pip and the rest work for jobs)")
+        variables = runtime_env.get("env_vars") or {}
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in variables.items()):
+            raise TypeError("runtime_env env_vars must map strings to strings")
+        merged.update(variables)
+    return merged
+
+
 def check_options(options: Dict[str, Any]) -> None:
     unknown = set(options) - _OPTIONS
     if unknown:
@@ -62,6 +80,6 @@ class RemoteFunction:
         retry_exceptions = bool(self._options.get("retry_exceptions", False))
         num_returns = self._options.get("num_returns", 1)
         ids = client.submit_task(self.__name__, self._pickled, payload, dependencies, resources, retries,
-                                 retry_exceptions, num_returns)
+                                 retry_exceptions, num_returns, env_vars(self._options))
         refs = [worker.new_ref(i) for i in ids]
         return refs if num_returns > 1 else refs[0]

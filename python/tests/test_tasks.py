@@ -151,3 +151,23 @@ def test_several_return_values_and_printed_output(private_cluster, capfd):
 
     with pytest.raises(ValueError, match="num_returns=2"):
         oxray.get(wrong.remote()[0])
+
+
+def test_runtime_env_vars_reach_tasks_and_actors(private_cluster):
+    @oxray.remote
+    def read(name):
+        return os.environ.get(name)
+
+    @oxray.remote
+    class Reader:
+        def read(self, name):
+            return os.environ.get(name)
+
+    env = {"env_vars": {"OXRAY_TEST_SETTING": "on"}}
+    assert oxray.get(read.options(runtime_env=env).remote("OXRAY_TEST_SETTING")) == "on"
+    assert oxray.get(read.remote("OXRAY_TEST_SETTING")) is None, "workers with other settings are not shared"
+    reader = Reader.options(runtime_env=env).remote()
+    assert oxray.get(reader.read.remote("OXRAY_TEST_SETTING")) == "on"
+    oxray.kill(reader)
+    with pytest.raises(ValueError, match="not supported for tasks"):
+        read.options(runtime_env={"pip": ["x"]}).remote("A")

@@ -25,9 +25,16 @@ pub struct WorkerEnv {
     pub agent_address: Arc<Mutex<String>>,
 }
 
+/// What makes workers interchangeable: the interpreter and the runtime_env variables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerKind {
+    pub python: String,
+    pub env_vars: Vec<(String, String)>,
+}
+
 struct Worker {
     id: String,
-    python: String,
+    kind: WorkerKind,
     address: String,
     child: tokio::process::Child,
 }
@@ -73,7 +80,7 @@ impl WorkerPool {
 
     /// Waits for the resources, then hands out an idle worker of the same interpreter or a
     /// new one.
-    async fn lease(&self, resources: ResourceSet, python: String) -> Result<v1::LeaseReply, Status> {
+    async fn lease(&self, resources: ResourceSet, kind: WorkerKind) -> Result<v1::LeaseReply, Status> {
         if !fits(&resources, |r| self.total.get(r)) {
             return Err(Status::invalid_argument(format!(
                 "this node can never hold the task's resources {:?}; it has {:?}",
@@ -94,12 +101,12 @@ impl WorkerPool {
         }
         let idle = {
             let mut state = self.lock();
-            let at = state.idle.iter().position(|w| w.python == python);
+            let at = state.idle.iter().position(|w| w.kind == kind);
             at.map(|i| state.idle.swap_remove(i))
         };
         let worker = match idle {
             Some(w) => Ok(w),
-            None => self.spawn(&python).await,
+            None => self.spawn(&kind).await,
         };
         let worker = match worker {
             Ok(w) => w,
@@ -139,7 +146,8 @@ impl WorkerPool {
         self.release(&lease.resources);
     }
 
-    async fn spawn(&self, python: &str) -> Result<Worker, Status> {
+    async fn spawn(&self, kind: &WorkerKind) -> Result<Worker, Status> {
+        let python = kind.python.as_str();
         let id = random_id();
         let (tx, rx) = oneshot::channel();
         self.lock().starting.insert(id.clone(), tx);
@@ -157,6 +165,7 @@ impl WorkerPool {
             .env("OXRAY_NODE_ID", node_id)
             .env("OXRAY_NODE_IP", &self.env.node_ip)
             .env("PYTHONUNBUFFERED", "1")
+            .envs(kind.env_vars.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -176,7 +185,7 @@ impl WorkerPool {
         };
         tracing::info!(worker = %id, port, "worker started");
         let address = format!("{}:{port}", self.env.node_ip);
-        Ok(Worker { id, python: python.to_string(), address, child })
+        Ok(Worker { id, kind: kind.clone(), address, child })
     }
 }
 
@@ -193,7 +202,9 @@ impl lease_service_server::LeaseService for LeaseService {
         let resources = oxray_proto::convert::resources_from_proto(request.resources)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let python = if request.python.is_empty() { "python3".to_string() } else { request.python };
-        self.0.lease(resources, python).await.map(Response::new)
+        let mut env_vars: Vec<(String, String)> = request.env_vars.into_iter().collect();
+        env_vars.sort();
+        self.0.lease(resources, WorkerKind { python, env_vars }).await.map(Response::new)
     }
 
     async fn return_worker(

@@ -160,7 +160,7 @@ impl Client {
     }
 
     /// Starts a task; returns the ids of the objects that will hold its results.
-    #[pyo3(signature = (name, function, args, dependencies, resources, max_retries=3, retry_exceptions=false, num_returns=1))]
+    #[pyo3(signature = (name, function, args, dependencies, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new()))]
     #[allow(clippy::too_many_arguments)]
     fn submit_task(
         &self,
@@ -173,12 +173,13 @@ impl Client {
         max_retries: u32,
         retry_exceptions: bool,
         num_returns: u32,
+        env_vars: BTreeMap<String, String>,
     ) -> PyResult<Vec<String>> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let submitter = py.detach(|| self.submitter())?;
         let (function, args) = (function.to_vec(), args.to_vec());
-        let route = Route::Lease(resources);
+        let route = Route::Lease(resources, env_vars);
         let spec = TaskSpec { name, function, args, dependencies, route, max_retries, retry_exceptions, num_returns };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }
@@ -193,12 +194,13 @@ impl Client {
         args: &[u8],
         dependencies: Vec<String>,
         resources: BTreeMap<String, f64>,
+        env_vars: BTreeMap<String, String>,
     ) -> PyResult<(String, String, String, String, String)> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let submitter = py.detach(|| self.submitter())?;
         let lease = py
-            .detach(|| self.runtime.block_on(submitter.lease(resources)))
+            .detach(|| self.runtime.block_on(submitter.lease(resources, env_vars)))
             .map_err(|e| PyRuntimeError::new_err(format!("cannot place actor {name}: {e}")))?;
         let actor_id = oxray_worker::new_id();
         self.sequences.lock().expect("sequences lock").insert(actor_id.clone(), 1);

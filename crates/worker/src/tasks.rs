@@ -30,10 +30,14 @@ pub struct TaskSpec {
     pub num_returns: u32,
 }
 
+/// runtime_env variables of a task's worker.
+pub type Env = std::collections::BTreeMap<String, String>;
+
 /// Where a task goes.
 pub enum Route {
-    /// A worker leased for this task, holding these resources while it runs.
-    Lease(ResourceSet),
+    /// A worker leased for this task, holding these resources while it runs, with these
+    /// runtime_env variables.
+    Lease(ResourceSet, Env),
     /// An actor's worker.
     Actor(ActorCall),
 }
@@ -180,7 +184,7 @@ impl Submitter {
             num_returns: spec.num_returns,
             ..Default::default()
         };
-        let resources = match spec.route {
+        let (resources, env) = match spec.route {
             Route::Actor(call) => {
                 push.actor_creation = call.creation;
                 push.actor_method = call.method;
@@ -191,12 +195,12 @@ impl Submitter {
                     Failure::System(format!("the actor running {} died or is unreachable: {}", spec.name, s.message()))
                 });
             }
-            Route::Lease(resources) => resources,
+            Route::Lease(resources, env) => (resources, env),
         };
         let mut attempt = 0;
         loop {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            self.enqueue(resources.clone(), Queued { push: push.clone(), reply: tx });
+            self.enqueue(resources.clone(), env.clone(), Queued { push: push.clone(), reply: tx });
             let reply = rx.await.unwrap_or_else(|_| Err("the submitter stopped".into()));
             let retry = match &reply {
                 Err(_) => true,
@@ -213,8 +217,8 @@ impl Submitter {
         self.shapes.lock().expect("shapes lock")
     }
 
-    fn enqueue(self: &Arc<Self>, resources: ResourceSet, queued: Queued) {
-        let key = format!("{:?}", resources.as_map());
+    fn enqueue(self: &Arc<Self>, resources: ResourceSet, env: Env, queued: Queued) {
+        let key = format!("{:?} {:?}", resources.as_map(), env);
         let request = {
             let mut shapes = self.shapes();
             let shape = shapes.entry(key.clone()).or_default();
@@ -222,18 +226,18 @@ impl Submitter {
             !std::mem::replace(&mut shape.requesting, true)
         };
         if request {
-            self.spawn_drive(key, resources);
+            self.spawn_drive(key, resources, env);
         }
     }
 
     /// A plain function between the spawns keeps the recursive future's type nameable.
-    fn spawn_drive(self: &Arc<Self>, key: String, resources: ResourceSet) {
-        tokio::spawn(self.clone().drive(key, resources));
+    fn spawn_drive(self: &Arc<Self>, key: String, resources: ResourceSet, env: Env) {
+        tokio::spawn(self.clone().drive(key, resources, env));
     }
 
     /// Gets a lease and runs waiting tasks of the shape on it until none is left.
-    async fn drive(self: Arc<Self>, key: String, resources: ResourceSet) {
-        let lease = match self.lease(resources.clone()).await {
+    async fn drive(self: Arc<Self>, key: String, resources: ResourceSet, env: Env) {
+        let lease = match self.lease(resources.clone(), env.clone()).await {
             Ok(lease) => lease,
             Err(e) => {
                 // The agent refused the shape (it can never fit) or is gone: fail what waits.
@@ -256,7 +260,7 @@ impl Submitter {
             shape.requesting
         };
         if more {
-            self.spawn_drive(key.clone(), resources.clone());
+            self.spawn_drive(key.clone(), resources.clone(), env.clone());
         }
         loop {
             let next = self.shapes().get_mut(&key).and_then(|s| s.waiting.pop_front());
@@ -283,7 +287,7 @@ impl Submitter {
                     !shape.waiting.is_empty() && !std::mem::replace(&mut shape.requesting, true)
                 };
                 if again {
-                    self.spawn_drive(key, resources);
+                    self.spawn_drive(key, resources, env);
                 }
                 return;
             }
@@ -292,8 +296,12 @@ impl Submitter {
 
     /// A worker holding `resources`, for a task or for an actor's whole life: from this
     /// node's agent, or, when this node can never hold them, from a node that can.
-    pub async fn lease(&self, resources: ResourceSet) -> Result<Lease, String> {
-        let request = v1::LeaseRequest { resources: resources_to_proto(&resources), python: self.python.clone() };
+    pub async fn lease(&self, resources: ResourceSet, env: Env) -> Result<Lease, String> {
+        let request = v1::LeaseRequest {
+            resources: resources_to_proto(&resources),
+            python: self.python.clone(),
+            env_vars: env.into_iter().collect(),
+        };
         let local = self.leases.clone().request_worker_lease(request.clone()).await;
         let status = match local {
             Ok(reply) => {

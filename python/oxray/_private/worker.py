@@ -13,6 +13,7 @@ from oxray import _native
 _lock = threading.Lock()
 _client: Optional["_native.Client"] = None
 _namespace: Optional[str] = None
+_runtime_env: Optional[Dict[str, Any]] = None
 # Actors this process created: they end with it, as non-detached actors do in Ray.
 _owned_actors: List[Any] = []
 
@@ -74,7 +75,7 @@ def init(
     cluster started on this machine with `oxray start`, else a new private cluster for this
     process, stopped when it exits. "auto" only joins; "local" always starts a new one.
     """
-    global _client, _namespace
+    global _client, _namespace, _runtime_env
     with _lock:
         if _client is not None:
             if ignore_reinit_error:
@@ -90,6 +91,7 @@ def init(
                                   (num_cpus, num_gpus, resources_json), package_dir, sys.executable,
                                   os.environ.get("OXRAY_NODE_ID"))
         _namespace = namespace
+        _runtime_env = runtime_env
         return _context(_client)
 
 
@@ -158,6 +160,10 @@ def cluster_resources() -> Dict[str, float]:
 
 def available_resources() -> Dict[str, float]:
     return dict(client().available_resources())
+
+
+def runtime_env() -> Optional[Dict[str, Any]]:
+    return _runtime_env
 
 
 def namespace() -> Optional[str]:
