@@ -186,6 +186,7 @@ impl Client {
 
     /// Leases a worker for the actor's life and sends the creation call; returns
     /// `(actor_id, worker_address, lease_id, creation_object_id, agent_address)`.
+    #[allow(clippy::too_many_arguments)]
     fn create_actor(
         &self,
         py: Python<'_>,
