@@ -6,6 +6,7 @@ from typing import Any, Dict
 
 from oxray._private import serialization, worker
 from oxray.remote_function import check_options, env_vars, resource_request
+from oxray.util import scheduling_strategies
 
 
 class ActorMethod:
@@ -95,7 +96,8 @@ class ActorClass:
             raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
         blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency}))
         actor_id, address, lease_id, created, agent = client.create_actor(
-            self.__name__, blueprint, payload, dependencies, resources, env_vars(self._options))
+            self.__name__, blueprint, payload, dependencies, resources, env_vars(self._options),
+            scheduling_strategies.native(self._options.get("scheduling_strategy")))
         handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id, agent,
                              name, namespace if name else None)
         handle._created = worker.new_ref(created)

@@ -1,6 +1,7 @@
 from typing import Any, Dict
 
 from oxray._private import serialization, worker
+from oxray.util import scheduling_strategies
 
 _OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "num_returns", "max_retries", "retry_exceptions", "name",
             "namespace", "lifetime", "get_if_exists", "max_concurrency", "scheduling_strategy", "runtime_env"}
@@ -79,7 +80,8 @@ class RemoteFunction:
             retries = 2**32 - 1
         retry_exceptions = bool(self._options.get("retry_exceptions", False))
         num_returns = self._options.get("num_returns", 1)
+        strategy = scheduling_strategies.native(self._options.get("scheduling_strategy"))
         ids = client.submit_task(self.__name__, self._pickled, payload, dependencies, resources, retries,
-                                 retry_exceptions, num_returns, env_vars(self._options))
+                                 retry_exceptions, num_returns, env_vars(self._options), strategy)
         refs = [worker.new_ref(i) for i in ids]
         return refs if num_returns > 1 else refs[0]

@@ -52,3 +52,21 @@ def test_work_goes_to_the_node_that_has_its_resources(two_nodes):
     oxray.kill(pinned)
     with pytest.raises(WorkerCrashedError, match="no node of the cluster can hold"):
         oxray.get(where.options(resources={"nowhere": 1}).remote(), timeout=30)
+
+
+def test_scheduling_strategies(two_nodes):
+    from oxray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    head, second = two_nodes["127.0.0.1"], two_nodes["second"]
+    on = lambda node: where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))  # noqa: E731
+    assert oxray.get(on(second).remote()) == second
+    assert oxray.get(on(head).remote()) == head
+    spread = {oxray.get(where.options(scheduling_strategy="SPREAD").remote()) for _ in range(4)}
+    assert spread == {head, second}
+    gone = "ab" * 28
+    with pytest.raises(WorkerCrashedError, match="not alive"):
+        oxray.get(on(gone).remote(), timeout=30)
+    soft = where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(gone, soft=True))
+    assert oxray.get(soft.remote()) in (head, second)
+    with pytest.raises(ValueError, match="unknown scheduling_strategy"):
+        where.options(scheduling_strategy="ANYWHERE").remote()

@@ -116,6 +116,16 @@ fn connect(
     })
 }
 
+/// `(kind, node_id, soft)` from Python: "DEFAULT", "SPREAD" or "NODE".
+fn parse_strategy((kind, node_id, soft): (String, String, bool)) -> PyResult<oxray_worker::Strategy> {
+    match kind.as_str() {
+        "DEFAULT" => Ok(oxray_worker::Strategy::Default),
+        "SPREAD" => Ok(oxray_worker::Strategy::Spread),
+        "NODE" => Ok(oxray_worker::Strategy::Node { node_id, soft }),
+        other => Err(PyValueError::new_err(format!("unknown scheduling strategy {other:?}"))),
+    }
+}
+
 fn parse_token(text: &str) -> PyResult<oxray_worker::Token> {
     oxray_worker::Token::parse(text).map_err(|e| PyValueError::new_err(format!("invalid cluster token: {e}")))
 }
@@ -160,7 +170,7 @@ impl Client {
     }
 
     /// Starts a task; returns the ids of the objects that will hold its results.
-    #[pyo3(signature = (name, function, args, dependencies, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new()))]
+    #[pyo3(signature = (name, function, args, dependencies, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new(), strategy=(String::from("DEFAULT"), String::new(), false)))]
     #[allow(clippy::too_many_arguments)]
     fn submit_task(
         &self,
@@ -174,12 +184,13 @@ impl Client {
         retry_exceptions: bool,
         num_returns: u32,
         env_vars: BTreeMap<String, String>,
+        strategy: (String, String, bool),
     ) -> PyResult<Vec<String>> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let submitter = py.detach(|| self.submitter())?;
         let (function, args) = (function.to_vec(), args.to_vec());
-        let route = Route::Lease(resources, env_vars);
+        let route = Route::Lease(resources, env_vars, parse_strategy(strategy)?);
         let spec = TaskSpec { name, function, args, dependencies, route, max_retries, retry_exceptions, num_returns };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }
@@ -196,12 +207,14 @@ impl Client {
         dependencies: Vec<String>,
         resources: BTreeMap<String, f64>,
         env_vars: BTreeMap<String, String>,
+        strategy: (String, String, bool),
     ) -> PyResult<(String, String, String, String, String)> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let strategy = parse_strategy(strategy)?;
         let submitter = py.detach(|| self.submitter())?;
         let lease = py
-            .detach(|| self.runtime.block_on(submitter.lease(resources, env_vars)))
+            .detach(|| self.runtime.block_on(submitter.lease_with(resources, env_vars, &strategy)))
             .map_err(|e| PyRuntimeError::new_err(format!("cannot place actor {name}: {e}")))?;
         let actor_id = oxray_worker::new_id();
         self.sequences.lock().expect("sequences lock").insert(actor_id.clone(), 1);

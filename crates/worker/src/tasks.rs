@@ -33,11 +33,22 @@ pub struct TaskSpec {
 /// runtime_env variables of a task's worker.
 pub type Env = std::collections::BTreeMap<String, String>;
 
+/// Ray's scheduling strategies for where a lease is asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Strategy {
+    /// This process's node; another one only when this one can never hold the task.
+    Default,
+    /// Round the alive nodes that could hold the task.
+    Spread,
+    /// That node; with `soft`, anywhere when it is gone.
+    Node { node_id: String, soft: bool },
+}
+
 /// Where a task goes.
 pub enum Route {
     /// A worker leased for this task, holding these resources while it runs, with these
     /// runtime_env variables.
-    Lease(ResourceSet, Env),
+    Lease(ResourceSet, Env, Strategy),
     /// An actor's worker.
     Actor(ActorCall),
 }
@@ -58,6 +69,7 @@ pub struct Submitter {
     head: Option<oxray_rpc::HeadClient>,
     local_agent: String,
     remote_agents: Mutex<HashMap<String, LeaseServiceClient<Authed>>>,
+    spread_turn: std::sync::atomic::AtomicU64,
     token: Token,
     python: String,
     workers: Mutex<HashMap<String, WorkerServiceClient<Authed>>>,
@@ -105,6 +117,7 @@ impl Submitter {
             head,
             local_agent: agent.to_string(),
             remote_agents: Mutex::new(HashMap::new()),
+            spread_turn: std::sync::atomic::AtomicU64::new(0),
             token,
             python,
             workers: Mutex::new(HashMap::new()),
@@ -184,7 +197,7 @@ impl Submitter {
             num_returns: spec.num_returns,
             ..Default::default()
         };
-        let (resources, env) = match spec.route {
+        let (resources, env, strategy) = match spec.route {
             Route::Actor(call) => {
                 push.actor_creation = call.creation;
                 push.actor_method = call.method;
@@ -195,12 +208,13 @@ impl Submitter {
                     Failure::System(format!("the actor running {} died or is unreachable: {}", spec.name, s.message()))
                 });
             }
-            Route::Lease(resources, env) => (resources, env),
+            Route::Lease(resources, env, strategy) => (resources, env, strategy),
         };
         let mut attempt = 0;
         loop {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            self.enqueue(resources.clone(), env.clone(), Queued { push: push.clone(), reply: tx });
+            let queued = Queued { push: push.clone(), reply: tx };
+            self.enqueue(resources.clone(), env.clone(), strategy.clone(), queued);
             let reply = rx.await.unwrap_or_else(|_| Err("the submitter stopped".into()));
             let retry = match &reply {
                 Err(_) => true,
@@ -217,8 +231,8 @@ impl Submitter {
         self.shapes.lock().expect("shapes lock")
     }
 
-    fn enqueue(self: &Arc<Self>, resources: ResourceSet, env: Env, queued: Queued) {
-        let key = format!("{:?} {:?}", resources.as_map(), env);
+    fn enqueue(self: &Arc<Self>, resources: ResourceSet, env: Env, strategy: Strategy, queued: Queued) {
+        let key = format!("{:?} {:?} {:?}", resources.as_map(), env, strategy);
         let request = {
             let mut shapes = self.shapes();
             let shape = shapes.entry(key.clone()).or_default();
@@ -226,18 +240,18 @@ impl Submitter {
             !std::mem::replace(&mut shape.requesting, true)
         };
         if request {
-            self.spawn_drive(key, resources, env);
+            self.spawn_drive(key, Want { resources, env, strategy });
         }
     }
 
     /// A plain function between the spawns keeps the recursive future's type nameable.
-    fn spawn_drive(self: &Arc<Self>, key: String, resources: ResourceSet, env: Env) {
-        tokio::spawn(self.clone().drive(key, resources, env));
+    fn spawn_drive(self: &Arc<Self>, key: String, want: Want) {
+        tokio::spawn(self.clone().drive(key, want));
     }
 
     /// Gets a lease and runs waiting tasks of the shape on it until none is left.
-    async fn drive(self: Arc<Self>, key: String, resources: ResourceSet, env: Env) {
-        let lease = match self.lease(resources.clone(), env.clone()).await {
+    async fn drive(self: Arc<Self>, key: String, want: Want) {
+        let lease = match self.lease_with(want.resources.clone(), want.env.clone(), &want.strategy).await {
             Ok(lease) => lease,
             Err(e) => {
                 // The agent refused the shape (it can never fit) or is gone: fail what waits.
@@ -260,7 +274,7 @@ impl Submitter {
             shape.requesting
         };
         if more {
-            self.spawn_drive(key.clone(), resources.clone(), env.clone());
+            self.spawn_drive(key.clone(), want.clone());
         }
         loop {
             let next = self.shapes().get_mut(&key).and_then(|s| s.waiting.pop_front());
@@ -287,7 +301,7 @@ impl Submitter {
                     !shape.waiting.is_empty() && !std::mem::replace(&mut shape.requesting, true)
                 };
                 if again {
-                    self.spawn_drive(key, resources, env);
+                    self.spawn_drive(key, want);
                 }
                 return;
             }
@@ -297,6 +311,30 @@ impl Submitter {
     /// A worker holding `resources`, for a task or for an actor's whole life: from this
     /// node's agent, or, when this node can never hold them, from a node that can.
     pub async fn lease(&self, resources: ResourceSet, env: Env) -> Result<Lease, String> {
+        self.lease_with(resources, env, &Strategy::Default).await
+    }
+
+    /// A lease placed by a scheduling strategy.
+    pub async fn lease_with(&self, resources: ResourceSet, env: Env, strategy: &Strategy) -> Result<Lease, String> {
+        let target = match strategy {
+            Strategy::Default => None,
+            Strategy::Spread => self.spread_target(&resources).await?,
+            Strategy::Node { node_id, soft } => match self.node_agent(node_id).await? {
+                Some(address) => Some(address),
+                None if *soft => None,
+                None => return Err(format!("node {node_id} of the NodeAffinitySchedulingStrategy is not alive")),
+            },
+        };
+        if let Some(address) = target {
+            let request = v1::LeaseRequest {
+                resources: resources_to_proto(&resources),
+                python: self.python.clone(),
+                env_vars: env.into_iter().collect(),
+            };
+            let agent = self.agent(&address)?;
+            let reply = agent.clone().request_worker_lease(request).await.map_err(|s| s.message().to_string())?;
+            return Ok(Lease { reply: reply.into_inner(), agent, agent_address: address });
+        }
         let request = v1::LeaseRequest {
             resources: resources_to_proto(&resources),
             python: self.python.clone(),
@@ -318,21 +356,44 @@ impl Submitter {
         Ok(Lease { reply: reply.into_inner(), agent, agent_address })
     }
 
+    async fn alive_nodes(&self) -> Result<Vec<v1::Node>, String> {
+        let Some(head) = &self.head else { return Ok(Vec::new()) };
+        let nodes = head.clone().list_nodes(v1::ListNodesRequest {}).await.map_err(|s| s.message().to_string())?;
+        Ok(nodes
+            .into_inner()
+            .nodes
+            .into_iter()
+            .filter(|n| n.state == v1::NodeState::Alive as i32 && n.agent_port != 0)
+            .collect())
+    }
+
+    async fn node_agent(&self, node_id: &str) -> Result<Option<String>, String> {
+        let nodes = self.alive_nodes().await?;
+        Ok(nodes.iter().find(|n| n.node_id == node_id).map(|n| format!("{}:{}", n.node_ip, n.agent_port)))
+    }
+
+    /// The next of the alive nodes that could hold the request, in turn.
+    async fn spread_target(&self, resources: &ResourceSet) -> Result<Option<String>, String> {
+        let mut nodes: Vec<v1::Node> = self.alive_nodes().await?.into_iter().filter(|n| fits(n, resources)).collect();
+        if nodes.is_empty() {
+            return Ok(None);
+        }
+        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        let turn = self.spread_turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize;
+        let node = &nodes[turn % nodes.len()];
+        Ok(Some(format!("{}:{}", node.node_ip, node.agent_port)))
+    }
+
     /// The agent of another alive node whose resources could hold the request.
     async fn spill_target(
         &self,
         resources: &ResourceSet,
     ) -> Result<Option<(String, LeaseServiceClient<Authed>)>, String> {
-        let Some(head) = &self.head else { return Ok(None) };
-        let nodes = head.clone().list_nodes(v1::ListNodesRequest {}).await.map_err(|s| s.message().to_string())?;
-        let fits = |n: &v1::Node| {
-            resources.iter().all(|(k, v)| v <= 0.0 || n.resources_total.get(k).copied().unwrap_or(0.0) >= v)
-        };
-        let address = nodes
-            .into_inner()
-            .nodes
+        let address = self
+            .alive_nodes()
+            .await?
             .iter()
-            .filter(|n| n.state == v1::NodeState::Alive as i32 && n.agent_port != 0 && fits(n))
+            .filter(|n| fits(n, resources))
             .map(|n| format!("{}:{}", n.node_ip, n.agent_port))
             .find(|a| *a != self.local_agent);
         let Some(address) = address else { return Ok(None) };
@@ -381,6 +442,19 @@ fn show_output(output: &str) {
         let _ = out.write_all(output.as_bytes());
         let _ = out.flush();
     }
+}
+
+/// What a lease is asked for.
+#[derive(Clone)]
+struct Want {
+    resources: ResourceSet,
+    env: Env,
+    strategy: Strategy,
+}
+
+/// Whether a node's total resources could hold the request.
+fn fits(node: &v1::Node, resources: &ResourceSet) -> bool {
+    resources.iter().all(|(k, v)| v <= 0.0 || node.resources_total.get(k).copied().unwrap_or(0.0) >= v)
 }
 
 enum Failure {

@@ -1,0 +1,1 @@
+"""Ray's `ray.util` names that oxray provides."""
