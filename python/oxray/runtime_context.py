@@ -6,6 +6,10 @@ from typing import Any, Dict, List, Optional
 from oxray._private import worker
 
 
+# Set by the worker loop for the task it runs (and for the actor it is).
+_current = {"task_id": None, "actor_id": None}
+
+
 class RuntimeContext:
     def get_job_id(self) -> Optional[str]:
         """The submission id of the job this process belongs to, when it runs in one."""
@@ -15,10 +19,10 @@ class RuntimeContext:
         return os.environ.get("OXRAY_NODE_ID")
 
     def get_task_id(self) -> Optional[str]:
-        return None
+        return _current["task_id"]
 
     def get_actor_id(self) -> Optional[str]:
-        return None
+        return _current["actor_id"]
 
     def get_namespace(self) -> Optional[str]:
         return worker.namespace()

@@ -137,3 +137,23 @@ def test_async_and_threaded_actors_run_calls_concurrently(private_cluster):  # n
         assert oxray.get([actor.wait_then.remote(i, 0.5) for i in range(4)]) == [0, 1, 2, 3]
         assert time.time() - began < 1.5, f"{cls.__name__} calls overlapped"
         oxray.kill(actor)
+
+
+def test_runtime_context_names_the_task_and_the_actor(private_cluster):  # noqa: F811
+    @oxray.remote
+    def ids():
+        ctx = oxray.get_runtime_context()
+        return ctx.get_task_id(), ctx.get_actor_id(), ctx.get_node_id()
+
+    @oxray.remote
+    class Who:
+        def ids(self):
+            ctx = oxray.get_runtime_context()
+            return ctx.get_task_id(), ctx.get_actor_id()
+
+    task_id, actor_id, node_id = oxray.get(ids.remote())
+    assert task_id and actor_id is None and len(node_id) == 56
+    who = Who.remote()
+    first, second = oxray.get([who.ids.remote(), who.ids.remote()])
+    assert first[1] == second[1] == who._actor_id and first[0] != second[0]
+    oxray.kill(who)

@@ -216,7 +216,8 @@ impl Client {
         let lease = py
             .detach(|| self.runtime.block_on(submitter.lease_with(resources, env_vars, &strategy)))
             .map_err(|e| PyRuntimeError::new_err(format!("cannot place actor {name}: {e}")))?;
-        let actor_id = oxray_worker::new_id();
+        // A worker hosts at most one actor, for its whole life: its id names the actor.
+        let actor_id = lease.reply.worker_id.clone();
         self.sequences.lock().expect("sequences lock").insert(actor_id.clone(), 1);
         let call = ActorCall {
             address: lease.reply.worker_address.clone(),

@@ -11,6 +11,7 @@ from oxray import _native
 from oxray._private import serialization
 from oxray._private.actor_runner import ActorRunner
 from oxray.exceptions import ActorDiedError
+from oxray.runtime_context import _current as current_context
 
 
 class _Tee(io.TextIOBase):
@@ -49,6 +50,7 @@ def _run(task, state):
             cls, options = serialization.loads(function)
             state["actor"] = cls(*call_args, **call_kwargs)
             state["runner"] = ActorRunner(state["actor"], options.get("max_concurrency"))
+            current_context["actor_id"] = os.environ["OXRAY_WORKER_ID"]
         except BaseException as error:
             state["creation_error"] = error
             raise
@@ -74,6 +76,7 @@ def main() -> None:
         if task is None:
             return
         task_id, name, num_returns = task[0], task[1], task[7]
+        current_context["task_id"] = task_id
         runner = state.get("runner")
         if runner is not None and runner.concurrent and task[6]:
             _submit_concurrent(executor, runner, task)
