@@ -97,7 +97,7 @@ class ActorClass:
         blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency}))
         actor_id, address, lease_id, created, agent = client.create_actor(
             self.__name__, blueprint, payload, dependencies, resources, env_vars(self._options),
-            scheduling_strategies.native(self._options.get("scheduling_strategy")))
+            scheduling_strategies.native(self._options.get("scheduling_strategy")), lifetime == "detached")
         handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id, agent,
                              name, namespace if name else None)
         handle._created = worker.new_ref(created)

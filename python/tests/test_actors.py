@@ -157,3 +157,40 @@ def test_runtime_context_names_the_task_and_the_actor(private_cluster):  # noqa:
     first, second = oxray.get([who.ids.remote(), who.ids.remote()])
     assert first[1] == second[1] == who._actor_id and first[0] != second[0]
     oxray.kill(who)
+
+
+def test_leases_of_a_killed_driver_are_taken_back(private_cluster):  # noqa: F811
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    client = oxray._private.worker.client()
+    token = open(os.path.join(client.local_home, "auth_token")).read().strip()
+    env = dict(os.environ, OXRAY_ADDRESS=client.address, OXRAY_AUTH_TOKEN=token)
+    script = ("import oxray, sys\n"
+              "@oxray.remote(num_cpus=1)\n"
+              "class Holder:\n"
+              "    def ping(self):\n"
+              "        return 1\n"
+              "h = Holder.remote()\n"
+              "oxray.get(h.ping.remote())\n"
+              "print('holding', flush=True)\n"
+              "sys.stdin.read()\n")
+    driver = subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    assert driver.stdout.readline().strip() == "holding"
+
+    def cpus_free():
+        return oxray.available_resources().get("CPU", 0)
+
+    deadline = time.time() + 10
+    while cpus_free() != 1 and time.time() < deadline:
+        time.sleep(0.1)
+    assert cpus_free() == 1, "the actor holds one of the two CPUs"
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    deadline = time.time() + 15
+    while cpus_free() != 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert cpus_free() == 2, "the agent took the dead driver's lease back"

@@ -117,6 +117,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
             agent_address: Arc::new(Mutex::new(format!("127.0.0.1:{port}"))),
         },
     ));
+    workers::reap_periodically(&pool);
     let runner = Arc::new(jobs::Runner::new(
         config.session_dir.join("logs"),
         cache,
@@ -211,7 +212,7 @@ impl JoinedAgent {
             }
             let request = v1::HeartbeatRequest {
                 node_id: self.node.node_id.hex(),
-                resources_available: resources_to_proto(&self.node.resources_available),
+                resources_available: resources_to_proto(&self.pool.available()),
             };
             let outcome = match self.client.heartbeat(request).await {
                 Ok(reply) => self.follow(reply.into_inner().verdict()).await,

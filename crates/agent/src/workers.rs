@@ -42,6 +42,8 @@ struct Worker {
 struct Lease {
     worker: Worker,
     resources: ResourceSet,
+    /// Taken back when this process is gone (a driver killed before it returned its leases).
+    owner: Option<v1::ProcessIdentity>,
 }
 
 #[derive(Default)]
@@ -74,13 +76,24 @@ impl WorkerPool {
         Self { total, state: Mutex::new(State::default()), freed: Notify::new(), env }
     }
 
+    /// What is not leased out now, for the heartbeat.
+    pub fn available(&self) -> ResourceSet {
+        let used = self.lock().used.clone();
+        self.total.iter().map(|(k, v)| (k.to_string(), (v - used.get(k)).max(0.0))).collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("worker pool lock")
     }
 
     /// Waits for the resources, then hands out an idle worker of the same interpreter or a
     /// new one.
-    async fn lease(&self, resources: ResourceSet, kind: WorkerKind) -> Result<v1::LeaseReply, Status> {
+    async fn lease(
+        &self,
+        resources: ResourceSet,
+        kind: WorkerKind,
+        owner: Option<v1::ProcessIdentity>,
+    ) -> Result<v1::LeaseReply, Status> {
         if !fits(&resources, |r| self.total.get(r)) {
             return Err(Status::invalid_argument(format!(
                 "this node can never hold the task's resources {:?}; it has {:?}",
@@ -121,7 +134,7 @@ impl WorkerPool {
             worker_address: worker.address.clone(),
             worker_id: worker.id.clone(),
         };
-        self.lock().leases.insert(lease_id, Lease { worker, resources });
+        self.lock().leases.insert(lease_id, Lease { worker, resources, owner });
         Ok(reply)
     }
 
@@ -132,6 +145,22 @@ impl WorkerPool {
         state.used = used;
         drop(state);
         self.freed.notify_waiters();
+    }
+
+    /// Takes back the leases whose owner on this machine has died.
+    pub fn reap(&self) {
+        let here = oxray_config::procs::identity();
+        let orphaned: Vec<String> = self
+            .lock()
+            .leases
+            .iter()
+            .filter(|(_, l)| l.owner.as_ref().is_some_and(|o| owner_is_gone(o, &here)))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in orphaned {
+            tracing::info!(lease = %id, "the lease's owner died; taking the worker back");
+            self.give_back(&id, true);
+        }
     }
 
     fn give_back(&self, lease_id: &str, disconnect: bool) {
@@ -189,6 +218,29 @@ impl WorkerPool {
     }
 }
 
+/// Whether `owner` ran on this machine, in this pid space, and is no more.
+fn owner_is_gone(owner: &v1::ProcessIdentity, here: &oxray_config::procs::Identity) -> bool {
+    if owner.boot_id != here.boot_id || owner.pid_namespace != here.pid_namespace || owner.pid == 0 {
+        return false;
+    }
+    oxray_config::procs::start_ticks(owner.pid) != Some(owner.start_ticks)
+}
+
+/// Checks for dead lease owners until the pool is dropped.
+pub fn reap_periodically(pool: &Arc<WorkerPool>) {
+    let pool = Arc::downgrade(pool);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            match pool.upgrade() {
+                Some(p) => p.reap(),
+                None => return,
+            }
+        }
+    });
+}
+
 /// The lease service, on the agent's port.
 pub struct LeaseService(pub Arc<WorkerPool>);
 
@@ -204,7 +256,8 @@ impl lease_service_server::LeaseService for LeaseService {
         let python = if request.python.is_empty() { "python3".to_string() } else { request.python };
         let mut env_vars: Vec<(String, String)> = request.env_vars.into_iter().collect();
         env_vars.sort();
-        self.0.lease(resources, WorkerKind { python, env_vars }).await.map(Response::new)
+        let owner = request.owner.filter(|_| !request.detached);
+        self.0.lease(resources, WorkerKind { python, env_vars }, owner).await.map(Response::new)
     }
 
     async fn return_worker(

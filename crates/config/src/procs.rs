@@ -70,6 +70,26 @@ pub fn is_running(record: &ProcRecord) -> bool {
     }
 }
 
+/// Which machine and pid space a process lives in, and which process it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub boot_id: String,
+    pub pid_namespace: String,
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+/// This process's identity.
+pub fn identity() -> Identity {
+    let pid = std::process::id();
+    Identity {
+        boot_id: fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default().trim().to_string(),
+        pid_namespace: fs::read_link("/proc/self/ns/pid").map(|p| p.display().to_string()).unwrap_or_default(),
+        pid,
+        start_ticks: start_ticks(pid).unwrap_or(0),
+    }
+}
+
 /// Field 22 of /proc/<pid>/stat; `None` when the process is gone or a zombie.
 pub fn start_ticks(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

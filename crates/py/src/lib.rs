@@ -208,13 +208,14 @@ impl Client {
         resources: BTreeMap<String, f64>,
         env_vars: BTreeMap<String, String>,
         strategy: (String, String, bool),
+        detached: bool,
     ) -> PyResult<(String, String, String, String, String)> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let strategy = parse_strategy(strategy)?;
         let submitter = py.detach(|| self.submitter())?;
         let lease = py
-            .detach(|| self.runtime.block_on(submitter.lease_with(resources, env_vars, &strategy)))
+            .detach(|| self.runtime.block_on(submitter.lease_with(resources, env_vars, &strategy, detached)))
             .map_err(|e| PyRuntimeError::new_err(format!("cannot place actor {name}: {e}")))?;
         // A worker hosts at most one actor, for its whole life: its id names the actor.
         let actor_id = lease.reply.worker_id.clone();

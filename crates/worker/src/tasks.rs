@@ -70,6 +70,9 @@ pub struct Submitter {
     local_agent: String,
     remote_agents: Mutex<HashMap<String, LeaseServiceClient<Authed>>>,
     spread_turn: std::sync::atomic::AtomicU64,
+    /// Sent with every lease request, so an agent on this machine can take leases back if
+    /// this process dies without returning them.
+    owner: v1::ProcessIdentity,
     token: Token,
     python: String,
     workers: Mutex<HashMap<String, WorkerServiceClient<Authed>>>,
@@ -118,6 +121,15 @@ impl Submitter {
             local_agent: agent.to_string(),
             remote_agents: Mutex::new(HashMap::new()),
             spread_turn: std::sync::atomic::AtomicU64::new(0),
+            owner: {
+                let me = oxray_config::procs::identity();
+                v1::ProcessIdentity {
+                    boot_id: me.boot_id,
+                    pid_namespace: me.pid_namespace,
+                    pid: me.pid,
+                    start_ticks: me.start_ticks,
+                }
+            },
             token,
             python,
             workers: Mutex::new(HashMap::new()),
@@ -251,7 +263,7 @@ impl Submitter {
 
     /// Gets a lease and runs waiting tasks of the shape on it until none is left.
     async fn drive(self: Arc<Self>, key: String, want: Want) {
-        let lease = match self.lease_with(want.resources.clone(), want.env.clone(), &want.strategy).await {
+        let lease = match self.lease_with(want.resources.clone(), want.env.clone(), &want.strategy, false).await {
             Ok(lease) => lease,
             Err(e) => {
                 // The agent refused the shape (it can never fit) or is gone: fail what waits.
@@ -311,11 +323,28 @@ impl Submitter {
     /// A worker holding `resources`, for a task or for an actor's whole life: from this
     /// node's agent, or, when this node can never hold them, from a node that can.
     pub async fn lease(&self, resources: ResourceSet, env: Env) -> Result<Lease, String> {
-        self.lease_with(resources, env, &Strategy::Default).await
+        self.lease_with(resources, env, &Strategy::Default, false).await
+    }
+
+    fn request(&self, resources: &ResourceSet, env: Env, detached: bool) -> v1::LeaseRequest {
+        v1::LeaseRequest {
+            resources: resources_to_proto(resources),
+            python: self.python.clone(),
+            env_vars: env.into_iter().collect(),
+            owner: Some(self.owner.clone()),
+            detached,
+        }
     }
 
     /// A lease placed by a scheduling strategy.
-    pub async fn lease_with(&self, resources: ResourceSet, env: Env, strategy: &Strategy) -> Result<Lease, String> {
+    /// `detached`: the lease outlives this process (a detached actor's).
+    pub async fn lease_with(
+        &self,
+        resources: ResourceSet,
+        env: Env,
+        strategy: &Strategy,
+        detached: bool,
+    ) -> Result<Lease, String> {
         let target = match strategy {
             Strategy::Default => None,
             Strategy::Spread => self.spread_target(&resources).await?,
@@ -326,20 +355,12 @@ impl Submitter {
             },
         };
         if let Some(address) = target {
-            let request = v1::LeaseRequest {
-                resources: resources_to_proto(&resources),
-                python: self.python.clone(),
-                env_vars: env.into_iter().collect(),
-            };
+            let request = self.request(&resources, env, detached);
             let agent = self.agent(&address)?;
             let reply = agent.clone().request_worker_lease(request).await.map_err(|s| s.message().to_string())?;
             return Ok(Lease { reply: reply.into_inner(), agent, agent_address: address });
         }
-        let request = v1::LeaseRequest {
-            resources: resources_to_proto(&resources),
-            python: self.python.clone(),
-            env_vars: env.into_iter().collect(),
-        };
+        let request = self.request(&resources, env, detached);
         let local = self.leases.clone().request_worker_lease(request.clone()).await;
         let status = match local {
             Ok(reply) => {
