@@ -8,6 +8,7 @@
 from oxray import exceptions
 from oxray._private.worker import (
     available_resources,
+    cancel,
     cluster_resources,
     get,
     init,
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ObjectRef",
     "available_resources",
+    "cancel",
     "exceptions",
     "get",
     "get_actor",

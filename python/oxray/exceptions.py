@@ -50,5 +50,9 @@ class RayTaskError(RayError):
         return (RayTaskError, (self.function_name, self.traceback_str, self.cause))
 
 
+class TaskCancelledError(RayError):
+    """The task was cancelled with `cancel` before or while it ran."""
+
+
 class ActorDiedError(RayError):
     """The actor a call went to is dead (killed, crashed, or its creation failed)."""

@@ -171,3 +171,29 @@ def test_runtime_env_vars_reach_tasks_and_actors(private_cluster):
     oxray.kill(reader)
     with pytest.raises(ValueError, match="not supported for tasks"):
         read.options(runtime_env={"pip": ["x"]}).remote("A")
+
+
+def test_cancel_stops_running_and_waiting_tasks(private_cluster):
+    import time
+
+    from oxray.exceptions import TaskCancelledError
+
+    @oxray.remote(num_cpus=2)
+    def long_running():
+        time.sleep(60)
+        return "finished"
+
+    running = long_running.remote()
+    waiting = long_running.remote()  # needs both CPUs too: it waits for the first
+    time.sleep(1.0)
+    oxray.cancel(waiting)
+    oxray.cancel(running)
+    for ref in (running, waiting):
+        with pytest.raises(TaskCancelledError):
+            oxray.get(ref, timeout=30)
+    stuck = long_running.remote()
+    time.sleep(1.0)
+    oxray.cancel(stuck, force=True)
+    with pytest.raises(TaskCancelledError):
+        oxray.get(stuck, timeout=30)
+    assert oxray.get(square.remote(3)) == 9, "the cluster goes on"

@@ -339,6 +339,12 @@ impl Client {
             .map_err(PyRuntimeError::new_err)
     }
 
+    /// Cancels the task that makes this object; see `Submitter::cancel`.
+    fn cancel(&self, py: Python<'_>, object_id: String, force: bool) -> PyResult<bool> {
+        let submitter = py.detach(|| self.submitter())?;
+        Ok(py.detach(|| self.runtime.block_on(submitter.cancel(&object_id, force))))
+    }
+
     /// Ends an actor this process created: its worker is retired and its resources freed.
     fn kill_actor(&self, py: Python<'_>, lease_id: String) -> PyResult<()> {
         let submitter = py.detach(|| self.submitter())?;
@@ -440,6 +446,12 @@ impl TaskExecutor {
                 .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
             let executor =
                 runtime.block_on(Executor::start(&agent, &worker_id, token)).map_err(PyConnectionError::new_err)?;
+            // SIGINT to the thread that runs tasks (this one, the worker's main thread): Python
+            // raises KeyboardInterrupt there, even out of a blocking sleep or read.
+            let main = nix::sys::pthread::pthread_self();
+            executor.on_interrupt(Box::new(move || {
+                let _ = nix::sys::pthread::pthread_kill(main, nix::sys::signal::Signal::SIGINT);
+            }));
             Ok(Self { runtime, executor })
         })
     }

@@ -57,10 +57,18 @@ impl Order {
 #[derive(Default)]
 struct Replies(Mutex<HashMap<String, oneshot::Sender<v1::PushTaskReply>>>);
 
+/// The task the Python loop runs now, and how to interrupt it.
+#[derive(Default)]
+pub struct Current {
+    task: Mutex<Option<String>>,
+    interrupt: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+}
+
 struct Service {
     queue: mpsc::UnboundedSender<Incoming>,
     replies: Arc<Replies>,
     order: Mutex<Order>,
+    current: Arc<Current>,
 }
 
 #[tonic::async_trait]
@@ -89,11 +97,30 @@ impl worker_service_server::WorkerService for Service {
         }
         rx.await.map(Response::new).map_err(|_| Status::internal("the worker dropped the task"))
     }
+
+    async fn cancel_task(
+        &self,
+        request: Request<v1::CancelTaskRequest>,
+    ) -> Result<Response<v1::CancelTaskReply>, Status> {
+        let r = request.into_inner();
+        let running = self.current.task.lock().expect("current lock").as_deref() == Some(r.task_id.as_str());
+        if running {
+            if r.force {
+                tracing::warn!(task = %r.task_id, "force-cancelled: the worker exits");
+                std::process::exit(1);
+            }
+            if let Some(interrupt) = self.current.interrupt.lock().expect("interrupt lock").as_ref() {
+                interrupt();
+            }
+        }
+        Ok(Response::new(v1::CancelTaskReply { was_running: running }))
+    }
 }
 
 pub struct Executor {
     queue: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
     replies: Arc<Replies>,
+    current: Arc<Current>,
 }
 
 impl Executor {
@@ -104,10 +131,12 @@ impl Executor {
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let (tx, rx) = mpsc::unbounded_channel();
         let replies = Arc::new(Replies::default());
+        let current = Arc::new(Current::default());
         let server = worker_service_server::WorkerServiceServer::new(Service {
             queue: tx,
             replies: replies.clone(),
             order: Mutex::new(Order::default()),
+            current: current.clone(),
         })
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
@@ -130,17 +159,30 @@ impl Executor {
             })
             .await
             .map_err(|s| format!("the agent refused this worker: {}", s.message()))?;
-        Ok(Arc::new(Self { queue: tokio::sync::Mutex::new(rx), replies }))
+        Ok(Arc::new(Self { queue: tokio::sync::Mutex::new(rx), replies, current }))
     }
 
     /// The next task; `None` once no more can come.
     pub async fn next(&self) -> Option<Incoming> {
-        self.queue.lock().await.recv().await
+        let task = self.queue.lock().await.recv().await;
+        *self.current.task.lock().expect("current lock") = task.as_ref().map(|t| t.task_id.clone());
+        task
+    }
+
+    /// How a running task is interrupted (the Python side raises KeyboardInterrupt).
+    pub fn on_interrupt(&self, interrupt: Box<dyn Fn() + Send + Sync>) {
+        *self.current.interrupt.lock().expect("interrupt lock") = Some(interrupt);
     }
 
     /// Hands back a finished task: its value (or error), or its values one by one when it
     /// has several, and what it printed.
     pub fn finish(&self, task_id: &str, reply: v1::PushTaskReply) {
+        {
+            let mut current = self.current.task.lock().expect("current lock");
+            if current.as_deref() == Some(task_id) {
+                *current = None;
+            }
+        }
         if let Some(tx) = self.replies.0.lock().expect("replies lock").remove(task_id) {
             let _ = tx.send(reply);
         }

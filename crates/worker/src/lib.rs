@@ -16,7 +16,7 @@ pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
 pub use objects::{new_id, GetError, ObjectTable, Outcome, Ready};
 pub use oxray_proto::v1::{NamedActor, PushTaskReply};
 pub use oxray_rpc::Token;
-pub use tasks::{ActorCall, Env, Lease, Route, Strategy, Submitter, TaskSpec};
+pub use tasks::{ActorCall, Env, Lease, Route, Strategy, Submitter, TaskSpec, CANCELLED};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {

@@ -78,6 +78,10 @@ pub struct Submitter {
     workers: Mutex<HashMap<String, WorkerServiceClient<Authed>>>,
     /// Tasks waiting for a worker, by resource shape.
     shapes: Mutex<HashMap<String, Shape>>,
+    /// Tasks running now, by id: the worker each runs on.
+    running: Mutex<HashMap<String, String>>,
+    /// Cancelled tasks: never retried.
+    cancelled: Mutex<std::collections::HashSet<String>>,
 }
 
 type Reply = Result<v1::PushTaskReply, String>;
@@ -134,6 +138,8 @@ impl Submitter {
             python,
             workers: Mutex::new(HashMap::new()),
             shapes: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            cancelled: Mutex::new(Default::default()),
         })
     }
 
@@ -228,12 +234,16 @@ impl Submitter {
             let queued = Queued { push: push.clone(), reply: tx };
             self.enqueue(resources.clone(), env.clone(), strategy.clone(), queued);
             let reply = rx.await.unwrap_or_else(|_| Err("the submitter stopped".into()));
-            let retry = match &reply {
-                Err(_) => true,
-                Ok(r) => r.is_error && spec.retry_exceptions,
-            };
+            let cancelled = self.cancelled.lock().expect("cancelled lock").remove(task_id);
+            let retry = !cancelled
+                && match &reply {
+                    Err(_) => true,
+                    Ok(r) => r.is_error && spec.retry_exceptions,
+                };
             if !retry || attempt >= spec.max_retries {
-                return reply.map_err(|e| Failure::System(format!("task {} failed: {e}", spec.name)));
+                // A worker ended by a forced cancel broke the call: that is the cancel.
+                let reason = |e: String| if cancelled { CANCELLED.to_string() } else { e };
+                return reply.map_err(|e| Failure::System(format!("task {} failed: {}", spec.name, reason(e))));
             }
             attempt += 1;
         }
@@ -295,6 +305,8 @@ impl Submitter {
                 let _ = self.give_back(&lease, false).await;
                 return;
             };
+            let task_id = queued.push.task_id.clone();
+            self.running.lock().expect("running lock").insert(task_id.clone(), lease.reply.worker_address.clone());
             let reply = match self.worker(&lease.reply.worker_address) {
                 Ok(mut worker) => worker
                     .push_task(queued.push)
@@ -303,6 +315,7 @@ impl Submitter {
                     .map_err(|s| format!("the worker died or broke off: {}", s.message())),
                 Err(e) => Err(e),
             };
+            self.running.lock().expect("running lock").remove(&task_id);
             let broken = reply.is_err();
             let _ = queued.reply.send(reply);
             if broken {
@@ -317,6 +330,34 @@ impl Submitter {
                 }
                 return;
             }
+        }
+    }
+
+    /// Cancels a task: a waiting one is dropped, a running one interrupted (or, with
+    /// `force`, its worker ended). A cancelled task is not retried. Returns whether it was
+    /// still waiting or running.
+    pub async fn cancel(&self, task_id: &str, force: bool) -> bool {
+        self.cancelled.lock().expect("cancelled lock").insert(task_id.to_string());
+        let waiting = {
+            let mut shapes = self.shapes();
+            shapes.values_mut().find_map(|s| {
+                let at = s.waiting.iter().position(|q| q.push.task_id == task_id)?;
+                s.waiting.remove(at)
+            })
+        };
+        if let Some(q) = waiting {
+            let _ = q.reply.send(Err(CANCELLED.to_string()));
+            return true;
+        }
+        let worker = self.running.lock().expect("running lock").get(task_id).cloned();
+        let Some(address) = worker else {
+            self.cancelled.lock().expect("cancelled lock").remove(task_id);
+            return false;
+        };
+        let request = v1::CancelTaskRequest { task_id: task_id.to_string(), force };
+        match self.worker(&address) {
+            Ok(mut client) => client.cancel_task(request).await.map(|r| r.into_inner().was_running).unwrap_or(force),
+            Err(_) => false,
         }
     }
 
@@ -477,6 +518,9 @@ struct Want {
 fn fits(node: &v1::Node, resources: &ResourceSet) -> bool {
     resources.iter().all(|(k, v)| v <= 0.0 || node.resources_total.get(k).copied().unwrap_or(0.0) >= v)
 }
+
+/// The failure message of a task cancelled before it ran (the Python side names the error).
+pub const CANCELLED: &str = "the task was cancelled";
 
 enum Failure {
     Dependency(crate::objects::Ready),

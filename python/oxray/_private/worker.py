@@ -208,11 +208,15 @@ def get(refs, *, timeout: Optional[float] = None):
         if outcome == 0:
             values.append(serialization.loads(data))
         elif outcome == 1:
-            raise serialization.loads(data).as_instanceof_cause()
+            error = serialization.loads(data)
+            raise error.as_instanceof_cause() if isinstance(error, exceptions.RayTaskError) else error
         elif outcome == 3:
             raise exceptions.ActorDiedError(data.decode(errors="replace"))
         else:
-            raise exceptions.WorkerCrashedError(data.decode(errors="replace"))
+            message = data.decode(errors="replace")
+            if message.endswith("the task was cancelled"):
+                raise exceptions.TaskCancelledError(message)
+            raise exceptions.WorkerCrashedError(message)
     return values[0] if single else values
 
 
@@ -251,6 +255,17 @@ def remote(*args, **options):
     if args:
         raise TypeError("remote takes a function, or keyword options only")
     return make
+
+
+def cancel(ref, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancels the task that makes `ref`: dropped if it has not started, interrupted
+    (KeyboardInterrupt in the task) if it runs, its worker ended with `force`. `get` then
+    raises TaskCancelledError. Tasks are never retried after a cancel."""
+    from oxray.object_ref import ObjectRef
+
+    if not isinstance(ref, ObjectRef):
+        raise TypeError(f"cancel takes an ObjectRef, got {type(ref).__name__}")
+    client().cancel(ref.hex(), force)
 
 
 def own_actor(handle) -> None:

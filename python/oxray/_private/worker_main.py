@@ -10,7 +10,7 @@ import sys
 from oxray import _native
 from oxray._private import serialization
 from oxray._private.actor_runner import ActorRunner
-from oxray.exceptions import ActorDiedError
+from oxray.exceptions import ActorDiedError, TaskCancelledError
 from oxray.runtime_context import _current as current_context
 
 
@@ -72,7 +72,10 @@ def main() -> None:
     out, err = _Tee(sys.stdout), _Tee(sys.stderr)
     sys.stdout, sys.stderr = out, err
     while True:
-        task = executor.next_task()
+        try:
+            task = executor.next_task()
+        except KeyboardInterrupt:  # a cancel that came as the task ended: nothing to stop
+            continue
         if task is None:
             return
         task_id, name, num_returns = task[0], task[1], task[7]
@@ -90,6 +93,8 @@ def main() -> None:
                 reply = (b"", False, [serialization.dumps(v) for v in values])
             else:
                 reply = (serialization.dumps(result), False, [])
+        except KeyboardInterrupt:  # `cancel` interrupted it
+            reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [])
         except BaseException as error:  # the task's failure is its result
             reply = (serialization.dumps_error(name, error), True, [])
         out.flush()
