@@ -70,11 +70,7 @@ fn connect(
     node_hint: Option<String>,
 ) -> PyResult<Client> {
     py.detach(|| {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        let runtime = core_runtime()?;
         let target = oxray_worker::resolve(address.as_deref(), env_address.as_deref(), current_address.as_deref()).map_err(to_py)?;
         let (address, token, local) = match target {
             Target::Connect(address) => {
@@ -114,6 +110,15 @@ fn connect(
             actor_leases: Mutex::new(HashMap::new()),
         })
     })
+}
+
+/// The core's own runtime: one thread, beside Python's.
+fn core_runtime() -> PyResult<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
 /// `(kind, node_id, soft)` from Python: "DEFAULT", "SPREAD" or "NODE".
@@ -439,11 +444,7 @@ impl TaskExecutor {
     fn new(py: Python<'_>, agent: String, worker_id: String, token: String) -> PyResult<Self> {
         let token = parse_token(&token)?;
         py.detach(|| {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+            let runtime = core_runtime()?;
             let executor =
                 runtime.block_on(Executor::start(&agent, &worker_id, token)).map_err(PyConnectionError::new_err)?;
             // SIGINT to the thread that runs tasks (this one, the worker's main thread): Python
