@@ -86,8 +86,8 @@ bench: release venv
 	$(PY) bench/init.py
 	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/microbenchmark.py --ray
 
-demo: release
-	bash scripts/demo.sh target/release/oxray
+demo: release venv
+	bash scripts/demo.sh target/release/oxray $(PY)
 
 clean:
 	$(CARGO) clean

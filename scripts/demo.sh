@@ -4,6 +4,10 @@
 set -euo pipefail
 OXRAY=${1:-target/release/oxray}
 OXRAY=$(realpath "$OXRAY")
+# A Python with the oxray package (the venv `make venv` makes), for the tasks step.
+# (made absolute without resolving its link: the link is what makes it the venv's).
+PY=${2:-.venv/bin/python}
+PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 work=$(mktemp -d)
 export OXRAY_HOME="$work/home" OXRAY_TEMP_DIR="$work/sessions"
 unset OXRAY_ADDRESS OXRAY_AUTH_TOKEN
@@ -33,6 +37,33 @@ total = sum(i * i for i in range(1_000_000))
 print(f"sum of squares below 1e6 = {total}, computed on {platform.node()} as job {os.environ['OXRAY_JOB_ID']}")
 PY
 (cd "$project" && step "$OXRAY" job submit --working-dir . --entrypoint-resources '{"accel": 1}' -- python3 main.py)
+
+cat > "$project/tasks.py" <<'PY'
+import oxray
+
+oxray.init()  # inside a job: joins the job's cluster
+
+
+@oxray.remote
+def square(x):
+    return x * x
+
+
+@oxray.remote
+class Total:
+    def __init__(self):
+        self.value = 0
+
+    def add(self, x):
+        self.value += x
+        return self.value
+
+
+total = Total.remote()
+squares = oxray.get([square.remote(i) for i in range(100)])
+print("sum of the first 100 squares, by tasks and an actor:", oxray.get([total.add.remote(s) for s in squares])[-1])
+PY
+(cd "$project" && step "$OXRAY" job submit --working-dir . -- "$PY" tasks.py)
 step "$OXRAY" job list
 
 step "$OXRAY" stop
