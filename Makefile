@@ -81,7 +81,7 @@ fmt:
 	$(CARGO) fmt --all
 
 bench: release venv
-	python3 bench/cluster_start.py
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH python3 bench/cluster_start.py
 	python3 bench/job_submit.py --venv $(VENV)
 	$(PY) bench/init.py
 	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/microbenchmark.py --ray

@@ -68,12 +68,11 @@ impl TargetArgs {
 }
 
 /// Fetches every node, with failures explained in one line.
-pub async fn fetch_nodes(target: &TargetArgs) -> Result<Vec<oxray_types::NodeInfo>> {
-    let (address, mut client) = target.connect().await?;
+pub async fn fetch_nodes((address, client): &mut (String, HeadClient)) -> Result<Vec<oxray_types::NodeInfo>> {
     let reply = client
         .list_nodes(oxray_proto::v1::ListNodesRequest {})
         .await
-        .map_err(|status| anyhow!(oxray_rpc::explain(&address, &status)))?;
+        .map_err(|status| anyhow!(oxray_rpc::explain(address, &status)))?;
     reply
         .into_inner()
         .nodes
@@ -83,12 +82,11 @@ pub async fn fetch_nodes(target: &TargetArgs) -> Result<Vec<oxray_types::NodeInf
 }
 
 /// Work waiting for resources, as the head lists it.
-pub async fn fetch_pending(target: &TargetArgs) -> Result<Vec<String>> {
-    let (address, mut client) = target.connect().await?;
+pub async fn fetch_pending((address, client): &mut (String, HeadClient)) -> Result<Vec<String>> {
     let reply = client
         .get_cluster_info(oxray_proto::v1::GetClusterInfoRequest {})
         .await
-        .map_err(|status| anyhow!(oxray_rpc::explain(&address, &status)))?;
+        .map_err(|status| anyhow!(oxray_rpc::explain(address, &status)))?;
     Ok(reply.into_inner().pending_demands)
 }
 

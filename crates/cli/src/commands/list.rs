@@ -39,7 +39,7 @@ pub struct ListNodesArgs {
 pub fn run(what: ListWhat) -> Result<ExitCode> {
     let ListWhat::Nodes(args) = what;
     let filters = args.filters.iter().map(|f| NodeFilter::parse(f)).collect::<Result<Vec<_>, _>>()?;
-    let nodes = runtime()?.block_on(fetch_nodes(&args.target))?;
+    let nodes = runtime()?.block_on(async { fetch_nodes(&mut args.target.connect().await?).await })?;
     let list = list_nodes(&nodes, &filters, args.limit as usize, args.detail);
     let format = args.format.unwrap_or(if args.detail { Format::Yaml } else { Format::Table });
     let text = match format {

@@ -1,5 +1,5 @@
 use crate::output::amount;
-use crate::target::{fetch_nodes, runtime, TargetArgs};
+use crate::target::{fetch_nodes, fetch_pending, runtime, TargetArgs};
 use anyhow::Result;
 use oxray_api_types::{ClusterStatus, NodeSummary};
 use std::fmt::Write;
@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 pub fn run(target: TargetArgs) -> Result<ExitCode> {
     let (nodes, pending) = runtime()?.block_on(async {
-        let nodes = fetch_nodes(&target).await?;
-        let pending = crate::target::fetch_pending(&target).await?;
+        let mut head = target.connect().await?;
+        let nodes = fetch_nodes(&mut head).await?;
+        let pending = fetch_pending(&mut head).await?;
         anyhow::Ok((nodes, pending))
     })?;
     let status = ClusterStatus::from_nodes(&nodes, pending);
