@@ -16,8 +16,8 @@ class ActorMethod:
 
     def remote(self, *args, **kwargs):
         h = self._handle
-        payload, dependencies = serialization.dumps_args(args, kwargs)
-        object_id = worker.client().call_actor(h._address, h._actor_id, self._name, payload, dependencies)
+        payload, dependencies, contained = serialization.dumps_args(args, kwargs)
+        object_id = worker.client().call_actor(h._address, h._actor_id, self._name, payload, dependencies, contained)
         return worker.new_ref(object_id)
 
     def __call__(self, *args, **kwargs):
@@ -88,7 +88,7 @@ class ActorClass:
                 return get_actor(name, namespace)
             except ValueError:
                 pass
-        payload, dependencies = serialization.dumps_args(args, kwargs)
+        payload, dependencies, contained = serialization.dumps_args(args, kwargs)
         # As in Ray: an actor needs a CPU to be placed only if it asks for one.
         resources = resource_request(self._options, default_cpus=0)
         max_concurrency = self._options.get("max_concurrency")
@@ -96,7 +96,7 @@ class ActorClass:
             raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
         blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency}))
         actor_id, address, lease_id, created, agent = client.create_actor(
-            self.__name__, blueprint, payload, dependencies, resources, env_vars(self._options),
+            self.__name__, blueprint, payload, dependencies, contained, resources, env_vars(self._options),
             scheduling_strategies.native(self._options.get("scheduling_strategy")), lifetime == "detached")
         handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id, agent,
                              name, namespace if name else None)

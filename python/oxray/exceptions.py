@@ -21,6 +21,10 @@ class ObjectLostError(RayError):
     """An object is gone (freed, or owned by a process that ended)."""
 
 
+class OwnerDiedError(ObjectLostError):
+    """The process that owned the object (the one that made it) has ended."""
+
+
 class RayTaskError(RayError):
     """A task raised. `get` raises it as an instance of the original exception's type too,
     so `except ValueError` still catches a remote ValueError."""

@@ -3,13 +3,16 @@ import asyncio
 
 class ObjectRef:
     """A reference to an object (a task's result or a `put` value). Hashable, passable to
-    other tasks, awaitable in asyncio."""
+    other tasks (also inside other values), awaitable in asyncio. The process that made the
+    object owns it; other processes borrow it, and it is freed once no reference is left
+    anywhere."""
 
-    __slots__ = ("_id", "_client", "__weakref__")
+    __slots__ = ("_id", "_client", "_owner", "__weakref__")
 
     def __init__(self, object_id: str, client=None):
         self._id = object_id
         self._client = client
+        self._owner = None
         if client is not None:
             client.add_ref(object_id)
 
@@ -34,8 +37,11 @@ class ObjectRef:
                 pass
 
     def __reduce__(self):
-        # A copy in another process refers to the same object but holds no reference here.
-        return (ObjectRef, (self._id,))
+        from oxray._private import serialization, worker
+
+        serialization.note_pickled(self)
+        owner = self._owner or (self._client or worker.client()).owner_address()
+        return (_restore, (self._id, owner))
 
     def future(self):
         from oxray._private import worker
@@ -45,3 +51,19 @@ class ObjectRef:
 
     def __await__(self):
         return self.future().__await__()
+
+
+def _restore(object_id: str, owner: str) -> ObjectRef:
+    """An ObjectRef read from bytes: the owner's own, or one borrowed from it."""
+    from oxray._private import serialization, worker
+
+    client = worker.client()
+    ref = ObjectRef.__new__(ObjectRef)
+    ref._id, ref._client, ref._owner = object_id, client, None
+    if client.is_owner(owner):
+        client.add_ref(object_id)
+    else:
+        ref._owner = owner
+        if client.borrow(object_id, owner):
+            serialization.note_borrowed()
+    return ref

@@ -50,3 +50,19 @@ def client_env(cluster, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("OXRAY_HOME", cluster.env["OXRAY_HOME"])
     return cluster
+
+
+@pytest.fixture(scope="module")
+def private_cluster(tmp_path_factory):
+    """`oxray.init` with no cluster to join: a private one for this test module."""
+    import oxray
+
+    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME", "OXRAY_BIN")
+    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
+    os.environ.update(OXRAY_BIN=OXRAY_BIN, OXRAY_HOME=str(tmp_path_factory.mktemp("private-home")))
+    oxray.init(num_cpus=2, resources={"accel": 1})
+    yield
+    oxray.shutdown()
+    for k in names:
+        os.environ.pop(k, None)
+    os.environ.update(saved)

@@ -5,7 +5,6 @@ import pytest
 import oxray
 from oxray.exceptions import ActorDiedError
 
-from test_tasks import private_cluster  # noqa: F401  (the shared private cluster)
 
 
 @oxray.remote

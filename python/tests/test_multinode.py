@@ -70,3 +70,22 @@ def test_scheduling_strategies(two_nodes):
     assert oxray.get(soft.remote()) in (head, second)
     with pytest.raises(ValueError, match="unknown scheduling_strategy"):
         where.options(scheduling_strategy="ANYWHERE").remote()
+
+
+@oxray.remote(resources={"special": 1})
+def put_on_second(size):
+    return [oxray.put(b"x" * size)], os.environ["OXRAY_NODE_ID"]
+
+
+@oxray.remote
+def length(box):
+    return len(oxray.get(box[0])), os.environ["OXRAY_NODE_ID"]
+
+
+def test_objects_move_between_nodes_on_demand(two_nodes):
+    second = two_nodes["second"]
+    (ref,), made_on = oxray.get(put_on_second.remote(5_000_000))
+    assert made_on == second
+    assert len(oxray.get(ref)) == 5_000_000, "read on the driver's node from its owner on the other"
+    size, read_on = oxray.get(length.remote([ref]))
+    assert (size, read_on) == (5_000_000, two_nodes["127.0.0.1"])

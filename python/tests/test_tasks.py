@@ -6,20 +6,6 @@ import pytest
 import oxray
 from oxray.exceptions import GetTimeoutError, RayTaskError, WorkerCrashedError
 
-from conftest import OXRAY_BIN
-
-
-@pytest.fixture(scope="module")
-def private_cluster(tmp_path_factory):
-    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME", "OXRAY_BIN")
-    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
-    os.environ.update(OXRAY_BIN=OXRAY_BIN, OXRAY_HOME=str(tmp_path_factory.mktemp("tasks-home")))
-    oxray.init(num_cpus=2, resources={"accel": 1})
-    yield
-    oxray.shutdown()
-    for k in names:
-        os.environ.pop(k, None)
-    os.environ.update(saved)
 
 
 @oxray.remote

@@ -3,7 +3,7 @@
 
 use oxray_worker::{
     available_resources, cluster_resources, ActorCall, Cluster, Executor, GetError, LocalCluster, LocalOptions,
-    ObjectTable, Route, Submitter, Target, TaskSpec, WorkerError,
+    ObjectTable, OwnerLinks, Route, Submitter, Target, TaskSpec, WorkerError,
 };
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -39,6 +39,12 @@ struct Client {
     sequences: Mutex<HashMap<String, u64>>,
     /// Leases of the actors this process created, by lease id, to kill them.
     actor_leases: Mutex<HashMap<String, oxray_worker::Lease>>,
+    /// This process's object server, started when a reference first leaves the process.
+    object_address: Mutex<Option<String>>,
+    /// The agent and address of the node this process runs on, once looked up.
+    local_node: Mutex<Option<(String, String)>>,
+    /// The other processes' object servers.
+    links: Arc<OwnerLinks>,
 }
 
 /// `get` and `wait` timeouts: seconds, or forever.
@@ -96,6 +102,8 @@ fn connect(
         let token = parse_token(&token)?;
         let cluster = runtime.block_on(Cluster::connect(&address, &token)).map_err(to_py)?;
         let objects = Arc::new(ObjectTable::default());
+        let links = OwnerLinks::new(token.clone(), runtime.handle().clone());
+        objects.set_owners(links.clone());
         Ok(Client {
             runtime,
             cluster,
@@ -108,6 +116,9 @@ fn connect(
             caller_id: oxray_worker::new_id(),
             sequences: Mutex::new(HashMap::new()),
             actor_leases: Mutex::new(HashMap::new()),
+            object_address: Mutex::new(None),
+            local_node: Mutex::new(None),
+            links,
         })
     })
 }
@@ -175,7 +186,7 @@ impl Client {
     }
 
     /// Starts a task; returns the ids of the objects that will hold its results.
-    #[pyo3(signature = (name, function, args, dependencies, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new(), strategy=(String::from("DEFAULT"), String::new(), false)))]
+    #[pyo3(signature = (name, function, args, dependencies, contained, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new(), strategy=(String::from("DEFAULT"), String::new(), false)))]
     #[allow(clippy::too_many_arguments)]
     fn submit_task(
         &self,
@@ -184,6 +195,7 @@ impl Client {
         function: &[u8],
         args: &[u8],
         dependencies: Vec<String>,
+        contained: Vec<String>,
         resources: BTreeMap<String, f64>,
         max_retries: u32,
         retry_exceptions: bool,
@@ -196,7 +208,17 @@ impl Client {
         let submitter = py.detach(|| self.submitter())?;
         let (function, args) = (function.to_vec(), args.to_vec());
         let route = Route::Lease(resources, env_vars, parse_strategy(strategy)?);
-        let spec = TaskSpec { name, function, args, dependencies, route, max_retries, retry_exceptions, num_returns };
+        let spec = TaskSpec {
+            name,
+            function,
+            args,
+            dependencies,
+            contained,
+            route,
+            max_retries,
+            retry_exceptions,
+            num_returns,
+        };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }
 
@@ -210,6 +232,7 @@ impl Client {
         class: &[u8],
         args: &[u8],
         dependencies: Vec<String>,
+        contained: Vec<String>,
         resources: BTreeMap<String, f64>,
         env_vars: BTreeMap<String, String>,
         strategy: (String, String, bool),
@@ -237,6 +260,7 @@ impl Client {
             function: class.to_vec(),
             args: args.to_vec(),
             dependencies,
+            contained,
             route: Route::Actor(call),
             max_retries: 0,
             retry_exceptions: false,
@@ -250,6 +274,7 @@ impl Client {
     }
 
     /// Calls a method; calls from this process run in the order they are made.
+    #[allow(clippy::too_many_arguments)]
     fn call_actor(
         &self,
         py: Python<'_>,
@@ -258,6 +283,7 @@ impl Client {
         method: String,
         args: &[u8],
         dependencies: Vec<String>,
+        contained: Vec<String>,
     ) -> PyResult<String> {
         let submitter = py.detach(|| self.submitter())?;
         let sequence = {
@@ -274,6 +300,7 @@ impl Client {
             function: Vec::new(),
             args,
             dependencies,
+            contained,
             route: Route::Actor(call),
             max_retries: 0,
             retry_exceptions: false,
@@ -358,9 +385,69 @@ impl Client {
         py.detach(|| self.runtime.block_on(submitter.give_back(&lease, true))).map_err(PyRuntimeError::new_err)
     }
 
-    /// Borrows the bytes from Python and copies them once.
-    fn put(&self, data: &[u8]) -> String {
-        self.objects.put(data.to_vec())
+    /// Borrows the bytes from Python and copies them once; `contained` are the ObjectRefs
+    /// inside the value.
+    #[pyo3(signature = (data, contained=Vec::new()))]
+    fn put(&self, data: &[u8], contained: Vec<String>) -> String {
+        self.objects.put(data.to_vec(), &contained)
+    }
+
+    /// Where other processes fetch the objects this one owns (its object server, started
+    /// on first use).
+    fn owner_address(&self, py: Python<'_>) -> PyResult<String> {
+        let mut slot = self.object_address.lock().expect("object address lock");
+        if let Some(address) = slot.as_ref() {
+            return Ok(address.clone());
+        }
+        let (_, ip) = py.detach(|| self.local_node())?;
+        let serving = oxray_worker::serve_objects(self.objects.clone(), self.token.clone());
+        let port = py.detach(|| self.runtime.block_on(serving)).map_err(PyRuntimeError::new_err)?;
+        let address = format!("{ip}:{port}");
+        *slot = Some(address.clone());
+        Ok(address)
+    }
+
+    /// Whether `owner` is this process's object server.
+    fn is_owner(&self, owner: &str) -> bool {
+        self.object_address.lock().expect("object address lock").as_deref() == Some(owner)
+    }
+
+    /// A reference to an object another process owns; true when it is the first here.
+    fn borrow(&self, id: &str, owner: &str) -> bool {
+        self.objects.borrow(id, owner)
+    }
+
+    /// Tells owners of the objects newly borrowed here, and waits until they know.
+    fn announce_borrows(&self, py: Python<'_>) {
+        py.detach(|| self.runtime.block_on(self.objects.announce()));
+    }
+
+    /// Takes a reference to each object on behalf of a task's caller, which receives them
+    /// inside the task's result; returns each object's owner.
+    fn hold_for_caller(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<Vec<(String, String)>> {
+        let mut out = Vec::with_capacity(ids.len());
+        let mut remote: HashMap<String, Vec<(String, i32)>> = HashMap::new();
+        for id in ids {
+            let owner = match self.objects.owner_of(&id) {
+                Some(owner) => {
+                    remote.entry(owner.clone()).or_default().push((id.clone(), 1));
+                    owner
+                }
+                None => {
+                    self.objects.add_ref(&id);
+                    self.owner_address(py)?
+                }
+            };
+            out.push((id, owner));
+        }
+        py.detach(|| {
+            self.runtime.block_on(async {
+                for (owner, changes) in remote {
+                    oxray_worker::Owners::update(self.links.as_ref(), owner, changes).await;
+                }
+            })
+        });
+        Ok(out)
     }
 
     /// `(data, outcome)` for each id: outcome 0 is a value, 1 a task's exception, 2 a
@@ -374,12 +461,18 @@ impl Client {
     ) -> PyResult<Vec<(Bound<'py, PyBytes>, u8)>> {
         let ready =
             py.detach(|| self.runtime.block_on(self.objects.get(&ids, deadline(timeout)))).map_err(get_error)?;
+        // The values' own references are taken by Python as it reads them.
         Ok(ready.into_iter().map(|r| (PyBytes::new(py, &r.data), r.outcome as u8)).collect())
     }
 
     #[pyo3(signature = (ids, num_returns, timeout=None))]
     fn wait(&self, py: Python<'_>, ids: Vec<String>, num_returns: usize, timeout: Option<f64>) -> PyResult<Vec<bool>> {
         py.detach(|| self.runtime.block_on(self.objects.wait(&ids, num_returns, deadline(timeout)))).map_err(get_error)
+    }
+
+    /// How many objects this process holds (owned and borrowed): for tests and debugging.
+    fn object_count(&self) -> usize {
+        self.objects.len()
     }
 
     fn add_ref(&self, id: &str) {
@@ -399,11 +492,12 @@ impl Client {
 }
 
 impl Client {
-    /// The submitter, made on first use: it needs the agent of this process's node.
-    fn submitter(&self) -> PyResult<Arc<Submitter>> {
-        let mut slot = self.submitter.lock().expect("submitter lock");
-        if let Some(s) = slot.as_ref() {
-            return Ok(s.clone());
+    /// `(agent address, node ip)` of the node this process runs on: the one it was told,
+    /// else the head's node.
+    fn local_node(&self) -> PyResult<(String, String)> {
+        let mut slot = self.local_node.lock().expect("local node lock");
+        if let Some(node) = slot.as_ref() {
+            return Ok(node.clone());
         }
         let nodes = self.runtime.block_on(self.cluster.nodes()).map_err(to_py)?;
         let usable: Vec<_> = nodes.iter().filter(|n| n.is_alive() && n.agent_port != 0).collect();
@@ -413,7 +507,18 @@ impl Client {
             .or_else(|| usable.iter().find(|n| n.is_head_node))
             .or_else(|| usable.first())
             .ok_or_else(|| PyRuntimeError::new_err("no alive node can run tasks"))?;
-        let agent = format!("{}:{}", node.node_ip, node.agent_port);
+        let found = (format!("{}:{}", node.node_ip, node.agent_port), node.node_ip.clone());
+        *slot = Some(found.clone());
+        Ok(found)
+    }
+
+    /// The submitter, made on first use: it needs the agent of this process's node.
+    fn submitter(&self) -> PyResult<Arc<Submitter>> {
+        let mut slot = self.submitter.lock().expect("submitter lock");
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let (agent, _) = self.local_node()?;
         // Lazy channels start their connection task on the runtime.
         let _runtime = self.runtime.enter();
         let submitter = Arc::new(
@@ -479,9 +584,23 @@ impl TaskExecutor {
         Some((task.task_id, task.name, function, args, deps, task.actor_creation, task.actor_method, task.num_returns))
     }
 
-    #[pyo3(signature = (task_id, result, is_error, returns=Vec::new(), output=String::new()))]
-    fn finish(&self, task_id: &str, result: &[u8], is_error: bool, returns: Vec<Vec<u8>>, output: String) {
-        let reply = oxray_worker::PushTaskReply { result: result.to_vec(), is_error, returns, output };
+    /// `contained`: `(object_id, owner, return_index)` of the ObjectRefs inside the results,
+    /// each already held at its owner for the caller.
+    #[pyo3(signature = (task_id, result, is_error, returns=Vec::new(), output=String::new(), contained=Vec::new()))]
+    fn finish(
+        &self,
+        task_id: &str,
+        result: &[u8],
+        is_error: bool,
+        returns: Vec<Vec<u8>>,
+        output: String,
+        contained: Vec<(String, String, u32)>,
+    ) {
+        let contained = contained
+            .into_iter()
+            .map(|(object_id, owner, return_index)| oxray_worker::ContainedRef { object_id, owner, return_index })
+            .collect();
+        let reply = oxray_worker::PushTaskReply { result: result.to_vec(), is_error, returns, output, contained };
         self.executor.finish(task_id, reply);
     }
 }

@@ -6,6 +6,8 @@ mod address;
 mod cluster;
 mod executor;
 mod local;
+mod object_links;
+mod object_server;
 mod objects;
 mod tasks;
 
@@ -13,8 +15,10 @@ pub use address::{resolve, Target};
 pub use cluster::{available_resources, cluster_resources, Cluster};
 pub use executor::{Executor, Incoming};
 pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
-pub use objects::{new_id, GetError, ObjectTable, Outcome, Ready};
-pub use oxray_proto::v1::{NamedActor, PushTaskReply};
+pub use object_links::OwnerLinks;
+pub use object_server::serve as serve_objects;
+pub use objects::{new_id, GetError, Hold, ObjectTable, Outcome, Owners, Ready};
+pub use oxray_proto::v1::{ContainedRef, NamedActor, PushTaskReply};
 pub use oxray_rpc::Token;
 pub use tasks::{ActorCall, Env, Lease, Route, Strategy, Submitter, TaskSpec, CANCELLED};
 

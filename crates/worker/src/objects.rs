@@ -1,7 +1,11 @@
-//! Objects this process owns: task results and `put` values, held in memory until freed.
+//! The objects one process knows: those it owns (task results and `put` values, held in
+//! memory until freed) and those it borrows (references to objects other processes own,
+//! fetched from the owner on first use).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -15,6 +19,23 @@ pub enum Outcome {
     SystemError = 2,
     /// The actor the call went to is gone: the data is a message.
     ActorDied = 3,
+    /// The object is gone (freed): the data is a message.
+    Lost = 4,
+    /// The process that owned the object ended: the data is a message.
+    OwnerDied = 5,
+}
+
+impl Outcome {
+    pub fn from_code(code: u32) -> Self {
+        match code {
+            0 => Self::Value,
+            1 => Self::TaskError,
+            2 => Self::SystemError,
+            3 => Self::ActorDied,
+            5 => Self::OwnerDied,
+            _ => Self::Lost,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -23,27 +44,64 @@ pub struct Ready {
     pub outcome: Outcome,
 }
 
+impl Ready {
+    pub fn lost(message: String) -> Self {
+        Self { data: Arc::new(message.into_bytes()), outcome: Outcome::Lost }
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GetError {
     #[error("timed out waiting for object {0}")]
     Timeout(String),
-    #[error("object {0} is unknown here (freed, or owned by another process)")]
+    #[error("object {0} is unknown here (it was freed)")]
     Unknown(String),
 }
 
-/// An object and how many references this process holds to it.
+/// A reference an object keeps on another while it lives: the ObjectRefs inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// A reference counted in this process's table.
+    Local(String),
+    /// A reference counted at the owner, taken on this process's behalf.
+    Remote { id: String, owner: String },
+}
+
+/// How a process reaches the owners of the objects it borrows.
+pub trait Owners: Send + Sync + 'static {
+    /// The object's value from its owner; `Ready::lost` when the owner cannot give it.
+    fn fetch(&self, id: String, owner: String) -> Pin<Box<dyn Future<Output = Ready> + Send>>;
+    /// Reference changes for an owner, delivered in the order they are made; the future
+    /// ends once the owner has them.
+    /// The changes are queued when this is called, whether or not the future is awaited.
+    fn update(&self, owner: String, changes: Vec<(String, i32)>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
 #[derive(Default)]
 struct Slot {
     value: Option<Ready>,
     refs: u32,
+    /// Set for a borrowed object: the owner's object server.
+    owner: Option<String>,
+    fetching: bool,
+    holds: Vec<Hold>,
 }
 
-/// Objects live while references to them do: the Python `ObjectRef`s of this process and
-/// the tasks waiting for them as arguments.
+#[derive(Default)]
+struct Inner {
+    slots: HashMap<String, Slot>,
+    /// Borrowed objects whose owner has not yet been told, by owner.
+    unannounced: HashMap<String, Vec<String>>,
+}
+
+/// Objects live while references to them do: the Python `ObjectRef`s of this process, the
+/// tasks waiting for them as arguments, the objects that contain them, and (for objects this
+/// process owns) the references other processes reported.
 #[derive(Default)]
 pub struct ObjectTable {
-    slots: Mutex<HashMap<String, Slot>>,
+    inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
+    owners: OnceLock<Arc<dyn Owners>>,
 }
 
 pub fn new_id() -> String {
@@ -53,54 +111,163 @@ pub fn new_id() -> String {
 }
 
 impl ObjectTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
-        self.slots.lock().expect("object table lock")
+    /// Connects the table to the other processes' object servers (once).
+    pub fn set_owners(&self, owners: Arc<dyn Owners>) {
+        let _ = self.owners.set(owners);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("object table lock")
     }
 
     /// A new object whose value comes later.
     pub fn pending(&self) -> String {
         let id = new_id();
-        self.lock().insert(id.clone(), Slot::default());
+        self.lock().slots.insert(id.clone(), Slot::default());
         id
     }
 
-    pub fn fulfil(&self, id: &str, data: Vec<u8>, outcome: Outcome) {
-        if let Some(slot) = self.lock().get_mut(id) {
-            slot.value = Some(Ready { data: Arc::new(data), outcome });
-        }
+    /// Sets a pending object's value, and the references the value holds.
+    pub fn fulfil(&self, id: &str, data: Vec<u8>, outcome: Outcome, holds: Vec<Hold>) {
+        let orphaned = {
+            let mut inner = self.lock();
+            match inner.slots.get_mut(id) {
+                Some(slot) => {
+                    slot.value = Some(Ready { data: Arc::new(data), outcome });
+                    slot.holds = holds;
+                    Vec::new()
+                }
+                None => holds,
+            }
+        };
+        self.drop_holds(orphaned);
         self.changed.send_modify(|v| *v += 1);
     }
 
-    pub fn put(&self, data: Vec<u8>) -> String {
+    /// Stores a value; `contained` are the ObjectRefs inside it, kept alive while it lives.
+    pub fn put(&self, data: Vec<u8>, contained: &[String]) -> String {
         let id = new_id();
-        let slot = Slot { value: Some(Ready { data: Arc::new(data), outcome: Outcome::Value }), refs: 0 };
-        self.lock().insert(id.clone(), slot);
+        let mut inner = self.lock();
+        let mut holds = Vec::with_capacity(contained.len());
+        for c in contained {
+            if let Some(slot) = inner.slots.get_mut(c) {
+                slot.refs += 1;
+                holds.push(Hold::Local(c.clone()));
+            }
+        }
+        let value = Some(Ready { data: Arc::new(data), outcome: Outcome::Value });
+        inner.slots.insert(id.clone(), Slot { value, holds, ..Default::default() });
         id
     }
 
     pub fn add_ref(&self, id: &str) {
-        if let Some(slot) = self.lock().get_mut(id) {
+        if let Some(slot) = self.lock().slots.get_mut(id) {
             slot.refs += 1;
         }
     }
 
-    /// Drops one reference; the object goes with the last.
-    pub fn release(&self, id: &str) {
-        let mut slots = self.lock();
-        if let Some(slot) = slots.get_mut(id) {
-            slot.refs = slot.refs.saturating_sub(1);
-            if slot.refs == 0 {
-                slots.remove(id);
-            }
+    /// A reference to an object `owner` owns. Returns whether it is the first here: the
+    /// owner learns of it with the next `announce`.
+    pub fn borrow(&self, id: &str, owner: &str) -> bool {
+        let mut inner = self.lock();
+        if let Some(slot) = inner.slots.get_mut(id) {
+            slot.refs += 1;
+            return false;
+        }
+        inner.slots.insert(id.to_string(), Slot { refs: 1, owner: Some(owner.to_string()), ..Default::default() });
+        inner.unannounced.entry(owner.to_string()).or_default().push(id.to_string());
+        true
+    }
+
+    /// Tells the owners of newly borrowed objects, and waits until they know.
+    pub async fn announce(&self) {
+        let pending = std::mem::take(&mut self.lock().unannounced);
+        let Some(owners) = self.owners.get() else { return };
+        for (owner, ids) in pending {
+            owners.update(owner, ids.into_iter().map(|id| (id, 1)).collect()).await;
         }
     }
 
-    fn peek(&self, id: &str) -> Result<Option<Ready>, GetError> {
-        self.lock().get(id).map(|s| s.value.clone()).ok_or_else(|| GetError::Unknown(id.to_string()))
+    /// Whether `id` is borrowed here, and from whom.
+    pub fn owner_of(&self, id: &str) -> Option<String> {
+        self.lock().slots.get(id).and_then(|s| s.owner.clone())
+    }
+
+    /// Drops one reference; the object goes with the last, and with it its holds.
+    pub fn release(&self, id: &str) {
+        self.drop_holds(vec![Hold::Local(id.to_string())]);
+    }
+
+    fn drop_holds(&self, mut holds: Vec<Hold>) {
+        let mut remote: HashMap<String, Vec<(String, i32)>> = HashMap::new();
+        {
+            let mut inner = self.lock();
+            while let Some(hold) = holds.pop() {
+                let id = match hold {
+                    Hold::Remote { id, owner } => {
+                        remote.entry(owner).or_default().push((id, -1));
+                        continue;
+                    }
+                    Hold::Local(id) => id,
+                };
+                let Some(slot) = inner.slots.get_mut(&id) else { continue };
+                slot.refs = slot.refs.saturating_sub(1);
+                if slot.refs > 0 {
+                    continue;
+                }
+                let slot = inner.slots.remove(&id).expect("present");
+                holds.extend(slot.holds);
+                if let Some(owner) = slot.owner {
+                    let waiting = inner.unannounced.get_mut(&owner);
+                    let unannounced = waiting.and_then(|w| w.iter().position(|x| *x == id).map(|at| w.swap_remove(at)));
+                    if unannounced.is_none() {
+                        remote.entry(owner).or_default().push((id, -1));
+                    }
+                }
+            }
+        }
+        if remote.is_empty() {
+            return;
+        }
+        let Some(owners) = self.owners.get() else { return };
+        for (owner, changes) in remote {
+            // Sent in order; the dropper does not wait for the owner's answer.
+            drop(owners.update(owner, changes));
+        }
+    }
+
+    /// The value if ready; starts fetching a borrowed object that is not here yet.
+    fn peek(self: &Arc<Self>, id: &str) -> Result<Option<Ready>, GetError> {
+        let fetch = {
+            let mut inner = self.lock();
+            let slot = inner.slots.get_mut(id).ok_or_else(|| GetError::Unknown(id.to_string()))?;
+            if let Some(value) = &slot.value {
+                return Ok(Some(value.clone()));
+            }
+            match (&slot.owner, slot.fetching) {
+                (Some(owner), false) => {
+                    slot.fetching = true;
+                    owner.clone()
+                }
+                _ => return Ok(None),
+            }
+        };
+        if let Some(owners) = self.owners.get() {
+            let (this, id) = (self.clone(), id.to_string());
+            let fetched = owners.fetch(id.clone(), fetch);
+            tokio::spawn(async move {
+                let ready = fetched.await;
+                if let Some(slot) = this.lock().slots.get_mut(&id) {
+                    slot.value = Some(ready);
+                }
+                this.changed.send_modify(|v| *v += 1);
+            });
+        }
+        Ok(None)
     }
 
     /// Waits for every object, up to `deadline`.
-    pub async fn get(&self, ids: &[String], deadline: Option<Instant>) -> Result<Vec<Ready>, GetError> {
+    pub async fn get(self: &Arc<Self>, ids: &[String], deadline: Option<Instant>) -> Result<Vec<Ready>, GetError> {
         let mut rx = self.changed.subscribe();
         loop {
             let mut out = Vec::with_capacity(ids.len());
@@ -108,10 +275,8 @@ impl ObjectTable {
             for id in ids {
                 match self.peek(id)? {
                     Some(ready) => out.push(ready),
-                    None => {
-                        missing = Some(id);
-                        break;
-                    }
+                    None if missing.is_none() => missing = Some(id),
+                    None => {}
                 }
             }
             let Some(missing) = missing else { return Ok(out) };
@@ -130,7 +295,7 @@ impl ObjectTable {
 
     /// Which objects are ready once `num_returns` of them are, or at `deadline`.
     pub async fn wait(
-        &self,
+        self: &Arc<Self>,
         ids: &[String],
         num_returns: usize,
         deadline: Option<Instant>,
@@ -153,42 +318,16 @@ impl ObjectTable {
             }
         }
     }
+
+    /// How many objects the table holds (owned and borrowed).
+    pub fn len(&self) -> usize {
+        self.lock().slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[tokio::test]
-    async fn get_waits_for_values_and_times_out() {
-        let table = Arc::new(ObjectTable::default());
-        let id = table.pending();
-        let soon = Some(Instant::now() + Duration::from_millis(50));
-        assert_eq!(table.get(std::slice::from_ref(&id), soon).await.unwrap_err(), GetError::Timeout(id.clone()));
-        let t = table.clone();
-        let filler = id.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            t.fulfil(&filler, b"v".to_vec(), Outcome::Value);
-        });
-        let got = table.get(std::slice::from_ref(&id), None).await.unwrap();
-        assert_eq!(got[0].data.as_slice(), b"v");
-        table.add_ref(&id);
-        table.add_ref(&id);
-        table.release(&id);
-        assert!(table.get(std::slice::from_ref(&id), None).await.is_ok(), "one reference is left");
-        table.release(&id);
-        assert!(matches!(table.get(&[id], None).await, Err(GetError::Unknown(_))));
-    }
-
-    #[tokio::test]
-    async fn wait_returns_once_enough_are_ready() {
-        let table = ObjectTable::default();
-        let a = table.put(b"a".to_vec());
-        let b = table.pending();
-        assert_eq!(table.wait(&[a.clone(), b.clone()], 1, None).await.unwrap(), vec![true, false]);
-        let soon = Some(Instant::now() + Duration::from_millis(30));
-        assert_eq!(table.wait(&[a, b], 2, soon).await.unwrap(), vec![true, false]);
-    }
-}
+mod tests;

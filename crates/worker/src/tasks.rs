@@ -1,7 +1,7 @@
 //! Submitting tasks: lease a worker from the local node agent, push the task straight to
 //! that worker, record the result as an object this process owns, give the lease back.
 
-use crate::objects::{ObjectTable, Outcome};
+use crate::objects::{Hold, ObjectTable, Outcome};
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, lease_service_client::LeaseServiceClient, worker_service_client::WorkerServiceClient};
 use oxray_rpc::{ClientAuth, Token};
@@ -21,6 +21,9 @@ pub struct TaskSpec {
     pub args: Vec<u8>,
     /// ObjectRefs among the arguments: resolved here before the task is sent.
     pub dependencies: Vec<String>,
+    /// ObjectRefs nested inside the arguments: kept alive here until the task has ended, by
+    /// which time the worker has told their owners it holds them if it still does.
+    pub contained: Vec<String>,
     pub route: Route,
     /// How often a task whose worker died runs again (Ray's max_retries).
     pub max_retries: u32,
@@ -100,7 +103,7 @@ struct Shape {
     requesting: bool,
 }
 
-fn channel(address: &str) -> Result<Channel, String> {
+pub(crate) fn channel(address: &str) -> Result<Channel, String> {
     Ok(Endpoint::from_shared(format!("http://{address}"))
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(5))
@@ -156,40 +159,59 @@ impl Submitter {
     }
 
     /// Returns the ids of the objects that will hold the task's results.
-    pub fn submit(self: &Arc<Self>, runtime: &tokio::runtime::Handle, spec: TaskSpec) -> Vec<String> {
+    pub fn submit(self: &Arc<Self>, runtime: &tokio::runtime::Handle, mut spec: TaskSpec) -> Vec<String> {
         let ids: Vec<String> = (0..spec.num_returns.max(1)).map(|_| self.objects.pending()).collect();
         // The arguments stay alive until the task has them, even if the caller lets go.
         for dep in &spec.dependencies {
             self.objects.add_ref(dep);
         }
+        let contained = std::mem::take(&mut spec.contained);
+        for nested in &contained {
+            self.objects.add_ref(nested);
+        }
         let this = self.clone();
         let result_ids = ids.clone();
         runtime.spawn(async move {
             let actor = matches!(spec.route, Route::Actor(_));
-            let (data, outcome) = match this.run(&result_ids[0], spec).await {
-                Ok(reply) => {
-                    show_output(&reply.output);
-                    if reply.is_error {
-                        (reply.result, Outcome::TaskError)
-                    } else if !reply.returns.is_empty() {
-                        for (id, value) in result_ids.iter().zip(reply.returns) {
-                            this.objects.fulfil(id, value, Outcome::Value);
-                        }
-                        return;
-                    } else {
-                        (reply.result, Outcome::Value)
-                    }
-                }
+            let outcome = this.run(&result_ids[0], spec).await;
+            for nested in &contained {
+                this.objects.release(nested);
+            }
+            let (data, outcome) = match outcome {
+                Ok(reply) => return this.record(&result_ids, reply),
                 Err(Failure::Dependency(ready)) => (ready.data.to_vec(), ready.outcome),
                 Err(Failure::System(message)) if actor => (message.into_bytes(), Outcome::ActorDied),
                 Err(Failure::System(message)) => (message.into_bytes(), Outcome::SystemError),
             };
             // Every return value of a failed task carries the failure.
             for id in &result_ids {
-                this.objects.fulfil(id, data.clone(), outcome);
+                this.objects.fulfil(id, data.clone(), outcome, Vec::new());
             }
         });
         ids
+    }
+
+    /// Stores a task's reply: its value or values with the references inside them, or its
+    /// error in every return.
+    fn record(&self, ids: &[String], mut reply: v1::PushTaskReply) {
+        show_output(&reply.output);
+        let mut holds = vec![Vec::new(); ids.len()];
+        for c in reply.contained.drain(..) {
+            let at = (c.return_index as usize).min(ids.len() - 1);
+            holds[at].push(Hold::Remote { id: c.object_id, owner: c.owner });
+        }
+        let mut values: Vec<(Vec<u8>, Outcome)> = if reply.is_error {
+            vec![(reply.result, Outcome::TaskError); ids.len()]
+        } else if reply.returns.is_empty() {
+            vec![(reply.result, Outcome::Value)]
+        } else {
+            reply.returns.into_iter().map(|v| (v, Outcome::Value)).collect()
+        };
+        let short = format!("the task returned {} values where {} were expected", values.len(), ids.len());
+        values.resize(ids.len(), (short.into_bytes(), Outcome::SystemError));
+        for ((id, (data, outcome)), holds) in ids.iter().zip(values).zip(holds) {
+            self.objects.fulfil(id, data, outcome, holds);
+        }
     }
 
     async fn run(self: &Arc<Self>, task_id: &str, spec: TaskSpec) -> Result<v1::PushTaskReply, Failure> {

@@ -183,7 +183,8 @@ def put(value: Any):
 
     if isinstance(value, ObjectRef):
         raise TypeError("Calling put on an ObjectRef is not allowed")
-    return new_ref(client().put(serialization.dumps(value)))
+    data, contained = serialization.dumps_with_refs(value)
+    return new_ref(client().put(data, [r.hex() for r in contained]))
 
 
 def get(refs, *, timeout: Optional[float] = None):
@@ -212,6 +213,10 @@ def get(refs, *, timeout: Optional[float] = None):
             raise error.as_instanceof_cause() if isinstance(error, exceptions.RayTaskError) else error
         elif outcome == 3:
             raise exceptions.ActorDiedError(data.decode(errors="replace"))
+        elif outcome == 4:
+            raise exceptions.ObjectLostError(data.decode(errors="replace"))
+        elif outcome == 5:
+            raise exceptions.OwnerDiedError(data.decode(errors="replace"))
         else:
             message = data.decode(errors="replace")
             if message.endswith("the task was cancelled"):

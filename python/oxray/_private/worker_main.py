@@ -85,22 +85,37 @@ def main() -> None:
             _submit_concurrent(executor, runner, task)
             continue
         try:
-            result = _run(task, state)
-            if num_returns > 1:
-                values = list(result)
-                if len(values) != num_returns:
-                    raise ValueError(f"{name} returned {len(values)} values, but num_returns={num_returns}")
-                reply = (b"", False, [serialization.dumps(v) for v in values])
-            else:
-                reply = (serialization.dumps(result), False, [])
+            reply = _encode(name, _run(task, state), num_returns)
         except KeyboardInterrupt:  # `cancel` interrupted it
-            reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [])
+            reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [], [])
         except BaseException as error:  # the task's failure is its result
-            reply = (serialization.dumps_error(name, error), True, [])
+            reply = (serialization.dumps_error(name, error), True, [], [])
         out.flush()
         err.flush()
         output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
-        executor.finish(task_id, reply[0], reply[1], reply[2], output)
+        executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3])
+
+
+def _encode(name, result, num_returns):
+    """`(result, is_error, returns, contained)` for `finish`. The ObjectRefs inside the
+    values are held at their owners for the caller before the reply leaves."""
+    if num_returns > 1:
+        values = list(result)
+        if len(values) != num_returns:
+            raise ValueError(f"{name} returned {len(values)} values, but num_returns={num_returns}")
+    else:
+        values = [result]
+    encoded = [serialization.dumps_with_refs(v) for v in values]
+    nested = [(ref.hex(), index) for index, (_, refs) in enumerate(encoded) for ref in refs]
+    contained = []
+    if nested:
+        from oxray._private import worker
+
+        owners = worker.client().hold_for_caller([object_id for object_id, _ in nested])
+        contained = [(object_id, owner, index) for (object_id, owner), (_, index) in zip(owners, nested)]
+    if num_returns > 1:
+        return b"", False, [data for data, _ in encoded], contained
+    return encoded[0][0], False, [], contained
 
 
 def _submit_concurrent(executor, runner, task):
@@ -116,7 +131,8 @@ def _submit_concurrent(executor, runner, task):
     def done(result, error):
         if error is None:
             try:
-                executor.finish(task_id, serialization.dumps(result), False)
+                data, is_error, _, contained = _encode(name, result, 1)
+                executor.finish(task_id, data, is_error, [], "", contained)
                 return
             except BaseException as e:  # the result does not serialize
                 error = e

@@ -1,0 +1,58 @@
+//! This process's object server: other processes holding references to objects it owns
+//! fetch them here and report the references they take and drop.
+
+use crate::objects::ObjectTable;
+use oxray_proto::v1::{self, object_service_server};
+use oxray_rpc::{ServerAuth, Token};
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+struct Service {
+    objects: Arc<ObjectTable>,
+}
+
+#[tonic::async_trait]
+impl object_service_server::ObjectService for Service {
+    async fn get_object(&self, request: Request<v1::GetObjectRequest>) -> Result<Response<v1::GetObjectReply>, Status> {
+        let id = request.into_inner().object_id;
+        if self.objects.owner_of(&id).is_some() {
+            return Err(Status::failed_precondition(format!("object {id} is not owned by this process")));
+        }
+        let ready = self
+            .objects
+            .get(std::slice::from_ref(&id), None)
+            .await
+            .map_err(|e| Status::not_found(e.to_string()))?
+            .swap_remove(0);
+        Ok(Response::new(v1::GetObjectReply { data: ready.data.to_vec(), outcome: ready.outcome as u32 }))
+    }
+
+    async fn update_refs(
+        &self,
+        request: Request<v1::UpdateRefsRequest>,
+    ) -> Result<Response<v1::UpdateRefsReply>, Status> {
+        for change in request.into_inner().changes {
+            for _ in 0..change.delta.max(0) {
+                self.objects.add_ref(&change.object_id);
+            }
+            for _ in 0..(-change.delta).max(0) {
+                self.objects.release(&change.object_id);
+            }
+        }
+        Ok(Response::new(v1::UpdateRefsReply {}))
+    }
+}
+
+/// Serves the table on a free port of every interface; returns the port.
+pub async fn serve(objects: Arc<ObjectTable>, token: Token) -> Result<u16, String> {
+    let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await.map_err(|e| e.to_string())?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let server = object_service_server::ObjectServiceServer::new(Service { objects })
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    let service = tonic::service::interceptor::InterceptedService::new(server, ServerAuth(token));
+    tokio::spawn(
+        tonic::transport::Server::builder().add_service(service).serve_with_incoming(oxray_rpc::incoming(listener)),
+    );
+    Ok(port)
+}

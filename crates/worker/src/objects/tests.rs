@@ -1,0 +1,129 @@
+use super::*;
+use std::time::Duration;
+
+#[tokio::test]
+async fn get_waits_for_values_and_times_out() {
+    let table = Arc::new(ObjectTable::default());
+    let id = table.pending();
+    let soon = Some(Instant::now() + Duration::from_millis(50));
+    assert_eq!(table.get(std::slice::from_ref(&id), soon).await.unwrap_err(), GetError::Timeout(id.clone()));
+    let t = table.clone();
+    let filler = id.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        t.fulfil(&filler, b"v".to_vec(), Outcome::Value, Vec::new());
+    });
+    let got = table.get(std::slice::from_ref(&id), None).await.unwrap();
+    assert_eq!(got[0].data.as_slice(), b"v");
+    table.add_ref(&id);
+    table.add_ref(&id);
+    table.release(&id);
+    assert!(table.get(std::slice::from_ref(&id), None).await.is_ok(), "one reference is left");
+    table.release(&id);
+    assert!(matches!(table.get(&[id], None).await, Err(GetError::Unknown(_))));
+}
+
+#[tokio::test]
+async fn wait_returns_once_enough_are_ready() {
+    let table = Arc::new(ObjectTable::default());
+    let a = table.put(b"a".to_vec(), &[]);
+    let b = table.pending();
+    assert_eq!(table.wait(&[a.clone(), b.clone()], 1, None).await.unwrap(), vec![true, false]);
+    let soon = Some(Instant::now() + Duration::from_millis(30));
+    assert_eq!(table.wait(&[a, b], 2, soon).await.unwrap(), vec![true, false]);
+}
+
+#[tokio::test]
+async fn objects_inside_others_live_as_long_as_their_container() {
+    let table = Arc::new(ObjectTable::default());
+    let inner = table.put(b"inner".to_vec(), &[]);
+    table.add_ref(&inner);
+    let outer = table.put(b"outer".to_vec(), std::slice::from_ref(&inner));
+    table.add_ref(&outer);
+    table.release(&inner);
+    assert!(table.get(std::slice::from_ref(&inner), None).await.is_ok(), "the container holds it");
+    table.release(&outer);
+    assert!(table.is_empty(), "both go with the container");
+}
+
+/// Owners that answer from a map and record the changes they are sent.
+#[derive(Default)]
+struct FakeOwners {
+    values: Mutex<HashMap<String, Vec<u8>>>,
+    fetches: Mutex<u32>,
+    changes: Mutex<Vec<(String, String, i32)>>,
+}
+
+impl Owners for FakeOwners {
+    fn fetch(&self, id: String, _owner: String) -> Pin<Box<dyn Future<Output = Ready> + Send>> {
+        *self.fetches.lock().unwrap() += 1;
+        let value = self.values.lock().unwrap().get(&id).cloned();
+        Box::pin(async move {
+            match value {
+                Some(data) => Ready { data: Arc::new(data), outcome: Outcome::Value },
+                None => Ready::lost(format!("{id} was freed")),
+            }
+        })
+    }
+
+    fn update(&self, owner: String, changes: Vec<(String, i32)>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let mut log = self.changes.lock().unwrap();
+        log.extend(changes.into_iter().map(|(id, d)| (owner.clone(), id, d)));
+        Box::pin(async {})
+    }
+}
+
+fn with_owners() -> (Arc<ObjectTable>, Arc<FakeOwners>) {
+    let table = Arc::new(ObjectTable::default());
+    let owners = Arc::new(FakeOwners::default());
+    table.set_owners(owners.clone());
+    (table, owners)
+}
+
+#[tokio::test]
+async fn borrowed_objects_are_fetched_once_and_announced_once() {
+    let (table, owners) = with_owners();
+    owners.values.lock().unwrap().insert("x".into(), b"remote".to_vec());
+    assert!(table.borrow("x", "owner:1"));
+    assert!(!table.borrow("x", "owner:1"), "a second reference is local");
+    table.announce().await;
+    let ids = ["x".to_string()];
+    assert_eq!(table.get(&ids, None).await.unwrap()[0].data.as_slice(), b"remote");
+    assert_eq!(table.get(&ids, None).await.unwrap()[0].data.as_slice(), b"remote");
+    assert_eq!(*owners.fetches.lock().unwrap(), 1, "the value is kept while borrowed");
+    table.release("x");
+    table.release("x");
+    tokio::task::yield_now().await;
+    let log = owners.changes.lock().unwrap().clone();
+    assert_eq!(log, [("owner:1".into(), "x".into(), 1), ("owner:1".into(), "x".into(), -1)]);
+}
+
+#[tokio::test]
+async fn a_borrow_dropped_before_it_was_announced_costs_the_owner_nothing() {
+    let (table, owners) = with_owners();
+    table.borrow("y", "owner:2");
+    table.release("y");
+    table.announce().await;
+    tokio::task::yield_now().await;
+    assert!(owners.changes.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_freed_remote_object_is_lost_not_awaited_forever() {
+    let (table, _owners) = with_owners();
+    table.borrow("gone", "owner:3");
+    let got = table.get(&["gone".to_string()], None).await.unwrap();
+    assert_eq!(got[0].outcome, Outcome::Lost);
+}
+
+#[tokio::test]
+async fn remote_holds_are_given_back_when_the_container_goes() {
+    let (table, owners) = with_owners();
+    let result = table.pending();
+    table.add_ref(&result);
+    let hold = Hold::Remote { id: "z".into(), owner: "owner:4".into() };
+    table.fulfil(&result, b"[ref]".to_vec(), Outcome::Value, vec![hold]);
+    table.release(&result);
+    tokio::task::yield_now().await;
+    assert_eq!(owners.changes.lock().unwrap().clone(), [("owner:4".into(), "z".into(), -1)]);
+}
