@@ -5,7 +5,7 @@
 (functions), `get`, `put`, `wait`, and `oxray.job_submission`.
 """
 
-from oxray import exceptions
+from oxray import exceptions, util
 from oxray._private.worker import (
     available_resources,
     cancel,
@@ -31,6 +31,7 @@ __all__ = [
     "available_resources",
     "cancel",
     "exceptions",
+    "util",
     "get",
     "get_actor",
     "kill",

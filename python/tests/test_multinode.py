@@ -89,3 +89,21 @@ def test_objects_move_between_nodes_on_demand(two_nodes):
     assert len(oxray.get(ref)) == 5_000_000, "read on the driver's node from its owner on the other"
     size, read_on = oxray.get(length.remote([ref]))
     assert (size, read_on) == (5_000_000, two_nodes["127.0.0.1"])
+
+
+def test_placement_group_bundles_spread_over_nodes(two_nodes):
+    from oxray.util import placement_group, placement_group_table, remove_placement_group
+    from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    head, second = two_nodes["127.0.0.1"], two_nodes["second"]
+    too_wide = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(30)
+    nodes = placement_group_table(pg)["bundles_to_node_id"]
+    assert set(nodes.values()) == {head, second}
+    for index in (0, 1):
+        strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
+        assert oxray.get(where.options(scheduling_strategy=strategy).remote()) == nodes[index]
+    assert not too_wide.wait(0.5), "two nodes cannot hold three bundles on different nodes"
+    remove_placement_group(pg)
+    remove_placement_group(too_wide)

@@ -42,13 +42,26 @@ struct Worker {
 struct Lease {
     worker: Worker,
     resources: ResourceSet,
+    /// The placement group bundle the resources came from, if any.
+    bundle: Option<BundleKey>,
     /// Taken back when this process is gone (a driver killed before it returned its leases).
     owner: Option<v1::ProcessIdentity>,
 }
 
+/// A placement group's bundle: `(group id, bundle index)`.
+type BundleKey = (String, u32);
+
+/// Resources reserved for a placement group's bundle, and what its leases use of them.
+struct Bundle {
+    total: ResourceSet,
+    used: ResourceSet,
+}
+
 #[derive(Default)]
 struct State {
+    /// Leased out, plus everything reserved for bundles.
     used: ResourceSet,
+    bundles: HashMap<BundleKey, Bundle>,
     idle: Vec<Worker>,
     leases: HashMap<String, Lease>,
     starting: HashMap<String, oneshot::Sender<(u16, u32)>>,
@@ -65,6 +78,18 @@ fn fits(request: &ResourceSet, free: impl Fn(&str) -> f64) -> bool {
     request.iter().all(|(name, amount)| amount <= 0.0 || free(name) + 1e-9 >= amount)
 }
 
+fn minus(a: &ResourceSet, b: &ResourceSet) -> ResourceSet {
+    a.iter().map(|(k, v)| (k.to_string(), (v - b.get(k)).max(0.0))).collect()
+}
+
+/// Where a lease's resources come from: the node's free resources, or a bundle.
+#[derive(Debug, Clone)]
+pub struct InBundle {
+    pub group: String,
+    /// Negative: any bundle of the group on this node that can hold the request.
+    pub index: i32,
+}
+
 fn random_id() -> String {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).expect("the operating system has no random source");
@@ -76,10 +101,9 @@ impl WorkerPool {
         Self { total, state: Mutex::new(State::default()), freed: Notify::new(), env }
     }
 
-    /// What is not leased out now, for the heartbeat.
+    /// What is not leased out or reserved now, for the heartbeat.
     pub fn available(&self) -> ResourceSet {
-        let used = self.lock().used.clone();
-        self.total.iter().map(|(k, v)| (k.to_string(), (v - used.get(k)).max(0.0))).collect()
+        minus(&self.total, &self.lock().used)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -93,25 +117,15 @@ impl WorkerPool {
         resources: ResourceSet,
         kind: WorkerKind,
         owner: Option<v1::ProcessIdentity>,
+        bundle: Option<InBundle>,
     ) -> Result<v1::LeaseReply, Status> {
-        if !fits(&resources, |r| self.total.get(r)) {
-            return Err(Status::invalid_argument(format!(
-                "this node can never hold the task's resources {:?}; it has {:?}",
-                resources.as_map(),
-                self.total.as_map()
-            )));
-        }
-        loop {
-            let freed = self.freed.notified();
-            {
-                let mut state = self.lock();
-                if fits(&resources, |r| self.total.get(r) - state.used.get(r)) {
-                    state.used.add(&resources);
-                    break;
-                }
+        let bundle = match bundle {
+            None => {
+                self.take_free(&resources).await?;
+                None
             }
-            freed.await;
-        }
+            Some(b) => Some(self.take_from_bundle(&resources, &b).await?),
+        };
         let idle = {
             let mut state = self.lock();
             let at = state.idle.iter().position(|w| w.kind == kind);
@@ -124,7 +138,7 @@ impl WorkerPool {
         let worker = match worker {
             Ok(w) => w,
             Err(e) => {
-                self.release(&resources);
+                self.release(&resources, bundle.as_ref());
                 return Err(e);
             }
         };
@@ -134,16 +148,128 @@ impl WorkerPool {
             worker_address: worker.address.clone(),
             worker_id: worker.id.clone(),
         };
-        self.lock().leases.insert(lease_id, Lease { worker, resources, owner });
+        self.lock().leases.insert(lease_id, Lease { worker, resources, bundle, owner });
         Ok(reply)
     }
 
-    fn release(&self, resources: &ResourceSet) {
+    /// Waits until the node's free resources hold the request, and takes them.
+    async fn take_free(&self, resources: &ResourceSet) -> Result<(), Status> {
+        if !fits(resources, |r| self.total.get(r)) {
+            return Err(Status::invalid_argument(format!(
+                "this node can never hold the task's resources {:?}; it has {:?}",
+                resources.as_map(),
+                self.total.as_map()
+            )));
+        }
+        loop {
+            let freed = self.freed.notified();
+            {
+                let mut state = self.lock();
+                if fits(resources, |r| self.total.get(r) - state.used.get(r)) {
+                    state.used.add(resources);
+                    return Ok(());
+                }
+            }
+            freed.await;
+        }
+    }
+
+    /// Waits until a bundle of the group on this node holds the request, and takes it from
+    /// there. Fails when the group has no such bundle here (or it goes away meanwhile).
+    async fn take_from_bundle(&self, resources: &ResourceSet, want: &InBundle) -> Result<BundleKey, Status> {
+        loop {
+            let freed = self.freed.notified();
+            {
+                let mut state = self.lock();
+                let mut ours: Vec<(&BundleKey, &mut Bundle)> = state
+                    .bundles
+                    .iter_mut()
+                    .filter(|(k, _)| k.0 == want.group && (want.index < 0 || k.1 == want.index as u32))
+                    .collect();
+                if ours.is_empty() {
+                    return Err(Status::failed_precondition(format!(
+                        "placement group {} has no bundle{} on this node (removed, or placed elsewhere)",
+                        want.group,
+                        if want.index < 0 { String::new() } else { format!(" {}", want.index) }
+                    )));
+                }
+                if !ours.iter().any(|(_, b)| fits(resources, |r| b.total.get(r))) {
+                    return Err(Status::invalid_argument(format!(
+                        "the bundle of placement group {} can never hold {:?}",
+                        want.group,
+                        resources.as_map()
+                    )));
+                }
+                ours.sort_by_key(|(k, _)| k.1);
+                if let Some((key, b)) =
+                    ours.into_iter().find(|(_, b)| fits(resources, |r| b.total.get(r) - b.used.get(r)))
+                {
+                    b.used.add(resources);
+                    return Ok(key.clone());
+                }
+            }
+            freed.await;
+        }
+    }
+
+    fn release(&self, resources: &ResourceSet, bundle: Option<&BundleKey>) {
         let mut state = self.lock();
-        let used: ResourceSet =
-            state.used.iter().map(|(k, v)| (k.to_string(), (v - resources.get(k)).max(0.0))).collect();
-        state.used = used;
+        match bundle {
+            Some(key) => {
+                if let Some(b) = state.bundles.get_mut(key) {
+                    b.used = minus(&b.used, resources);
+                }
+            }
+            None => state.used = minus(&state.used, resources),
+        }
         drop(state);
+        self.freed.notify_waiters();
+    }
+
+    /// Reserves a group's bundles here, all or none, if the free resources hold them now.
+    pub fn reserve_bundles(&self, group: &str, bundles: Vec<(u32, ResourceSet)>) -> Result<(), Status> {
+        let mut state = self.lock();
+        let new: Vec<(u32, ResourceSet)> =
+            bundles.into_iter().filter(|(i, _)| !state.bundles.contains_key(&(group.to_string(), *i))).collect();
+        let mut sum = ResourceSet::new();
+        for (_, r) in &new {
+            sum.add(r);
+        }
+        if !fits(&sum, |r| self.total.get(r) - state.used.get(r)) {
+            return Err(Status::failed_precondition(format!(
+                "the free resources of this node do not hold {:?} now",
+                sum.as_map()
+            )));
+        }
+        state.used.add(&sum);
+        for (index, total) in new {
+            state.bundles.insert((group.to_string(), index), Bundle { total, used: ResourceSet::new() });
+        }
+        Ok(())
+    }
+
+    /// Frees a group's bundles here (all when `indexes` is empty) and ends the workers
+    /// leased inside them.
+    pub fn release_bundles(&self, group: &str, indexes: &[u32]) {
+        let chosen = |k: &BundleKey| k.0 == group && (indexes.is_empty() || indexes.contains(&k.1));
+        let leases: Vec<String> = {
+            let mut state = self.lock();
+            let keys: Vec<BundleKey> = state.bundles.keys().filter(|k| chosen(k)).cloned().collect();
+            for key in &keys {
+                let b = state.bundles.remove(key).expect("present");
+                state.used = minus(&state.used, &b.total);
+            }
+            state
+                .leases
+                .iter()
+                .filter(|(_, l)| l.bundle.as_ref().is_some_and(chosen))
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        for id in leases {
+            tracing::info!(lease = %id, group, "placement group removed; ending its worker");
+            self.give_back(&id, true);
+        }
         self.freed.notify_waiters();
     }
 
@@ -172,7 +298,7 @@ impl WorkerPool {
             // Dropping the child kills it (kill_on_drop).
             tracing::info!(worker = %lease.worker.id, "worker retired");
         }
-        self.release(&lease.resources);
+        self.release(&lease.resources, lease.bundle.as_ref());
     }
 
     async fn spawn(&self, kind: &WorkerKind) -> Result<Worker, Status> {
@@ -257,7 +383,33 @@ impl lease_service_server::LeaseService for LeaseService {
         let mut env_vars: Vec<(String, String)> = request.env_vars.into_iter().collect();
         env_vars.sort();
         let owner = request.owner.filter(|_| !request.detached);
-        self.0.lease(resources, WorkerKind { python, env_vars }, owner).await.map(Response::new)
+        let bundle = (!request.placement_group_id.is_empty())
+            .then_some(InBundle { group: request.placement_group_id, index: request.bundle_index });
+        self.0.lease(resources, WorkerKind { python, env_vars }, owner, bundle).await.map(Response::new)
+    }
+
+    async fn reserve_bundles(
+        &self,
+        request: Request<v1::ReserveBundlesRequest>,
+    ) -> Result<Response<v1::ReserveBundlesReply>, Status> {
+        let request = request.into_inner();
+        let mut bundles = Vec::with_capacity(request.bundles.len());
+        for (index, bundle) in request.bundles {
+            let resources = oxray_proto::convert::resources_from_proto(bundle.resources)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            bundles.push((index, resources));
+        }
+        self.0.reserve_bundles(&request.placement_group_id, bundles)?;
+        Ok(Response::new(v1::ReserveBundlesReply {}))
+    }
+
+    async fn release_bundles(
+        &self,
+        request: Request<v1::ReleaseBundlesRequest>,
+    ) -> Result<Response<v1::ReleaseBundlesReply>, Status> {
+        let request = request.into_inner();
+        self.0.release_bundles(&request.placement_group_id, &request.bundle_indexes);
+        Ok(Response::new(v1::ReleaseBundlesReply {}))
     }
 
     async fn return_worker(

@@ -2,11 +2,13 @@
 //! gRPC service and the HTTP API. Start it with [`Head::bind`], then [`BoundHead::run`].
 
 mod actors;
+mod bundles;
 mod events;
 mod jobs;
 mod membership;
 mod packages;
 mod placement;
+mod placement_groups;
 mod service;
 mod store;
 
@@ -141,12 +143,21 @@ impl BoundHead {
             "head serving"
         );
 
-        let monitor = tokio::spawn(watch_heartbeats(membership.clone(), jobs.clone(), shutdown.clone()));
+        let groups = placement_groups::PlacementGroups::new(membership.clone(), config.token.clone());
+        let monitor =
+            tokio::spawn(watch_heartbeats(membership.clone(), jobs.clone(), groups.clone(), shutdown.clone()));
         let scheduler = tokio::spawn(jobs.clone().run(shutdown.clone()));
+        let placer = tokio::spawn(groups.clone().run(shutdown.clone()));
 
         let dashboard = config.dashboard(&http);
-        let service =
-            service::HeadService::new(membership.clone(), jobs.clone(), actors, session_name.clone(), dashboard);
+        let service = service::HeadService::new(
+            membership.clone(),
+            jobs.clone(),
+            actors,
+            groups,
+            session_name.clone(),
+            dashboard,
+        );
         let grpc = tonic::transport::Server::builder()
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
             .serve_with_incoming_shutdown(oxray_rpc::incoming(control), shutdown.clone().cancelled_owned());
@@ -166,6 +177,7 @@ impl BoundHead {
         shutdown.cancel();
         let _ = monitor.await;
         let _ = scheduler.await;
+        let _ = placer.await;
         result.map(|_| ())
     }
 }
@@ -191,7 +203,12 @@ impl HeadConfig {
 
 /// Declares silent nodes dead; checks several times per timeout so death is noticed
 /// within a small fraction of it.
-async fn watch_heartbeats(membership: Arc<Membership>, jobs: Arc<JobManager>, shutdown: CancellationToken) {
+async fn watch_heartbeats(
+    membership: Arc<Membership>,
+    jobs: Arc<JobManager>,
+    groups: Arc<placement_groups::PlacementGroups>,
+    shutdown: CancellationToken,
+) {
     let period = (membership.death_timeout() / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -200,7 +217,10 @@ async fn watch_heartbeats(membership: Arc<Membership>, jobs: Arc<JobManager>, sh
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
                 match membership.expire(tokio::time::Instant::now()) {
-                    Ok(dead) if !dead.is_empty() => jobs.nodes_changed(),
+                    Ok(dead) if !dead.is_empty() => {
+                        jobs.nodes_changed();
+                        groups.nodes_changed();
+                    }
                     Ok(_) => {}
                     Err(e) => tracing::error!("cannot record dead nodes: {e}"),
                 }

@@ -13,6 +13,7 @@ pub struct HeadService {
     membership: Arc<Membership>,
     jobs: Arc<JobManager>,
     actors: Arc<crate::actors::Actors>,
+    groups: Arc<crate::placement_groups::PlacementGroups>,
     session_name: String,
     dashboard: crate::Dashboard,
 }
@@ -22,10 +23,11 @@ impl HeadService {
         membership: Arc<Membership>,
         jobs: Arc<JobManager>,
         actors: Arc<crate::actors::Actors>,
+        groups: Arc<crate::placement_groups::PlacementGroups>,
         session_name: String,
         dashboard: crate::Dashboard,
     ) -> Self {
-        Self { membership, jobs, actors, session_name, dashboard }
+        Self { membership, jobs, actors, groups, session_name, dashboard }
     }
 
     /// Several heartbeats fit in one death timeout, so one lost heartbeat kills no node.
@@ -50,6 +52,18 @@ fn actor_status(e: crate::actors::ActorError) -> Status {
         ActorError::Store(_) => internal(e),
     }
 }
+
+fn group_status(e: crate::placement_groups::GroupError) -> Status {
+    use crate::placement_groups::GroupError;
+    match e {
+        GroupError::Invalid(_) => Status::invalid_argument(e.to_string()),
+        GroupError::Missing(_) => Status::not_found(e.to_string()),
+        GroupError::Exists(..) => Status::already_exists(e.to_string()),
+    }
+}
+
+/// Long waits are cut into pieces the callers' call deadlines allow.
+const LONGEST_WAIT: Duration = Duration::from_secs(5);
 
 fn internal(e: impl std::fmt::Display) -> Status {
     tracing::error!("{e}");
@@ -82,6 +96,49 @@ impl head_service_server::HeadService for HeadService {
         let r = request.into_inner();
         self.actors.remove(&r.name, &r.namespace).map_err(actor_status)?;
         Ok(Response::new(v1::RemoveActorReply {}))
+    }
+
+    async fn create_placement_group(
+        &self,
+        request: Request<v1::CreatePlacementGroupRequest>,
+    ) -> Result<Response<v1::PlacementGroup>, Status> {
+        self.groups.create(request.into_inner()).map(Response::new).map_err(group_status)
+    }
+
+    async fn remove_placement_group(
+        &self,
+        request: Request<v1::PlacementGroupRef>,
+    ) -> Result<Response<v1::RemovePlacementGroupReply>, Status> {
+        let id = request.into_inner().placement_group_id;
+        self.groups.remove(&id).await.map_err(group_status)?;
+        Ok(Response::new(v1::RemovePlacementGroupReply {}))
+    }
+
+    async fn get_placement_group(
+        &self,
+        request: Request<v1::PlacementGroupRef>,
+    ) -> Result<Response<v1::PlacementGroup>, Status> {
+        self.groups.get(&request.into_inner()).map(Response::new).map_err(group_status)
+    }
+
+    async fn wait_placement_group(
+        &self,
+        request: Request<v1::WaitPlacementGroupRequest>,
+    ) -> Result<Response<v1::PlacementGroup>, Status> {
+        let r = request.into_inner();
+        let timeout = if r.timeout_s > 0.0 && r.timeout_s.is_finite() {
+            Duration::from_secs_f64(r.timeout_s).min(LONGEST_WAIT)
+        } else {
+            LONGEST_WAIT
+        };
+        self.groups.wait(&r.placement_group_id, timeout).await.map(Response::new).map_err(group_status)
+    }
+
+    async fn list_placement_groups(
+        &self,
+        _request: Request<v1::ListPlacementGroupsRequest>,
+    ) -> Result<Response<v1::ListPlacementGroupsReply>, Status> {
+        Ok(Response::new(v1::ListPlacementGroupsReply { placement_groups: self.groups.list() }))
     }
 
     async fn report_job(&self, request: Request<v1::JobReport>) -> Result<Response<v1::ReportJobReply>, Status> {

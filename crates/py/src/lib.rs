@@ -1,9 +1,10 @@
 //! `oxray._native`: the Rust core inside Python. Thin glue: it converts and forwards to
 //! `oxray-worker`, releasing the GIL around everything that waits.
 
+use oxray_worker::placement_groups as pg;
 use oxray_worker::{
     available_resources, cluster_resources, ActorCall, Cluster, Executor, GetError, LocalCluster, LocalOptions,
-    ObjectTable, OwnerLinks, Route, Submitter, Target, TaskSpec, WorkerError,
+    ObjectTable, Outcome, OwnerLinks, Route, Submitter, Target, TaskSpec, WorkerError,
 };
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -132,13 +133,26 @@ fn core_runtime() -> PyResult<tokio::runtime::Runtime> {
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
-/// `(kind, node_id, soft)` from Python: "DEFAULT", "SPREAD" or "NODE".
-fn parse_strategy((kind, node_id, soft): (String, String, bool)) -> PyResult<oxray_worker::Strategy> {
+/// `(kind, target, soft, bundle_index)` from Python: "DEFAULT", "SPREAD", "NODE" (the
+/// target is a node id) or "PG" (the target is a placement group id).
+type StrategyArg = (String, String, bool, i32);
+
+fn parse_strategy((kind, target, soft, index): StrategyArg) -> PyResult<oxray_worker::Strategy> {
     match kind.as_str() {
         "DEFAULT" => Ok(oxray_worker::Strategy::Default),
         "SPREAD" => Ok(oxray_worker::Strategy::Spread),
-        "NODE" => Ok(oxray_worker::Strategy::Node { node_id, soft }),
+        "NODE" => Ok(oxray_worker::Strategy::Node { node_id: target, soft }),
+        "PG" => Ok(oxray_worker::Strategy::Bundle { group: target, index }),
         other => Err(PyValueError::new_err(format!("unknown scheduling strategy {other:?}"))),
+    }
+}
+
+fn status_error(s: tonic::Status) -> PyErr {
+    match s.code() {
+        tonic::Code::InvalidArgument | tonic::Code::NotFound | tonic::Code::AlreadyExists => {
+            PyValueError::new_err(s.message().to_string())
+        }
+        _ => PyConnectionError::new_err(s.message().to_string()),
     }
 }
 
@@ -186,7 +200,7 @@ impl Client {
     }
 
     /// Starts a task; returns the ids of the objects that will hold its results.
-    #[pyo3(signature = (name, function, args, dependencies, contained, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new(), strategy=(String::from("DEFAULT"), String::new(), false)))]
+    #[pyo3(signature = (name, function, args, dependencies, contained, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new(), strategy=(String::from("DEFAULT"), String::new(), false, -1)))]
     #[allow(clippy::too_many_arguments)]
     fn submit_task(
         &self,
@@ -201,7 +215,7 @@ impl Client {
         retry_exceptions: bool,
         num_returns: u32,
         env_vars: BTreeMap<String, String>,
-        strategy: (String, String, bool),
+        strategy: StrategyArg,
     ) -> PyResult<Vec<String>> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -235,7 +249,7 @@ impl Client {
         contained: Vec<String>,
         resources: BTreeMap<String, f64>,
         env_vars: BTreeMap<String, String>,
-        strategy: (String, String, bool),
+        strategy: StrategyArg,
         detached: bool,
     ) -> PyResult<(String, String, String, String, String)> {
         let resources =
@@ -481,6 +495,73 @@ impl Client {
 
     fn release(&self, id: &str) {
         self.objects.release(id);
+    }
+
+    /// Asks the head for a placement group; returns its id at once (it is placed later).
+    fn create_placement_group(
+        &self,
+        py: Python<'_>,
+        bundles: Vec<BTreeMap<String, f64>>,
+        strategy: String,
+        name: String,
+        namespace: String,
+        detached: bool,
+    ) -> PyResult<String> {
+        let strategy = pg::parse_strategy(&strategy).map_err(PyValueError::new_err)?;
+        let bundles = bundles
+            .into_iter()
+            .map(oxray_types::ResourceSet::try_from)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let head = self.cluster.head();
+        let created =
+            py.detach(|| self.runtime.block_on(pg::create(&head, &bundles, strategy, &name, &namespace, detached)));
+        created.map(|g| g.placement_group_id).map_err(status_error)
+    }
+
+    fn remove_placement_group(&self, py: Python<'_>, id: String) -> PyResult<()> {
+        let head = self.cluster.head();
+        py.detach(|| self.runtime.block_on(pg::remove(&head, &id))).map_err(status_error)
+    }
+
+    /// One group as JSON, by id or by name in a namespace.
+    fn placement_group_json(&self, py: Python<'_>, id: String, name: String, namespace: String) -> PyResult<String> {
+        let head = self.cluster.head();
+        let group =
+            py.detach(|| self.runtime.block_on(pg::get(&head, &id, &name, &namespace))).map_err(status_error)?;
+        Ok(pg::to_json(&group).to_string())
+    }
+
+    /// Every group the head knows, as a JSON list.
+    fn placement_groups_json(&self, py: Python<'_>) -> PyResult<String> {
+        let head = self.cluster.head();
+        let groups = py.detach(|| self.runtime.block_on(pg::list(&head))).map_err(status_error)?;
+        Ok(serde_json::Value::Array(groups.iter().map(pg::to_json).collect()).to_string())
+    }
+
+    /// Whether the group is created, waiting up to `timeout` seconds (forever: None).
+    #[pyo3(signature = (id, timeout=None))]
+    fn wait_placement_group(&self, py: Python<'_>, id: String, timeout: Option<f64>) -> PyResult<bool> {
+        let head = self.cluster.head();
+        let group =
+            py.detach(|| self.runtime.block_on(pg::wait(&head, &id, deadline(timeout)))).map_err(status_error)?;
+        Ok(group.state == oxray_worker::PlacementGroupState::Created as i32)
+    }
+
+    /// An object that becomes `value` once the group is created (lost if it is removed
+    /// first): what `PlacementGroup.ready()` returns.
+    fn placement_group_ready(&self, id: String, value: Vec<u8>) -> String {
+        let object = self.objects.pending();
+        let (objects, head, target) = (self.objects.clone(), self.cluster.head(), object.clone());
+        self.runtime.spawn(async move {
+            let (data, outcome) = match pg::wait(&head, &id, None).await {
+                Ok(g) if g.state == oxray_worker::PlacementGroupState::Created as i32 => (value, Outcome::Value),
+                Ok(_) => (format!("placement group {id} was removed before it was ready").into_bytes(), Outcome::Lost),
+                Err(s) => (format!("placement group {id}: {}", s.message()).into_bytes(), Outcome::Lost),
+            };
+            objects.fulfil(&target, data, outcome, Vec::new());
+        });
+        object
     }
 
     /// Stops the private cluster, if this client started one.

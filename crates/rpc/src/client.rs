@@ -1,6 +1,7 @@
 use crate::auth::{ClientAuth, Token};
 use oxray_proto::v1::agent_service_client::AgentServiceClient;
 use oxray_proto::v1::head_service_client::HeadServiceClient;
+use oxray_proto::v1::lease_service_client::LeaseServiceClient;
 use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
@@ -8,6 +9,7 @@ use tonic::{Code, Status};
 
 pub type HeadClient = HeadServiceClient<InterceptedService<Channel, ClientAuth>>;
 pub type AgentClient = AgentServiceClient<InterceptedService<Channel, ClientAuth>>;
+pub type LeaseClient = LeaseServiceClient<InterceptedService<Channel, ClientAuth>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
@@ -50,6 +52,13 @@ pub fn connect_head_lazy(address: &str, token: &Token, call_timeout: Duration) -
 pub fn connect_agent_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<AgentClient, RpcError> {
     let channel = endpoint(address, call_timeout)?.connect_lazy();
     Ok(AgentServiceClient::with_interceptor(channel, ClientAuth::new(token)))
+}
+
+/// A node agent's lease service (worker leases, placement group bundles), connected on
+/// first use.
+pub fn connect_leases_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<LeaseClient, RpcError> {
+    let channel = endpoint(address, call_timeout)?.connect_lazy();
+    Ok(LeaseServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 
 /// A one-line explanation of a failed call, naming the likely fix.

@@ -6,7 +6,8 @@ mod client;
 
 pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
 pub use client::{
-    connect_agent_lazy, connect_head, connect_head_lazy, explain, root_cause, AgentClient, HeadClient, RpcError,
+    connect_agent_lazy, connect_head, connect_head_lazy, connect_leases_lazy, explain, root_cause, AgentClient,
+    HeadClient, LeaseClient, RpcError,
 };
 
 /// Accepted connections of a bound listener, with Nagle's algorithm off: RPCs are small

@@ -9,6 +9,7 @@ mod local;
 mod object_links;
 mod object_server;
 mod objects;
+pub mod placement_groups;
 mod tasks;
 
 pub use address::{resolve, Target};
@@ -18,7 +19,7 @@ pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
 pub use object_links::OwnerLinks;
 pub use object_server::serve as serve_objects;
 pub use objects::{new_id, GetError, Hold, ObjectTable, Outcome, Owners, Ready};
-pub use oxray_proto::v1::{ContainedRef, NamedActor, PushTaskReply};
+pub use oxray_proto::v1::{ContainedRef, NamedActor, PlacementGroupState, PushTaskReply};
 pub use oxray_rpc::Token;
 pub use tasks::{ActorCall, Env, Lease, Route, Strategy, Submitter, TaskSpec, CANCELLED};
 

@@ -45,6 +45,9 @@ pub enum Strategy {
     Spread,
     /// That node; with `soft`, anywhere when it is gone.
     Node { node_id: String, soft: bool },
+    /// Inside a placement group's bundle (any bundle when the index is negative), once the
+    /// group is created.
+    Bundle { group: String, index: i32 },
 }
 
 /// Where a task goes.
@@ -396,6 +399,48 @@ impl Submitter {
             env_vars: env.into_iter().collect(),
             owner: Some(self.owner.clone()),
             detached,
+            ..Default::default()
+        }
+    }
+
+    /// A lease inside a placement group's bundle: waits until the group is created, then
+    /// asks the agent of the bundle's node (in turn among the group's nodes for any bundle).
+    async fn lease_in_bundle(&self, mut request: v1::LeaseRequest, group: &str, index: i32) -> Result<Lease, String> {
+        let Some(head) = &self.head else { return Err("placement groups need the cluster's head".into()) };
+        request.placement_group_id = group.to_string();
+        request.bundle_index = index;
+        loop {
+            let wait = v1::WaitPlacementGroupRequest { placement_group_id: group.to_string(), timeout_s: 5.0 };
+            let pg = head.clone().wait_placement_group(wait).await.map_err(|s| s.message().to_string())?.into_inner();
+            if pg.state == v1::PlacementGroupState::Removed as i32 {
+                return Err(format!("placement group {group} was removed"));
+            }
+            if index >= 0 && index as usize >= pg.bundles.len() {
+                return Err(format!(
+                    "bundle index {index} is out of range: placement group {group} has {} bundles",
+                    pg.bundles.len()
+                ));
+            }
+            let mut agents: Vec<String> = match index {
+                i if i >= 0 => vec![pg.bundle_agents[i as usize].clone()],
+                _ => pg.bundle_agents.clone(),
+            };
+            agents.retain(|a| !a.is_empty());
+            agents.dedup();
+            if agents.is_empty() {
+                continue;
+            }
+            let turn = self.spread_turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize;
+            let address = agents[turn % agents.len()].clone();
+            let agent = self.agent(&address)?;
+            match agent.clone().request_worker_lease(request.clone()).await {
+                Ok(reply) => return Ok(Lease { reply: reply.into_inner(), agent, agent_address: address }),
+                // The bundle moved (its node died) or the group went: ask the head again.
+                Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(s) => return Err(s.message().to_string()),
+            }
         }
     }
 
@@ -409,6 +454,9 @@ impl Submitter {
         detached: bool,
     ) -> Result<Lease, String> {
         let target = match strategy {
+            Strategy::Bundle { group, index } => {
+                return self.lease_in_bundle(self.request(&resources, env, detached), group, *index).await;
+            }
             Strategy::Default => None,
             Strategy::Spread => self.spread_target(&resources).await?,
             Strategy::Node { node_id, soft } => match self.node_agent(node_id).await? {

@@ -14,8 +14,10 @@ _lock = threading.Lock()
 _client: Optional["_native.Client"] = None
 _namespace: Optional[str] = None
 _runtime_env: Optional[Dict[str, Any]] = None
-# Actors this process created: they end with it, as non-detached actors do in Ray.
+# Actors and placement groups this process created: they end with it, as non-detached
+# ones do in Ray.
 _owned_actors: List[Any] = []
+_owned_groups: List[Any] = []
 
 
 def _home() -> Path:
@@ -105,13 +107,19 @@ def shutdown() -> None:
     global _client, _namespace
     with _lock:
         client, _client, _namespace = _client, None, None
-        actors = list(_owned_actors)
+        actors, groups = list(_owned_actors), list(_owned_groups)
         _owned_actors.clear()
+        _owned_groups.clear()
     if client is not None:
         for handle in actors:
             try:
                 _kill(client, handle)
             except Exception:  # the cluster may already be gone
+                pass
+        for group in groups:
+            try:
+                client.remove_placement_group(group.id.hex())
+            except Exception:  # removed already, or the cluster is gone
                 pass
         client.shutdown()
 
@@ -276,6 +284,17 @@ def cancel(ref, *, force: bool = False, recursive: bool = True) -> None:
 def own_actor(handle) -> None:
     with _lock:
         _owned_actors.append(handle)
+
+
+def own_placement_group(group) -> None:
+    with _lock:
+        _owned_groups.append(group)
+
+
+def disown_placement_group(group) -> None:
+    with _lock:
+        if group in _owned_groups:
+            _owned_groups.remove(group)
 
 
 def kill(actor, *, no_restart: bool = True) -> None:

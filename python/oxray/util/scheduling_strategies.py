@@ -14,22 +14,31 @@ class NodeAffinitySchedulingStrategy:
 
 
 class PlacementGroupSchedulingStrategy:
-    """Placement groups are not available yet; using this strategy raises."""
+    """Run inside a bundle of the placement group: the one at the index, or any with room
+    (-1). The work waits until the group is ready."""
 
     def __init__(self, placement_group, placement_group_bundle_index: int = -1,
                  placement_group_capture_child_tasks=None):
         self.placement_group = placement_group
         self.placement_group_bundle_index = placement_group_bundle_index
+        self.placement_group_capture_child_tasks = placement_group_capture_child_tasks
 
 
 def native(strategy):
-    """The (kind, node_id, soft) triple the core takes."""
+    """The (kind, target, soft, bundle index) the core takes."""
     if strategy is None or strategy == "DEFAULT":
-        return ("DEFAULT", "", False)
+        return ("DEFAULT", "", False, -1)
     if strategy == "SPREAD":
-        return ("SPREAD", "", False)
+        return ("SPREAD", "", False, -1)
     if isinstance(strategy, NodeAffinitySchedulingStrategy):
-        return ("NODE", strategy.node_id, strategy.soft)
+        return ("NODE", strategy.node_id, strategy.soft, -1)
     if isinstance(strategy, PlacementGroupSchedulingStrategy):
-        raise NotImplementedError("placement groups are not supported yet")
+        from oxray.util.placement_group import PlacementGroup
+
+        pg, index = strategy.placement_group, strategy.placement_group_bundle_index
+        if not isinstance(pg, PlacementGroup):
+            raise TypeError(f"PlacementGroupSchedulingStrategy needs a PlacementGroup, got {type(pg).__name__}")
+        if not isinstance(index, int) or index < -1:
+            raise ValueError(f"placement_group_bundle_index must be -1 or a bundle's index, got {index!r}")
+        return ("PG", pg.id.hex(), False, index)
     raise ValueError(f"unknown scheduling_strategy {strategy!r}: use 'DEFAULT', 'SPREAD' or NodeAffinitySchedulingStrategy")

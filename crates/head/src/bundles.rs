@@ -1,0 +1,145 @@
+//! Where a placement group's bundles go: pure, so each strategy is tested on its own.
+
+use oxray_types::ResourceSet;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// As few nodes as possible, more when one is not enough.
+    Pack,
+    /// As many nodes as possible, fewer when there are not enough.
+    Spread,
+    /// One node, or not yet.
+    StrictPack,
+    /// A different node for every bundle, or not yet.
+    StrictSpread,
+}
+
+/// A node that can take bundles, with what is still free on it for them.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub node: String,
+    pub free: ResourceSet,
+}
+
+fn fits(request: &ResourceSet, free: &ResourceSet) -> bool {
+    request.iter().all(|(k, v)| v <= 0.0 || free.get(k) + 1e-9 >= v)
+}
+
+fn take(free: &mut ResourceSet, request: &ResourceSet) {
+    *free = free.iter().map(|(k, v)| (k.to_string(), v - request.get(k))).collect();
+}
+
+/// A node for every bundle not placed yet (`placed[i]` is `None`), keeping the placed ones
+/// where they are; `None` when the strategy cannot be met with these nodes now.
+pub fn place(
+    strategy: Strategy,
+    bundles: &[ResourceSet],
+    placed: &[Option<String>],
+    nodes: &[Candidate],
+) -> Option<Vec<String>> {
+    let mut nodes = nodes.to_vec();
+    let mut out: Vec<Option<String>> = placed.to_vec();
+    let todo: Vec<usize> = (0..bundles.len()).filter(|i| placed[*i].is_none()).collect();
+    let used = |out: &[Option<String>], node: &str| out.iter().filter(|n| n.as_deref() == Some(node)).count();
+    match strategy {
+        Strategy::StrictPack => {
+            let mut sum = ResourceSet::new();
+            for i in &todo {
+                sum.add(&bundles[*i]);
+            }
+            let target = placed.iter().flatten().next().cloned();
+            let node = nodes.iter().find(|n| target.as_ref().is_none_or(|t| *t == n.node) && fits(&sum, &n.free))?;
+            for i in todo {
+                out[i] = Some(node.node.clone());
+            }
+        }
+        Strategy::Pack => {
+            let mut sum = ResourceSet::new();
+            for i in &todo {
+                sum.add(&bundles[*i]);
+            }
+            // One node for all when one can hold them, preferring one already in use.
+            let whole = nodes
+                .iter()
+                .filter(|n| fits(&sum, &n.free))
+                .min_by_key(|n| std::cmp::Reverse(used(&out, &n.node)))
+                .map(|n| n.node.clone());
+            for i in todo {
+                let node = match &whole {
+                    Some(node) => node.clone(),
+                    None => {
+                        let fitting = nodes.iter_mut().filter(|n| fits(&bundles[i], &n.free));
+                        let best = fitting.min_by_key(|n| std::cmp::Reverse(used(&out, &n.node)))?;
+                        take(&mut best.free, &bundles[i]);
+                        best.node.clone()
+                    }
+                };
+                out[i] = Some(node);
+            }
+        }
+        Strategy::Spread | Strategy::StrictSpread => {
+            for i in todo {
+                let strict = strategy == Strategy::StrictSpread;
+                let fitting = nodes.iter_mut().filter(|n| fits(&bundles[i], &n.free));
+                let fitting = fitting.filter(|n| !strict || used(&out, &n.node) == 0);
+                // Fewest bundles of this group first; ties keep the nodes' order.
+                let best = fitting.min_by_key(|n| used(&out, &n.node))?;
+                take(&mut best.free, &bundles[i]);
+                out[i] = Some(best.node.clone());
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(n: f64) -> ResourceSet {
+        [("CPU".to_string(), n)].into_iter().collect()
+    }
+
+    fn nodes(free: &[f64]) -> Vec<Candidate> {
+        free.iter().enumerate().map(|(i, f)| Candidate { node: format!("n{i}"), free: cpus(*f) }).collect()
+    }
+
+    fn on(names: &[&str]) -> Option<Vec<String>> {
+        Some(names.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn pack_uses_one_node_when_it_can_and_more_when_it_must() {
+        let b = [cpus(1.0), cpus(1.0)];
+        assert_eq!(place(Strategy::Pack, &b, &[None, None], &nodes(&[1.0, 2.0])), on(&["n1", "n1"]));
+        assert_eq!(place(Strategy::Pack, &b, &[None, None], &nodes(&[1.0, 1.0])), on(&["n0", "n1"]));
+        assert_eq!(place(Strategy::Pack, &b, &[None, None], &nodes(&[1.0])), None);
+    }
+
+    #[test]
+    fn strict_pack_needs_one_node_for_all() {
+        let b = [cpus(1.0), cpus(1.0)];
+        assert_eq!(place(Strategy::StrictPack, &b, &[None, None], &nodes(&[1.0, 1.0])), None);
+        assert_eq!(place(Strategy::StrictPack, &b, &[None, None], &nodes(&[1.0, 2.0])), on(&["n1", "n1"]));
+    }
+
+    #[test]
+    fn spread_prefers_different_nodes_and_strict_spread_requires_them() {
+        let b = [cpus(1.0), cpus(1.0), cpus(1.0)];
+        let spread = place(Strategy::Spread, &b, &[None, None, None], &nodes(&[2.0, 2.0]));
+        assert_eq!(spread, on(&["n0", "n1", "n0"]));
+        assert_eq!(place(Strategy::StrictSpread, &b, &[None, None, None], &nodes(&[2.0, 2.0])), None);
+        let strict = place(Strategy::StrictSpread, &b, &[None, None, None], &nodes(&[1.0, 1.0, 1.0]));
+        assert_eq!(strict, on(&["n0", "n1", "n2"]));
+    }
+
+    #[test]
+    fn placed_bundles_stay_and_the_rest_follow_the_strategy() {
+        let b = [cpus(1.0), cpus(1.0)];
+        let placed = [Some("n1".to_string()), None];
+        let strict = place(Strategy::StrictSpread, &b, &placed, &nodes(&[1.0, 1.0, 1.0]));
+        assert_eq!(strict, on(&["n1", "n0"]));
+        let pack = place(Strategy::StrictPack, &b, &placed, &nodes(&[5.0, 1.0]));
+        assert_eq!(pack, on(&["n1", "n1"]));
+    }
+}

@@ -1,0 +1,377 @@
+//! Placement groups: the head keeps the table, places waiting groups' bundles on alive
+//! nodes by strategy and has those nodes' agents reserve them, all of a round's bundles on
+//! a node at once. A group whose node dies gets those bundles placed again.
+
+use crate::bundles::{self, Candidate, Strategy};
+use crate::membership::Membership;
+use oxray_proto::convert::resources_to_proto;
+use oxray_proto::v1::{self, PlacementGroupState as State};
+use oxray_rpc::{connect_leases_lazy, LeaseClient, Token};
+use oxray_types::{NodeInfo, ResourceSet};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+/// Removed groups kept for `placement_group_table`, newest last.
+const REMOVED_KEPT: usize = 1000;
+const RETRY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("placement group {0} does not exist")]
+    Missing(String),
+    #[error("a placement group named {0:?} already exists in namespace {1:?}")]
+    Exists(String, String),
+}
+
+#[derive(Clone)]
+struct Group {
+    id: String,
+    name: String,
+    namespace: String,
+    bundles: Vec<ResourceSet>,
+    strategy: Strategy,
+    state: State,
+    /// Per bundle: `(node id, agent address)` once reserved there.
+    nodes: Vec<Option<(String, String)>>,
+    detached: bool,
+    created_at_ms: u64,
+}
+
+impl Group {
+    fn to_proto(&self) -> v1::PlacementGroup {
+        let strategy = match self.strategy {
+            Strategy::Pack => v1::PlacementStrategy::Pack,
+            Strategy::Spread => v1::PlacementStrategy::Spread,
+            Strategy::StrictPack => v1::PlacementStrategy::StrictPack,
+            Strategy::StrictSpread => v1::PlacementStrategy::StrictSpread,
+        };
+        let at = |f: fn(&(String, String)) -> &String| -> Vec<String> {
+            self.nodes.iter().map(|n| n.as_ref().map(f).cloned().unwrap_or_default()).collect()
+        };
+        v1::PlacementGroup {
+            placement_group_id: self.id.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            bundles: self.bundles.iter().map(|b| v1::Bundle { resources: resources_to_proto(b) }).collect(),
+            strategy: strategy as i32,
+            state: self.state as i32,
+            bundle_nodes: at(|n| &n.0),
+            bundle_agents: at(|n| &n.1),
+            detached: self.detached,
+            created_at_ms: self.created_at_ms,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    live: HashMap<String, Group>,
+    removed: VecDeque<Group>,
+}
+
+pub struct PlacementGroups {
+    table: Mutex<Table>,
+    membership: Arc<Membership>,
+    token: Token,
+    agents: Mutex<HashMap<String, LeaseClient>>,
+    wake: Notify,
+    changed: watch::Sender<u64>,
+}
+
+fn new_id() -> String {
+    let mut bytes = [0u8; 18];
+    getrandom::fill(&mut bytes).expect("the operating system has no random source");
+    hex::encode(bytes)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl PlacementGroups {
+    pub fn new(membership: Arc<Membership>, token: Token) -> Arc<Self> {
+        Arc::new(Self {
+            table: Mutex::new(Table::default()),
+            membership,
+            token,
+            agents: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().expect("placement group table lock")
+    }
+
+    pub fn create(&self, request: v1::CreatePlacementGroupRequest) -> Result<v1::PlacementGroup, GroupError> {
+        if request.bundles.is_empty() {
+            return Err(GroupError::Invalid("a placement group needs at least one bundle".into()));
+        }
+        let mut bundles = Vec::with_capacity(request.bundles.len());
+        for (i, b) in request.bundles.into_iter().enumerate() {
+            let resources = oxray_proto::convert::resources_from_proto(b.resources)
+                .map_err(|e| GroupError::Invalid(format!("bundle {i}: {e}")))?;
+            if resources.iter().all(|(_, v)| v <= 0.0) {
+                return Err(GroupError::Invalid(format!("bundle {i} asks for no resources: bundles cannot be empty")));
+            }
+            bundles.push(resources);
+        }
+        let strategy = match v1::PlacementStrategy::try_from(request.strategy) {
+            Ok(v1::PlacementStrategy::Pack) => Strategy::Pack,
+            Ok(v1::PlacementStrategy::Spread) => Strategy::Spread,
+            Ok(v1::PlacementStrategy::StrictPack) => Strategy::StrictPack,
+            Ok(v1::PlacementStrategy::StrictSpread) => Strategy::StrictSpread,
+            Err(_) => return Err(GroupError::Invalid(format!("unknown strategy {}", request.strategy))),
+        };
+        let mut table = self.lock();
+        if !request.name.is_empty()
+            && table.live.values().any(|g| g.name == request.name && g.namespace == request.namespace)
+        {
+            return Err(GroupError::Exists(request.name, request.namespace));
+        }
+        let group = Group {
+            id: new_id(),
+            name: request.name,
+            namespace: request.namespace,
+            nodes: vec![None; bundles.len()],
+            bundles,
+            strategy,
+            state: State::Pending,
+            detached: request.detached,
+            created_at_ms: now_ms(),
+        };
+        let reply = group.to_proto();
+        table.live.insert(group.id.clone(), group);
+        drop(table);
+        self.wake.notify_one();
+        Ok(reply)
+    }
+
+    /// By id, or by name in a namespace (live groups only).
+    pub fn get(&self, r: &v1::PlacementGroupRef) -> Result<v1::PlacementGroup, GroupError> {
+        let table = self.lock();
+        let found = if r.placement_group_id.is_empty() {
+            table.live.values().find(|g| g.name == r.name && g.namespace == r.namespace)
+        } else {
+            table
+                .live
+                .get(&r.placement_group_id)
+                .or_else(|| table.removed.iter().find(|g| g.id == r.placement_group_id))
+        };
+        let missing = || if r.placement_group_id.is_empty() { r.name.clone() } else { r.placement_group_id.clone() };
+        found.map(Group::to_proto).ok_or_else(|| GroupError::Missing(missing()))
+    }
+
+    pub fn list(&self) -> Vec<v1::PlacementGroup> {
+        let table = self.lock();
+        let mut all: Vec<v1::PlacementGroup> =
+            table.removed.iter().chain(table.live.values()).map(Group::to_proto).collect();
+        all.sort_by_key(|g| g.created_at_ms);
+        all
+    }
+
+    /// Marks the group removed and frees its bundles on their nodes.
+    pub async fn remove(&self, id: &str) -> Result<(), GroupError> {
+        let group = {
+            let mut table = self.lock();
+            let mut group = table.live.remove(id).ok_or_else(|| GroupError::Missing(id.to_string()))?;
+            group.state = State::Removed;
+            table.removed.push_back(group.clone());
+            if table.removed.len() > REMOVED_KEPT {
+                table.removed.pop_front();
+            }
+            group
+        };
+        self.changed.send_modify(|v| *v += 1);
+        let agents: std::collections::BTreeSet<String> = group.nodes.iter().flatten().map(|n| n.1.clone()).collect();
+        for agent in agents {
+            self.release(&agent, id, Vec::new()).await;
+        }
+        Ok(())
+    }
+
+    /// The group once it is created or removed, or as it is at the timeout.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<v1::PlacementGroup, GroupError> {
+        let mut rx = self.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let group =
+                self.get(&v1::PlacementGroupRef { placement_group_id: id.to_string(), ..Default::default() })?;
+            let settled = group.state == State::Created as i32 || group.state == State::Removed as i32;
+            if settled || tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+                return Ok(group);
+            }
+        }
+    }
+
+    /// Nodes joined or died: bundles on dead nodes are placed again.
+    pub fn nodes_changed(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Places waiting groups until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            self.forget_dead_nodes();
+            self.place_waiting().await;
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(RETRY) => {}
+            }
+        }
+    }
+
+    fn alive(&self) -> Vec<NodeInfo> {
+        self.membership.snapshot().into_iter().filter(|n| n.is_alive() && n.agent_port != 0).collect()
+    }
+
+    fn forget_dead_nodes(&self) {
+        let alive: Vec<String> = self.alive().iter().map(|n| n.node_id.hex()).collect();
+        let mut changed = false;
+        for group in self.lock().live.values_mut() {
+            for slot in group.nodes.iter_mut() {
+                if slot.as_ref().is_some_and(|(node, _)| !alive.contains(node)) {
+                    *slot = None;
+                    group.state = State::Rescheduling;
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.changed.send_modify(|v| *v += 1);
+        }
+    }
+
+    async fn place_waiting(&self) {
+        let waiting: Vec<Group> = {
+            let table = self.lock();
+            let mut w: Vec<Group> =
+                table.live.values().filter(|g| g.nodes.iter().any(Option::is_none)).cloned().collect();
+            w.sort_by_key(|g| g.created_at_ms);
+            w
+        };
+        if waiting.is_empty() {
+            return;
+        }
+        let nodes = self.alive();
+        let mut free: Vec<Candidate> =
+            nodes.iter().map(|n| Candidate { node: n.node_id.hex(), free: self.unreserved(n) }).collect();
+        for group in waiting {
+            let placed: Vec<Option<String>> = group.nodes.iter().map(|n| n.as_ref().map(|n| n.0.clone())).collect();
+            let Some(chosen) = bundles::place(group.strategy, &group.bundles, &placed, &free) else { continue };
+            if self.reserve(&group, &chosen, &nodes).await {
+                for (i, node) in chosen.iter().enumerate() {
+                    if placed[i].is_none() {
+                        if let Some(c) = free.iter_mut().find(|c| c.node == *node) {
+                            c.free = c.free.iter().map(|(k, v)| (k.to_string(), v - group.bundles[i].get(k))).collect();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A node's total less the bundles placed on it.
+    fn unreserved(&self, node: &NodeInfo) -> ResourceSet {
+        let id = node.node_id.hex();
+        let mut reserved = ResourceSet::new();
+        for g in self.lock().live.values() {
+            for (b, slot) in g.bundles.iter().zip(&g.nodes) {
+                if slot.as_ref().is_some_and(|(n, _)| *n == id) {
+                    reserved.add(b);
+                }
+            }
+        }
+        node.resources_total.iter().map(|(k, v)| (k.to_string(), v - reserved.get(k))).collect()
+    }
+
+    /// Has the agents reserve the group's new bundles; all or none.
+    async fn reserve(&self, group: &Group, chosen: &[String], nodes: &[NodeInfo]) -> bool {
+        let mut per_node: BTreeMap<String, BTreeMap<u32, v1::Bundle>> = BTreeMap::new();
+        for (i, node) in chosen.iter().enumerate() {
+            if group.nodes[i].is_none() {
+                let bundle = v1::Bundle { resources: resources_to_proto(&group.bundles[i]) };
+                per_node.entry(node.clone()).or_default().insert(i as u32, bundle);
+            }
+        }
+        let agent_of =
+            |id: &str| nodes.iter().find(|n| n.node_id.hex() == id).map(|n| format!("{}:{}", n.node_ip, n.agent_port));
+        let mut done: Vec<(String, Vec<u32>)> = Vec::new();
+        let mut ok = true;
+        for (node, bundles) in &per_node {
+            let Some(agent) = agent_of(node) else {
+                ok = false;
+                break;
+            };
+            let indexes: Vec<u32> = bundles.keys().copied().collect();
+            let request = v1::ReserveBundlesRequest {
+                placement_group_id: group.id.clone(),
+                bundles: bundles.clone().into_iter().collect(),
+            };
+            match self.agent(&agent).map(|mut c| async move { c.reserve_bundles(request).await }) {
+                Ok(call) => match call.await {
+                    Ok(_) => done.push((agent, indexes)),
+                    Err(s) => {
+                        tracing::debug!(group = %group.id, node, "bundles not reserved now: {}", s.message());
+                        ok = false;
+                    }
+                },
+                Err(_) => ok = false,
+            }
+            if !ok {
+                break;
+            }
+        }
+        let committed = ok && {
+            let mut table = self.lock();
+            match table.live.get_mut(&group.id) {
+                Some(current) => {
+                    for (node, bundles) in &per_node {
+                        let agent = agent_of(node).unwrap_or_default();
+                        for i in bundles.keys() {
+                            current.nodes[*i as usize] = Some((node.clone(), agent.clone()));
+                        }
+                    }
+                    current.state = State::Created;
+                    true
+                }
+                None => false,
+            }
+        };
+        if committed {
+            self.changed.send_modify(|v| *v += 1);
+            return true;
+        }
+        // A node refused, or the group was removed meanwhile: give back what was reserved.
+        for (agent, indexes) in done {
+            self.release(&agent, &group.id, indexes).await;
+        }
+        false
+    }
+
+    async fn release(&self, agent: &str, group: &str, indexes: Vec<u32>) {
+        let request = v1::ReleaseBundlesRequest { placement_group_id: group.to_string(), bundle_indexes: indexes };
+        if let Ok(mut client) = self.agent(agent) {
+            if let Err(s) = client.release_bundles(request).await {
+                tracing::warn!(group, agent, "could not free bundles: {}", s.message());
+            }
+        }
+    }
+
+    fn agent(&self, address: &str) -> Result<LeaseClient, String> {
+        let mut agents = self.agents.lock().expect("agent clients lock");
+        if let Some(c) = agents.get(address) {
+            return Ok(c.clone());
+        }
+        let client = connect_leases_lazy(address, &self.token, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+        agents.insert(address.to_string(), client.clone());
+        Ok(client)
+    }
+}

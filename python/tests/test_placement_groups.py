@@ -1,0 +1,82 @@
+"""Placement groups on one node: reservation, tasks and actors inside bundles, removal."""
+
+import os
+
+import pytest
+
+import oxray
+from oxray.exceptions import ActorDiedError
+from oxray.util import get_placement_group, placement_group, placement_group_table, remove_placement_group
+from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+@oxray.remote
+def pid():
+    return os.getpid()
+
+
+@oxray.remote
+class Holder:
+    def ping(self):
+        return "pong"
+
+
+def in_group(pg, index=-1):
+    return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
+
+
+def test_a_group_is_reserved_and_runs_tasks_and_actors(private_cluster):
+    pg = placement_group([{"CPU": 1}, {"accel": 1}], strategy="STRICT_PACK", name="train")
+    assert oxray.get(pg.ready(), timeout=30) == pg
+    assert pg.wait(5)
+    entry = placement_group_table(pg)
+    assert entry["state"] == "CREATED" and entry["strategy"] == "STRICT_PACK"
+    assert entry["bundles"] == {0: {"CPU": 1.0}, 1: {"accel": 1.0}}
+    assert len(set(entry["bundles_to_node_id"].values())) == 1
+    assert get_placement_group("train") == pg
+    assert isinstance(oxray.get(pid.options(scheduling_strategy=in_group(pg, 0)).remote()), int)
+    holder = Holder.options(num_cpus=0, resources={"accel": 1}, scheduling_strategy=in_group(pg, 1)).remote()
+    assert oxray.get(holder.ping.remote()) == "pong"
+    remove_placement_group(pg)
+    with pytest.raises(ActorDiedError):
+        oxray.get(holder.ping.remote(), timeout=30)
+    assert placement_group_table(pg)["state"] == "REMOVED"
+    with pytest.raises(ValueError, match="Failed to look up"):
+        get_placement_group("train")
+
+
+def test_a_group_that_does_not_fit_waits_and_can_be_removed(private_cluster):
+    pg = placement_group([{"CPU": 2}, {"CPU": 1}], strategy="STRICT_PACK")
+    assert not pg.wait(0.5)
+    assert placement_group_table(pg)["state"] == "PENDING"
+    ready = pg.ready()
+    remove_placement_group(pg)
+    with pytest.raises(oxray.exceptions.ObjectLostError, match="removed"):
+        oxray.get(ready, timeout=30)
+
+
+def test_reserved_resources_are_not_given_to_other_work(private_cluster):
+    pg = placement_group([{"CPU": 2}])
+    assert pg.wait(30)
+    outside = pid.remote()
+    ready, _ = oxray.wait([outside], timeout=1)
+    assert not ready, "the group holds every CPU"
+    remove_placement_group(pg)
+    assert isinstance(oxray.get(outside, timeout=30), int)
+
+
+def test_bad_groups_are_refused(private_cluster):
+    with pytest.raises(ValueError, match="non-empty list"):
+        placement_group([])
+    with pytest.raises(ValueError, match="empty"):
+        placement_group([{}])
+    with pytest.raises(ValueError, match="strategy"):
+        placement_group([{"CPU": 1}], strategy="TIGHT")
+    with pytest.raises(ValueError, match="negative"):
+        placement_group([{"CPU": -1}])
+    pg = placement_group([{"CPU": 1}], name="unique")
+    with pytest.raises(ValueError, match="already exists"):
+        placement_group([{"CPU": 1}], name="unique")
+    with pytest.raises(Exception, match="out of range"):
+        oxray.get(pid.options(scheduling_strategy=in_group(pg, 3)).remote(), timeout=30)
+    remove_placement_group(pg)
