@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The workloads of `ray microbenchmark` that oxray runs today, with Ray's names and shapes,
-for oxray and (with --ray, when `ray` imports here) for Ray on the same machine.
+"""The workloads of `ray microbenchmark`, with Ray's names and shapes, for oxray and (with
+--ray, when `ray` imports here) for Ray on the same machine.
 
 Usage: .venv/bin/python bench/microbenchmark.py [--ray] [--seconds S]
 Targets (ARCHITECTURE.md): at least 5x Ray per call, 2x on get calls.
@@ -23,29 +23,146 @@ def rate(fn, seconds, batch=1):
     return count / (time.perf_counter() - began)
 
 
+def _zeros(n):
+    """Ray's arrays of int64 zeros; bytes of the same size where numpy is missing."""
+    try:
+        import numpy as np
+
+        return np.zeros(n, dtype=np.int64)
+    except ImportError:
+        return bytes(8 * n)
+
+
 def workloads(rt, seconds):
+    """Ray's `ray microbenchmark` rows (ray/_private/ray_perf.py), same names and shapes;
+    `rate` replaces Ray's `timeit` (a shorter run, the same per-second figure)."""
+    import multiprocessing
+
     @rt.remote
     def small_value():
         return b"ok"
+
+    @rt.remote
+    def small_value_batch(n):
+        rt.get([small_value.remote() for _ in range(n)])
+        return 0
+
+    @rt.remote
+    def create_object_containing_ref():
+        return [rt.put(1) for _ in range(10000)]
+
+    @rt.remote
+    def do_put_small():
+        for _ in range(100):
+            rt.put(0)
+
+    @rt.remote
+    def do_put():
+        for _ in range(10):
+            rt.put(_zeros(10 * 1024 * 1024))
 
     @rt.remote
     class Actor:
         def small_value(self):
             return b"ok"
 
-    actor = Actor.remote()
-    rt.get(actor.small_value.remote())
+        def small_value_arg(self, x):
+            return b"ok"
+
+        def small_value_batch(self, n):
+            rt.get([small_value.remote() for _ in range(n)])
+
+    @rt.remote
+    class AsyncActor:
+        async def small_value(self):
+            return b"ok"
+
+        async def small_value_with_arg(self, x):
+            return b"ok"
+
+    @rt.remote(num_cpus=0)
+    class Client:
+        def __init__(self, servers):
+            self.servers = servers if isinstance(servers, list) else [servers]
+
+        def small_value_batch(self, n):
+            results = []
+            for s in self.servers:
+                results.extend([s.small_value.remote() for _ in range(n)])
+            rt.get(results)
+
+        def small_value_batch_arg(self, n):
+            x = rt.put(0)
+            results = []
+            for s in self.servers:
+                results.extend([s.small_value_arg.remote(x) for _ in range(n)])
+            rt.get(results)
+
+    n_cpu = max(1, multiprocessing.cpu_count() // 2)
     value = rt.put(0)
-    big = b"x" * (100 * 1024 * 1024)
-    refs_1k = [rt.put(i) for i in range(1000)]
+    arr = _zeros(100 * 1024 * 1024)
     yield "single client get calls", rate(lambda: rt.get(value), seconds)
     yield "single client put calls", rate(lambda: rt.put(0), seconds)
-    yield "single client put gigabytes", rate(lambda: rt.put(big), seconds) * 0.1
+    yield "multi client put calls", rate(lambda: rt.get([do_put_small.remote() for _ in range(10)]), seconds, 1000)
+    yield "single client put gigabytes", rate(lambda: rt.put(arr), seconds, 8 * 0.1)
+    del arr
+    yield "single client tasks and get batch", rate(lambda: rt.get([small_value.remote() for _ in range(1000)]),
+                                                    seconds)
+    yield "multi client put gigabytes", rate(lambda: rt.get([do_put.remote() for _ in range(10)]), seconds, 8)
+    containing = create_object_containing_ref.remote()
+    yield "single client get object containing 10k refs", rate(lambda: rt.get(containing), seconds)
+
+    def wait_multiple_refs():
+        not_ready = [small_value.remote() for _ in range(1000)]
+        for _ in range(1000):
+            _, not_ready = rt.wait(not_ready)
+
+    yield "single client wait 1k refs", rate(wait_multiple_refs, seconds)
     yield "single client tasks sync", rate(lambda: rt.get(small_value.remote()), seconds)
-    yield "single client tasks async", rate(lambda: rt.get([small_value.remote() for _ in range(100)]), seconds, 100)
-    yield "1:1 actor calls sync", rate(lambda: rt.get(actor.small_value.remote()), seconds)
-    yield "1:1 actor calls async", rate(lambda: rt.get([actor.small_value.remote() for _ in range(100)]), seconds, 100)
-    yield "wait 1k refs", rate(lambda: rt.wait(refs_1k, num_returns=len(refs_1k)), seconds)
+    yield "single client tasks async", rate(lambda: rt.get([small_value.remote() for _ in range(1000)]), seconds, 1000)
+    clients = [Actor.remote() for _ in range(4)]
+    yield "multi client tasks async", rate(lambda: rt.get([c.small_value_batch.remote(10000) for c in clients]),
+                                           seconds, 40000)
+    a = Actor.remote()
+    yield "1:1 actor calls sync", rate(lambda: rt.get(a.small_value.remote()), seconds)
+    yield "1:1 actor calls async", rate(lambda: rt.get([a.small_value.remote() for _ in range(1000)]), seconds, 1000)
+    a = Actor.options(max_concurrency=16).remote()
+    yield "1:1 actor calls concurrent", rate(lambda: rt.get([a.small_value.remote() for _ in range(1000)]), seconds,
+                                             1000)
+    actors = [Actor.remote() for _ in range(n_cpu)]
+    client = Client.remote(actors)
+    yield "1:n actor calls async", rate(lambda: rt.get(client.small_value_batch.remote(5000)), seconds, 5000 * n_cpu)
+    servers = [Actor.remote() for _ in range(n_cpu)]
+
+    @rt.remote
+    def work(actors):
+        rt.get([actors[i % n_cpu].small_value.remote() for i in range(5000)])
+
+    yield "n:n actor calls async", rate(lambda: rt.get([work.remote(servers) for _ in range(4)]), seconds, 4 * 5000)
+    clients = [Client.remote(Actor.remote()) for _ in range(n_cpu)]
+    yield "n:n actor calls with arg async", rate(lambda: rt.get([c.small_value_batch_arg.remote(1000)
+                                                                 for c in clients]), seconds, 1000 * n_cpu)
+    a = AsyncActor.remote()
+    yield "1:1 async-actor calls sync", rate(lambda: rt.get(a.small_value.remote()), seconds)
+    yield "1:1 async-actor calls async", rate(lambda: rt.get([a.small_value.remote() for _ in range(1000)]), seconds,
+                                              1000)
+    yield "1:1 async-actor calls with args async", rate(
+        lambda: rt.get([a.small_value_with_arg.remote(i) for i in range(1000)]), seconds, 1000)
+    actors = [AsyncActor.remote() for _ in range(n_cpu)]
+    client = Client.remote(actors)
+    yield "1:n async-actor calls async", rate(lambda: rt.get(client.small_value_batch.remote(5000)), seconds,
+                                              5000 * n_cpu)
+    servers = [AsyncActor.remote() for _ in range(n_cpu)]
+    yield "n:n async-actor calls async", rate(lambda: rt.get([work.remote(servers) for _ in range(4)]), seconds,
+                                              4 * 5000)
+
+    def placement_group_create_removal(num_pgs=100):
+        pgs = [rt.util.placement_group(bundles=[{"custom": 0.001}]) for _ in range(num_pgs)]
+        [pg.wait(timeout_seconds=30) for pg in pgs]
+        for pg in pgs:
+            rt.util.remove_placement_group(pg)
+
+    yield "placement group create/removal", rate(placement_group_create_removal, seconds, 100)
 
 
 def run(module, seconds, init_kwargs):
@@ -64,16 +181,17 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("OXRAY_HOME", f"{tmp}/home")
-        ox = run("oxray", args.seconds, {"address": "local", "num_cpus": os.cpu_count()})
+        ox = run("oxray", args.seconds, {"address": "local", "num_cpus": os.cpu_count(), "resources": {"custom": 100}})
         ray = None
         if args.ray:
             os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-            ray = run("ray", args.seconds, {"_temp_dir": f"{tmp}/ray", "include_dashboard": False})
-    print(f"{'workload':32} {'oxray':>12} {'ray':>12} {'oxray/ray':>10}   (per second; gigabytes: GB/s)")
+            ray = run("ray", args.seconds, {"_temp_dir": f"{tmp}/ray", "include_dashboard": False,
+                                            "resources": {"custom": 100}})
+    print(f"{'workload':46} {'oxray':>12} {'ray':>12} {'oxray/ray':>10}   (per second; gigabytes: GB/s)")
     for name, value in ox.items():
         theirs = ray.get(name) if ray else None
         ratio = f"{value / theirs:.2f}x" if theirs else ""
-        print(f"{name:32} {value:>12.1f} {theirs if theirs is not None else float('nan'):>12.1f} {ratio:>10}")
+        print(f"{name:46} {value:>12.1f} {theirs if theirs is not None else float('nan'):>12.1f} {ratio:>10}")
     sys.stdout.flush()
 
 

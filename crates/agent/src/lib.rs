@@ -190,7 +190,7 @@ impl JoinedAgent {
             oxray_rpc::ServerAuth(self.config.token.clone()),
         );
         let server = tokio::spawn(
-            tonic::transport::Server::builder()
+            oxray_rpc::server()
                 .add_service(service)
                 .add_service(leases)
                 .serve_with_incoming_shutdown(oxray_rpc::incoming(listener), shutdown.clone().cancelled_owned()),

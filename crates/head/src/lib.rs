@@ -158,7 +158,7 @@ impl BoundHead {
             session_name.clone(),
             dashboard,
         );
-        let grpc = tonic::transport::Server::builder()
+        let grpc = oxray_rpc::server()
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
             .serve_with_incoming_shutdown(oxray_rpc::incoming(control), shutdown.clone().cancelled_owned());
 

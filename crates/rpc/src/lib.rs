@@ -22,3 +22,11 @@ pub fn incoming(
         Ok(conn)
     })
 }
+
+/// A gRPC server as every oxray process runs one. The stream limit is announced
+/// explicitly: without it, clients keep their initial guess of 100 concurrent calls per
+/// connection, and actor calls held back at the worker for an earlier call (which waits
+/// for a stream behind them) would never run.
+pub fn server() -> tonic::transport::Server {
+    tonic::transport::Server::builder().max_concurrent_streams(1 << 20)
+}

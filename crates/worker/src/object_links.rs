@@ -50,7 +50,13 @@ impl OwnerLinks {
         let client = self.client(owner);
         let owner_name = owner.to_string();
         self.runtime.spawn(async move {
-            while let Some((changes, done)) = rx.recv().await {
+            while let Some((mut changes, done)) = rx.recv().await {
+                // Whatever queued up meanwhile goes in the same call, in order.
+                let mut acks = vec![done];
+                while let Ok((more, done)) = rx.try_recv() {
+                    changes.extend(more);
+                    acks.push(done);
+                }
                 let changes =
                     changes.into_iter().map(|(object_id, delta)| v1::RefChange { object_id, delta }).collect();
                 let sent = match client.clone() {
@@ -61,7 +67,9 @@ impl OwnerLinks {
                 if let Err(e) = sent {
                     tracing::debug!(owner = %owner_name, "reference changes not delivered: {e}");
                 }
-                let _ = done.send(());
+                for done in acks {
+                    let _ = done.send(());
+                }
             }
         });
         queues.insert(owner.to_string(), tx.clone());

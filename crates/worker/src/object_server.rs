@@ -51,8 +51,6 @@ pub async fn serve(objects: Arc<ObjectTable>, token: Token) -> Result<u16, Strin
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     let service = tonic::service::interceptor::InterceptedService::new(server, ServerAuth(token));
-    tokio::spawn(
-        tonic::transport::Server::builder().add_service(service).serve_with_incoming(oxray_rpc::incoming(listener)),
-    );
+    tokio::spawn(oxray_rpc::server().add_service(service).serve_with_incoming(oxray_rpc::incoming(listener)));
     Ok(port)
 }

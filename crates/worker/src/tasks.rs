@@ -9,6 +9,7 @@ use oxray_types::ResourceSet;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
@@ -88,9 +89,21 @@ pub struct Submitter {
     running: Mutex<HashMap<String, String>>,
     /// Cancelled tasks: never retried.
     cancelled: Mutex<std::collections::HashSet<String>>,
+    /// Calls waiting to be sent, per actor worker address.
+    actor_queues: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
 }
 
 type Reply = Result<v1::PushTaskReply, String>;
+
+/// Calls to one actor sent and not yet answered, per calling process.
+const CALLS_IN_FLIGHT: usize = 256;
+
+/// A submitted task and the objects that will hold its results.
+struct Job {
+    spec: TaskSpec,
+    ids: Vec<String>,
+    contained: Vec<String>,
+}
 
 struct Queued {
     push: v1::PushTaskRequest,
@@ -146,6 +159,7 @@ impl Submitter {
             shapes: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             cancelled: Mutex::new(Default::default()),
+            actor_queues: Mutex::new(HashMap::new()),
         })
     }
 
@@ -172,26 +186,64 @@ impl Submitter {
         for nested in &contained {
             self.objects.add_ref(nested);
         }
-        let this = self.clone();
-        let result_ids = ids.clone();
-        runtime.spawn(async move {
-            let actor = matches!(spec.route, Route::Actor(_));
-            let outcome = this.run(&result_ids[0], spec).await;
-            for nested in &contained {
-                this.objects.release(nested);
+        let job = Job { spec, ids: ids.clone(), contained };
+        match &job.spec.route {
+            // Calls to an actor leave in the order they were made (see `actor_queue`).
+            Route::Actor(call) if !call.creation => {
+                let queue = self.actor_queue(runtime, &call.address);
+                if let Err(refused) = queue.send(job) {
+                    runtime.spawn(self.clone().execute(refused.0, None));
+                }
             }
-            let (data, outcome) = match outcome {
-                Ok(reply) => return this.record(&result_ids, reply),
-                Err(Failure::Dependency(ready)) => (ready.data.to_vec(), ready.outcome),
-                Err(Failure::System(message)) if actor => (message.into_bytes(), Outcome::ActorDied),
-                Err(Failure::System(message)) => (message.into_bytes(), Outcome::SystemError),
-            };
-            // Every return value of a failed task carries the failure.
-            for id in &result_ids {
-                this.objects.fulfil(id, data.clone(), outcome, Vec::new());
+            _ => {
+                runtime.spawn(self.clone().execute(job, None));
+            }
+        }
+        ids
+    }
+
+    /// Runs a task or call and records its outcome; `_slot` is held until it ends.
+    async fn execute(self: Arc<Self>, job: Job, _slot: Option<tokio::sync::OwnedSemaphorePermit>) {
+        let Job { spec, ids, contained } = job;
+        let actor = matches!(spec.route, Route::Actor(_));
+        let outcome = self.run(&ids[0], spec).await;
+        for nested in &contained {
+            self.objects.release(nested);
+        }
+        let (data, outcome) = match outcome {
+            Ok(reply) => return self.record(&ids, reply),
+            Err(Failure::Dependency(ready)) => (ready.data.to_vec(), ready.outcome),
+            Err(Failure::System(message)) if actor => (message.into_bytes(), Outcome::ActorDied),
+            Err(Failure::System(message)) => (message.into_bytes(), Outcome::SystemError),
+        };
+        // Every return value of a failed task carries the failure.
+        for id in &ids {
+            self.objects.fulfil(id, data.clone(), outcome, Vec::new());
+        }
+    }
+
+    /// The queue of this process's calls to the actor at `address`. One task sends them in
+    /// sequence order, each once its arguments are ready, with at most `CALLS_IN_FLIGHT`
+    /// unanswered: the worker runs them strictly in order, so calls it holds back must never
+    /// crowd out the one it waits for.
+    fn actor_queue(self: &Arc<Self>, runtime: &tokio::runtime::Handle, address: &str) -> mpsc::UnboundedSender<Job> {
+        let mut queues = self.actor_queues.lock().expect("actor queues lock");
+        if let Some(q) = queues.get(address).filter(|q| !q.is_closed()) {
+            return q.clone();
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+        let this = self.clone();
+        runtime.spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT));
+            while let Some(job) = rx.recv().await {
+                // Failed arguments are reported by `run`; here they only need to be settled.
+                let _ = this.objects.get(&job.spec.dependencies, None).await;
+                let Ok(slot) = slots.clone().acquire_owned().await else { return };
+                tokio::spawn(this.clone().execute(job, Some(slot)));
             }
         });
-        ids
+        queues.insert(address.to_string(), tx.clone());
+        tx
     }
 
     /// Stores a task's reply: its value or values with the references inside them, or its
@@ -248,7 +300,8 @@ impl Submitter {
                 push.sequence = call.sequence;
                 let mut worker = self.worker(&call.address).map_err(Failure::System)?;
                 return worker.push_task(push).await.map(|r| r.into_inner()).map_err(|s| {
-                    Failure::System(format!("the actor running {} died or is unreachable: {}", spec.name, s.message()))
+                    let cause = oxray_rpc::root_cause(&s);
+                    Failure::System(format!("the actor running {} died or is unreachable: {cause}", spec.name))
                 });
             }
             Route::Lease(resources, env, strategy) => (resources, env, strategy),
