@@ -17,7 +17,8 @@ class ActorMethod:
     def remote(self, *args, **kwargs):
         h = self._handle
         payload, dependencies, contained = serialization.dumps_args(args, kwargs)
-        object_id = worker.client().call_actor(h._address, h._actor_id, self._name, payload, dependencies, contained)
+        object_id = worker.client().call_actor(h._actor_id, h._address, h._owner, self._name, payload, dependencies,
+                                               contained, h._max_task_retries)
         return worker.new_ref(object_id)
 
     def __call__(self, *args, **kwargs):
@@ -28,8 +29,13 @@ class ActorHandle:
     """A reference to an actor; it can be passed to tasks and other actors."""
 
     def __init__(self, actor_id: str, address: str, class_name: str, methods, lease_id: str = None,
-                 agent_address: str = None, name: str = None, namespace: str = None):
+                 agent_address: str = None, name: str = None, namespace: str = None, owner: str = None,
+                 max_task_retries: int = 0):
         self._actor_id = actor_id
+        # The object server of the process that created the actor (None: this one), which
+        # restarts it and knows where it runs after a restart.
+        self._owner = owner
+        self._max_task_retries = max_task_retries
         self._address = address
         self._class_name = class_name
         self._methods = frozenset(methods)
@@ -50,8 +56,9 @@ class ActorHandle:
         return f"Actor({self._class_name}, {self._actor_id})"
 
     def __reduce__(self):
-        return (ActorHandle, (self._actor_id, self._address, self._class_name, self._methods, self._lease_id,
-                              self._agent_address, self._name, self._namespace))
+        owner = self._owner or worker.client().owner_address()
+        return (_restore_handle, (self._actor_id, self._address, self._class_name, self._methods, self._lease_id,
+                                  self._agent_address, self._name, self._namespace, owner, self._max_task_retries))
 
     def __eq__(self, other):
         return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
@@ -88,6 +95,8 @@ class ActorClass:
                 return get_actor(name, namespace)
             except ValueError:
                 pass
+        max_restarts = _retries_option(self._options, "max_restarts")
+        max_task_retries = _retries_option(self._options, "max_task_retries")
         payload, dependencies, contained = serialization.dumps_args(args, kwargs)
         # As in Ray: an actor needs a CPU to be placed only if it asks for one.
         resources = resource_request(self._options, default_cpus=0)
@@ -97,9 +106,10 @@ class ActorClass:
         blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency}))
         actor_id, address, lease_id, created, agent = client.create_actor(
             self.__name__, blueprint, payload, dependencies, contained, resources, env_vars(self._options),
-            scheduling_strategies.native(self._options.get("scheduling_strategy")), lifetime == "detached")
+            scheduling_strategies.native(self._options.get("scheduling_strategy")), lifetime == "detached",
+            max_restarts, max_task_retries)
         handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id, agent,
-                             name, namespace if name else None)
+                             name, namespace if name else None, None, max_task_retries)
         handle._created = worker.new_ref(created)
         if name:
             try:
@@ -108,13 +118,30 @@ class ActorClass:
             except ValueError:
                 client.kill_actor_at(agent, lease_id)
                 raise
-        if lifetime != "detached":
-            worker.own_actor(handle)
+        worker.own_actor(handle, detached=lifetime == "detached")
         return handle
 
 
 def get_actor(name: str, namespace: str = None) -> ActorHandle:
     """The handle of a named actor, from any process of the cluster."""
     namespace = namespace or worker.namespace() or "default"
-    actor_id, address, agent, lease_id, class_name, methods = worker.client().get_actor(name, namespace)
-    return ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace)
+    client = worker.client()
+    actor_id, address, agent, lease_id, class_name, methods, owner = client.get_actor(name, namespace)
+    owner = None if not owner or client.is_owner(owner) else owner
+    return ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner)
+
+
+def _restore_handle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner,
+                    max_task_retries):
+    """A handle read from bytes; in its owner's own process it is the owner's handle."""
+    if owner and worker.client().is_owner(owner):
+        owner = None
+    return ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner,
+                       max_task_retries)
+
+
+def _retries_option(options, name):
+    value = options.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(f"{name} must be an integer >= -1 (-1: without limit), got {value!r}")
+    return value

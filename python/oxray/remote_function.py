@@ -4,7 +4,8 @@ from oxray._private import serialization, worker
 from oxray.util import scheduling_strategies
 
 _OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "num_returns", "max_retries", "retry_exceptions", "name",
-            "namespace", "lifetime", "get_if_exists", "max_concurrency", "scheduling_strategy", "runtime_env"}
+            "namespace", "lifetime", "get_if_exists", "max_concurrency", "scheduling_strategy", "runtime_env",
+            "max_restarts", "max_task_retries"}
 
 
 def resource_request(options: Dict[str, Any], default_cpus: float) -> Dict[str, float]:

@@ -193,3 +193,60 @@ def test_leases_of_a_killed_driver_are_taken_back(private_cluster):  # noqa: F81
     while cpus_free() != 2 and time.time() < deadline:
         time.sleep(0.2)
     assert cpus_free() == 2, "the agent took the dead driver's lease back"
+
+
+@oxray.remote(max_restarts=1, max_task_retries=1)
+class Phoenix:
+    def __init__(self):
+        self.calls = 0
+
+    def pid(self):
+        self.calls += 1
+        return os.getpid(), self.calls
+
+
+@oxray.remote
+def call_pid(handle):
+    return oxray.get(handle.pid.remote())
+
+
+def _sigkill(pid):
+    import signal
+
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_crashed_actor_restarts_up_to_max_restarts(private_cluster):
+    actor = Phoenix.remote()
+    first, calls = oxray.get(actor.pid.remote())
+    assert calls == 1
+    _sigkill(first)
+    second, calls = oxray.get(actor.pid.remote(), timeout=60)
+    assert second != first and calls == 1, "the call was retried on a new instance"
+    assert oxray.get(call_pid.remote(actor), timeout=60)[0] == second, "other processes follow the restart"
+    _sigkill(second)
+    with pytest.raises(ActorDiedError, match="max_restarts"):
+        oxray.get(actor.pid.remote(), timeout=60)
+    with pytest.raises(ActorDiedError):
+        oxray.get(call_pid.remote(actor), timeout=60)
+
+
+def test_calls_are_not_retried_without_max_task_retries(private_cluster):
+    actor = Phoenix.options(max_task_retries=0).remote()
+    first, _ = oxray.get(actor.pid.remote())
+    _sigkill(first)
+    with pytest.raises(ActorDiedError, match="not retried"):
+        oxray.get(actor.pid.remote(), timeout=60)
+    second, calls = oxray.get(actor.pid.remote(), timeout=60)
+    assert second != first and calls == 1
+
+
+def test_kill_with_restart_brings_the_actor_back(private_cluster):
+    actor = Phoenix.remote()
+    first, _ = oxray.get(actor.pid.remote())
+    oxray.kill(actor, no_restart=False)
+    second, _ = oxray.get(actor.pid.remote(), timeout=60)
+    assert second != first
+    oxray.kill(actor)
+    with pytest.raises(ActorDiedError, match="killed"):
+        oxray.get(actor.pid.remote(), timeout=60)

@@ -4,7 +4,7 @@
 use oxray_worker::placement_groups as pg;
 use oxray_worker::{
     available_resources, cluster_resources, ActorCall, Cluster, Executor, GetError, LocalCluster, LocalOptions,
-    ObjectTable, Outcome, OwnerLinks, Route, Submitter, Target, TaskSpec, WorkerError,
+    ObjectTable, Outcome, OwnerLinks, RestartPlan, Route, Submitter, Target, TaskSpec, WorkerError,
 };
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -35,11 +35,6 @@ struct Client {
     node_hint: Option<String>,
     objects: Arc<ObjectTable>,
     submitter: Mutex<Option<Arc<Submitter>>>,
-    /// Identifies this process's calls to actors; each actor runs them in sequence order.
-    caller_id: String,
-    sequences: Mutex<HashMap<String, u64>>,
-    /// Leases of the actors this process created, by lease id, to kill them.
-    actor_leases: Mutex<HashMap<String, oxray_worker::Lease>>,
     /// This process's object server, started when a reference first leaves the process.
     object_address: Mutex<Option<String>>,
     /// The agent and address of the node this process runs on, once looked up.
@@ -114,9 +109,6 @@ fn connect(
             node_hint,
             objects,
             submitter: Mutex::new(None),
-            caller_id: oxray_worker::new_id(),
-            sequences: Mutex::new(HashMap::new()),
-            actor_leases: Mutex::new(HashMap::new()),
             object_address: Mutex::new(None),
             local_node: Mutex::new(None),
             links,
@@ -144,6 +136,26 @@ fn parse_strategy((kind, target, soft, index): StrategyArg) -> PyResult<oxray_wo
         "NODE" => Ok(oxray_worker::Strategy::Node { node_id: target, soft }),
         "PG" => Ok(oxray_worker::Strategy::Bundle { group: target, index }),
         other => Err(PyValueError::new_err(format!("unknown scheduling strategy {other:?}"))),
+    }
+}
+
+fn actor_call(
+    actor_id: &str,
+    address: &str,
+    owner: Option<String>,
+    method: String,
+    creation: bool,
+    max_task_retries: i64,
+) -> ActorCall {
+    ActorCall {
+        actor_id: actor_id.to_string(),
+        address: address.to_string(),
+        owner: owner.filter(|o| !o.is_empty()),
+        method,
+        creation,
+        max_task_retries,
+        sequence: 0,
+        dead: None,
     }
 }
 
@@ -251,24 +263,25 @@ impl Client {
         env_vars: BTreeMap<String, String>,
         strategy: StrategyArg,
         detached: bool,
+        max_restarts: i64,
+        max_task_retries: i64,
     ) -> PyResult<(String, String, String, String, String)> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let strategy = parse_strategy(strategy)?;
         let submitter = py.detach(|| self.submitter())?;
         let lease = py
-            .detach(|| self.runtime.block_on(submitter.lease_with(resources, env_vars, &strategy, detached)))
+            .detach(|| {
+                self.runtime.block_on(submitter.lease_with(resources.clone(), env_vars.clone(), &strategy, detached))
+            })
             .map_err(|e| PyRuntimeError::new_err(format!("cannot place actor {name}: {e}")))?;
         // A worker hosts at most one actor, for its whole life: its id names the actor.
         let actor_id = lease.reply.worker_id.clone();
-        self.sequences.lock().expect("sequences lock").insert(actor_id.clone(), 1);
-        let call = ActorCall {
-            address: lease.reply.worker_address.clone(),
-            method: String::new(),
-            creation: true,
-            caller: self.caller_id.clone(),
-            sequence: 0,
-        };
+        let (address, lease_id) = (lease.reply.worker_address.clone(), lease.reply.lease_id.clone());
+        let agent = lease.agent_address.clone();
+        let plan = RestartPlan { resources, env: env_vars, strategy, detached, restarts_left: max_restarts };
+        submitter.adopt_actor(&actor_id, lease, plan);
+        let call = actor_call(&actor_id, &address, None, String::new(), true, max_task_retries);
         let spec = TaskSpec {
             name,
             function: class.to_vec(),
@@ -281,38 +294,31 @@ impl Client {
             num_returns: 1,
         };
         let created = submitter.submit(self.runtime.handle(), spec).swap_remove(0);
-        let (address, lease_id) = (lease.reply.worker_address.clone(), lease.reply.lease_id.clone());
-        let agent = lease.agent_address.clone();
-        self.actor_leases.lock().expect("actor leases lock").insert(lease_id.clone(), lease);
         Ok((actor_id, address, lease_id, created, agent))
     }
 
-    /// Calls a method; calls from this process run in the order they are made.
+    /// Calls a method; calls from this process run in the order they are made. `owner` is
+    /// the creator's object server when another process created the actor.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (actor_id, address, owner, method, args, dependencies, contained, max_task_retries=0))]
     fn call_actor(
         &self,
         py: Python<'_>,
-        address: String,
         actor_id: String,
+        address: String,
+        owner: Option<String>,
         method: String,
         args: &[u8],
         dependencies: Vec<String>,
         contained: Vec<String>,
+        max_task_retries: i64,
     ) -> PyResult<String> {
         let submitter = py.detach(|| self.submitter())?;
-        let sequence = {
-            let mut sequences = self.sequences.lock().expect("sequences lock");
-            let next = sequences.entry(actor_id).or_insert(0);
-            *next += 1;
-            *next - 1
-        };
-        let call =
-            ActorCall { address, method: method.clone(), creation: false, caller: self.caller_id.clone(), sequence };
-        let args = args.to_vec();
+        let call = actor_call(&actor_id, &address, owner, method.clone(), false, max_task_retries);
         let spec = TaskSpec {
             name: method,
             function: Vec::new(),
-            args,
+            args: args.to_vec(),
             dependencies,
             contained,
             route: Route::Actor(call),
@@ -338,6 +344,7 @@ impl Client {
         methods: Vec<String>,
         detached: bool,
     ) -> PyResult<()> {
+        let owner = self.owner_address(py)?;
         let actor = oxray_worker::NamedActor {
             name,
             namespace,
@@ -348,6 +355,7 @@ impl Client {
             class_name,
             methods,
             detached,
+            owner,
         };
         py.detach(|| self.runtime.block_on(self.cluster.register_actor(actor))).map_err(|s| match s.code() {
             tonic::Code::AlreadyExists => PyValueError::new_err(s.message().to_string()),
@@ -355,21 +363,22 @@ impl Client {
         })
     }
 
-    /// `(actor_id, worker_address, agent_address, lease_id, class_name, methods)` of a named actor.
+    /// `(actor_id, worker_address, agent_address, lease_id, class_name, methods, owner)` of a
+    /// named actor.
     #[allow(clippy::type_complexity)]
     fn get_actor(
         &self,
         py: Python<'_>,
         name: String,
         namespace: String,
-    ) -> PyResult<(String, String, String, String, String, Vec<String>)> {
+    ) -> PyResult<(String, String, String, String, String, Vec<String>, String)> {
         let a = py.detach(|| self.runtime.block_on(self.cluster.get_actor(&name, &namespace))).map_err(|s| match s
             .code()
         {
             tonic::Code::NotFound => PyValueError::new_err(s.message().to_string()),
             _ => PyConnectionError::new_err(s.message().to_string()),
         })?;
-        Ok((a.actor_id, a.worker_address, a.agent_address, a.lease_id, a.class_name, a.methods))
+        Ok((a.actor_id, a.worker_address, a.agent_address, a.lease_id, a.class_name, a.methods, a.owner))
     }
 
     fn remove_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<()> {
@@ -377,9 +386,9 @@ impl Client {
             .map_err(|s| PyConnectionError::new_err(s.message().to_string()))
     }
 
-    /// Retires an actor's worker through the agent that leased it.
+    /// Retires an actor's worker through the agent that leased it (an actor whose owner is
+    /// not known).
     fn kill_actor_at(&self, py: Python<'_>, agent_address: String, lease_id: String) -> PyResult<()> {
-        self.actor_leases.lock().expect("actor leases lock").remove(&lease_id);
         let submitter = py.detach(|| self.submitter())?;
         py.detach(|| self.runtime.block_on(submitter.retire(&agent_address, &lease_id)))
             .map_err(PyRuntimeError::new_err)
@@ -391,12 +400,26 @@ impl Client {
         Ok(py.detach(|| self.runtime.block_on(submitter.cancel(&object_id, force))))
     }
 
-    /// Ends an actor this process created: its worker is retired and its resources freed.
-    fn kill_actor(&self, py: Python<'_>, lease_id: String) -> PyResult<()> {
+    /// Ends an actor through its owner (this process, or the one named by `owner`); with
+    /// `no_restart` it stays dead.
+    #[pyo3(signature = (actor_id, address, owner, no_restart=true))]
+    fn kill_actor(
+        &self,
+        py: Python<'_>,
+        actor_id: String,
+        address: String,
+        owner: Option<String>,
+        no_restart: bool,
+    ) -> PyResult<()> {
         let submitter = py.detach(|| self.submitter())?;
-        let lease = self.actor_leases.lock().expect("actor leases lock").remove(&lease_id);
-        let Some(lease) = lease else { return Ok(()) };
-        py.detach(|| self.runtime.block_on(submitter.give_back(&lease, true))).map_err(PyRuntimeError::new_err)
+        py.detach(|| {
+            self.runtime.block_on(async {
+                // An actor first seen here is looked up with its owner's address.
+                let _ = submitter.actor_address(&actor_id, &address, owner.as_deref()).await;
+                submitter.kill_actor(&actor_id, no_restart).await
+            })
+        })
+        .map_err(PyRuntimeError::new_err)
     }
 
     /// Borrows the bytes from Python and copies them once; `contained` are the ObjectRefs
@@ -414,7 +437,8 @@ impl Client {
             return Ok(address.clone());
         }
         let (_, ip) = py.detach(|| self.local_node())?;
-        let serving = oxray_worker::serve_objects(self.objects.clone(), self.token.clone());
+        let actors: Arc<dyn oxray_worker::ActorOwner> = Arc::new(py.detach(|| self.submitter())?);
+        let serving = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone());
         let port = py.detach(|| self.runtime.block_on(serving)).map_err(PyRuntimeError::new_err)?;
         let address = format!("{ip}:{port}");
         *slot = Some(address.clone());

@@ -2,6 +2,7 @@
 //! process (through the `oxray._native` module). For now it finds or starts a cluster and
 //! reads its state; tasks, actors and objects build on it.
 
+mod actors;
 mod address;
 mod cluster;
 mod executor;
@@ -12,6 +13,7 @@ mod objects;
 pub mod placement_groups;
 mod tasks;
 
+pub use actors::{ActorOwner, Life, RestartPlan};
 pub use address::{resolve, Target};
 pub use cluster::{available_resources, cluster_resources, Cluster};
 pub use executor::{Executor, Incoming};

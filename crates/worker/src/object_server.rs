@@ -1,6 +1,7 @@
 //! This process's object server: other processes holding references to objects it owns
 //! fetch them here and report the references they take and drop.
 
+use crate::actors::ActorOwner;
 use crate::objects::ObjectTable;
 use oxray_proto::v1::{self, object_service_server};
 use oxray_rpc::{ServerAuth, Token};
@@ -9,6 +10,7 @@ use tonic::{Request, Response, Status};
 
 struct Service {
     objects: Arc<ObjectTable>,
+    actors: Arc<dyn ActorOwner>,
 }
 
 #[tonic::async_trait]
@@ -41,13 +43,32 @@ impl object_service_server::ObjectService for Service {
         }
         Ok(Response::new(v1::UpdateRefsReply {}))
     }
+
+    async fn actor_failed(
+        &self,
+        request: Request<v1::ActorFailedRequest>,
+    ) -> Result<Response<v1::ActorFailedReply>, Status> {
+        let r = request.into_inner();
+        let reply = match self.actors.failed(&r.actor_id, &r.address).await {
+            Ok(address) => v1::ActorFailedReply { address, dead_reason: String::new() },
+            Err(dead_reason) => v1::ActorFailedReply { address: String::new(), dead_reason },
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn kill_actor(&self, request: Request<v1::KillActorRequest>) -> Result<Response<v1::KillActorReply>, Status> {
+        let r = request.into_inner();
+        self.actors.kill(&r.actor_id, r.no_restart).await.map_err(Status::failed_precondition)?;
+        Ok(Response::new(v1::KillActorReply {}))
+    }
 }
 
-/// Serves the table on a free port of every interface; returns the port.
-pub async fn serve(objects: Arc<ObjectTable>, token: Token) -> Result<u16, String> {
+/// Serves the table, and the actors this process owns, on a free port of every interface;
+/// returns the port.
+pub async fn serve(objects: Arc<ObjectTable>, actors: Arc<dyn ActorOwner>, token: Token) -> Result<u16, String> {
     let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await.map_err(|e| e.to_string())?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-    let server = object_service_server::ObjectServiceServer::new(Service { objects })
+    let server = object_service_server::ObjectServiceServer::new(Service { objects, actors })
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     let service = tonic::service::interceptor::InterceptedService::new(server, ServerAuth(token));

@@ -61,12 +61,21 @@ pub enum Route {
 }
 
 pub struct ActorCall {
+    pub actor_id: String,
+    /// Where the caller last knew the actor's worker to be.
     pub address: String,
+    /// The object server of the actor's creator, when that is another process.
+    pub owner: Option<String>,
     /// Empty for the creation call.
     pub method: String,
     pub creation: bool,
-    pub caller: String,
+    /// How often a call broken by the actor's death is sent again to the restarted actor
+    /// (Ray's max_task_retries; negative: without limit).
+    pub max_task_retries: i64,
+    /// Set by the submitter: the call's place in this process's order to that worker, or
+    /// why the actor cannot take it.
     pub sequence: u64,
+    pub dead: Option<String>,
 }
 
 pub struct Submitter {
@@ -89,8 +98,11 @@ pub struct Submitter {
     running: Mutex<HashMap<String, String>>,
     /// Cancelled tasks: never retried.
     cancelled: Mutex<std::collections::HashSet<String>>,
-    /// Calls waiting to be sent, per actor worker address.
+    /// Calls waiting to be sent, per actor.
     actor_queues: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
+    pub(crate) actors: crate::actors::ActorDirectory,
+    /// Names this process's calls to actors: each actor runs a caller's calls in order.
+    pub(crate) caller: String,
 }
 
 type Reply = Result<v1::PushTaskReply, String>;
@@ -160,10 +172,12 @@ impl Submitter {
             running: Mutex::new(HashMap::new()),
             cancelled: Mutex::new(Default::default()),
             actor_queues: Mutex::new(HashMap::new()),
+            actors: Default::default(),
+            caller: crate::objects::new_id(),
         })
     }
 
-    fn worker(&self, address: &str) -> Result<WorkerServiceClient<Authed>, String> {
+    pub(crate) fn worker(&self, address: &str) -> Result<WorkerServiceClient<Authed>, String> {
         let mut workers = self.workers.lock().expect("worker clients lock");
         if let Some(c) = workers.get(address) {
             return Ok(c.clone());
@@ -186,11 +200,16 @@ impl Submitter {
         for nested in &contained {
             self.objects.add_ref(nested);
         }
+        if let Route::Actor(call) = &mut spec.route {
+            if call.creation {
+                call.sequence = self.actors.next_sequence(&call.address);
+            }
+        }
         let job = Job { spec, ids: ids.clone(), contained };
         match &job.spec.route {
             // Calls to an actor leave in the order they were made (see `actor_queue`).
             Route::Actor(call) if !call.creation => {
-                let queue = self.actor_queue(runtime, &call.address);
+                let queue = self.actor_queue(runtime, &call.actor_id);
                 if let Err(refused) = queue.send(job) {
                     runtime.spawn(self.clone().execute(refused.0, None));
                 }
@@ -226,24 +245,92 @@ impl Submitter {
     /// sequence order, each once its arguments are ready, with at most `CALLS_IN_FLIGHT`
     /// unanswered: the worker runs them strictly in order, so calls it holds back must never
     /// crowd out the one it waits for.
-    fn actor_queue(self: &Arc<Self>, runtime: &tokio::runtime::Handle, address: &str) -> mpsc::UnboundedSender<Job> {
+    fn actor_queue(self: &Arc<Self>, runtime: &tokio::runtime::Handle, actor_id: &str) -> mpsc::UnboundedSender<Job> {
         let mut queues = self.actor_queues.lock().expect("actor queues lock");
-        if let Some(q) = queues.get(address).filter(|q| !q.is_closed()) {
+        if let Some(q) = queues.get(actor_id).filter(|q| !q.is_closed()) {
             return q.clone();
         }
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
         let this = self.clone();
         runtime.spawn(async move {
             let slots = Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT));
-            while let Some(job) = rx.recv().await {
+            while let Some(mut job) = rx.recv().await {
                 // Failed arguments are reported by `run`; here they only need to be settled.
                 let _ = this.objects.get(&job.spec.dependencies, None).await;
+                let Route::Actor(call) = &mut job.spec.route else { continue };
+                // A restarting actor holds its calls until it is back.
+                let address = this.actors.address(&call.actor_id, &call.address, call.owner.as_deref()).await;
                 let Ok(slot) = slots.clone().acquire_owned().await else { return };
+                match address {
+                    Ok(address) => {
+                        call.sequence = this.actors.next_sequence(&address);
+                        call.address = address;
+                    }
+                    Err(reason) => call.dead = Some(reason),
+                }
                 tokio::spawn(this.clone().execute(job, Some(slot)));
             }
         });
-        queues.insert(address.to_string(), tx.clone());
+        queues.insert(actor_id.to_string(), tx.clone());
         tx
+    }
+
+    /// Sends an actor call; one broken by the actor's death goes to the restarted actor as
+    /// often as `max_task_retries` allows.
+    async fn call_actor(
+        self: &Arc<Self>,
+        mut push: v1::PushTaskRequest,
+        mut call: ActorCall,
+        name: &str,
+    ) -> Result<v1::PushTaskReply, Failure> {
+        if let Some(reason) = call.dead.take() {
+            return Err(Failure::System(reason));
+        }
+        push.actor_creation = call.creation;
+        push.actor_method = std::mem::take(&mut call.method);
+        push.caller_id = self.caller.clone();
+        let mut retries = call.max_task_retries;
+        loop {
+            push.sequence = call.sequence;
+            if call.creation {
+                self.actors.remember_creation(&call.actor_id, &push);
+            }
+            let mut worker = self.worker(&call.address).map_err(Failure::System)?;
+            let status = match worker.push_task(push.clone()).await {
+                Ok(reply) => return Ok(reply.into_inner()),
+                Err(status) => status,
+            };
+            let cause = oxray_rpc::root_cause(&status);
+            let broken = format!("the actor running {name} died or is unreachable: {cause}");
+            if call.creation {
+                return Err(Failure::System(broken));
+            }
+            match self.actor_failed(&call.actor_id, &call.address).await {
+                Ok(address) if retries != 0 => {
+                    retries -= 1;
+                    call.sequence = self.actors.next_sequence(&address);
+                    call.address = address;
+                }
+                Ok(_) => {
+                    return Err(Failure::System(format!(
+                        "{broken}; the actor was restarted, but the call is not retried (max_task_retries=0)"
+                    )))
+                }
+                Err(reason) => return Err(Failure::System(format!("{broken}; {reason}"))),
+            }
+        }
+    }
+
+    /// A client of another process's object server.
+    pub(crate) fn objects_client(
+        &self,
+        address: &str,
+    ) -> Result<oxray_proto::v1::object_service_client::ObjectServiceClient<Authed>, String> {
+        let channel = channel(address)?;
+        Ok(oxray_proto::v1::object_service_client::ObjectServiceClient::with_interceptor(
+            channel,
+            ClientAuth::new(&self.token),
+        ))
     }
 
     /// Stores a task's reply: its value or values with the references inside them, or its
@@ -283,7 +370,7 @@ impl Submitter {
             }
             dependencies.push(v1::ObjectValue { object_id: id.clone(), data: ready.data.to_vec() });
         }
-        let mut push = v1::PushTaskRequest {
+        let push = v1::PushTaskRequest {
             task_id: task_id.to_string(),
             function: spec.function,
             args: spec.args,
@@ -293,17 +380,7 @@ impl Submitter {
             ..Default::default()
         };
         let (resources, env, strategy) = match spec.route {
-            Route::Actor(call) => {
-                push.actor_creation = call.creation;
-                push.actor_method = call.method;
-                push.caller_id = call.caller;
-                push.sequence = call.sequence;
-                let mut worker = self.worker(&call.address).map_err(Failure::System)?;
-                return worker.push_task(push).await.map(|r| r.into_inner()).map_err(|s| {
-                    let cause = oxray_rpc::root_cause(&s);
-                    Failure::System(format!("the actor running {} died or is unreachable: {cause}", spec.name))
-                });
-            }
+            Route::Actor(call) => return self.call_actor(push, call, &spec.name).await,
             Route::Lease(resources, env, strategy) => (resources, env, strategy),
         };
         let mut attempt = 0;

@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -18,6 +19,8 @@ _runtime_env: Optional[Dict[str, Any]] = None
 # ones do in Ray.
 _owned_actors: List[Any] = []
 _owned_groups: List[Any] = []
+# Every actor this process created, detached ones too: it owns them.
+_created_here: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def _home() -> Path:
@@ -281,9 +284,12 @@ def cancel(ref, *, force: bool = False, recursive: bool = True) -> None:
     client().cancel(ref.hex(), force)
 
 
-def own_actor(handle) -> None:
+def own_actor(handle, detached: bool) -> None:
+    """An actor this process created; unless detached, it ends with this process."""
     with _lock:
-        _owned_actors.append(handle)
+        _created_here.add(handle)
+        if not detached:
+            _owned_actors.append(handle)
 
 
 def own_placement_group(group) -> None:
@@ -304,12 +310,18 @@ def kill(actor, *, no_restart: bool = True) -> None:
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill takes an actor handle, got {type(actor).__name__}")
     with _lock:
-        if actor in _owned_actors:
+        if actor in _owned_actors and no_restart:
             _owned_actors.remove(actor)
-    _kill(client(), actor)
+    _kill(client(), actor, no_restart)
 
 
-def _kill(client, actor) -> None:
-    if actor._name:
+def _kill(client, actor, no_restart: bool = True) -> None:
+    if actor._name and no_restart:
         client.remove_actor(actor._name, actor._namespace)
+    if actor._owner is not None or actor in _created_here:
+        try:
+            client.kill_actor(actor._actor_id, actor._address, actor._owner, no_restart)
+            return
+        except RuntimeError:  # its owner is gone (a detached actor outlives it)
+            pass
     client.kill_actor_at(actor._agent_address, actor._lease_id)
