@@ -311,7 +311,8 @@ impl WorkerPool {
         let err = log.try_clone().map_err(|e| Status::internal(e.to_string()))?;
         let agent_address = self.env.agent_address.lock().expect("agent address lock").clone();
         let node_id = self.env.node_id.lock().expect("node id lock").clone();
-        let mut child = tokio::process::Command::new(python)
+        let mut command = tokio::process::Command::new(python);
+        command
             .args(["-m", "oxray._private.worker_main"])
             .env("OXRAY_WORKER_ID", &id)
             .env("OXRAY_AGENT_ADDRESS", agent_address)
@@ -324,7 +325,15 @@ impl WorkerPool {
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(err)
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        // A worker dies with its agent, as it would with its machine: callers then see the
+        // node's loss and run the work elsewhere, instead of talking to orphans.
+        // SAFETY: the closure runs in the child between fork and exec and only makes one
+        // async-signal-safe system call.
+        unsafe {
+            command.pre_exec(|| nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(Into::into));
+        }
+        let mut child = command
             .spawn()
             .map_err(|e| Status::failed_precondition(format!("cannot start a worker with {python}: {e}")))?;
         let registered = tokio::select! {

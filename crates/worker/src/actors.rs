@@ -10,6 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
+/// How long a restart keeps looking for a node to run on.
+const RESTART_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Life {
     Alive,
@@ -230,15 +233,7 @@ impl Submitter {
             if let Some(r) = self.actors.lock().get_mut(&actor_id) {
                 r.plan = Some(plan.clone());
             }
-            let lease =
-                match self.lease_with(plan.resources.clone(), plan.env.clone(), &plan.strategy, plan.detached).await {
-                    Ok(lease) => lease,
-                    Err(e) => {
-                        self.actors
-                            .set_dead(&actor_id, format!("the actor {actor_id} died and cannot be restarted: {e}"));
-                        return;
-                    }
-                };
+            let Some(lease) = self.lease_for_restart(&plan, &actor_id).await else { return };
             let address = lease.reply.worker_address.clone();
             let mut push = creation.clone();
             push.task_id = crate::objects::new_id();
@@ -270,6 +265,25 @@ impl Submitter {
         }
     }
 
+    /// A worker for a restart. A node that just died may still be offered for a while, and
+    /// a fitting node may come back: keep asking for up to `RESTART_PATIENCE`.
+    async fn lease_for_restart(&self, plan: &RestartPlan, actor_id: &str) -> Option<Lease> {
+        let give_up = tokio::time::Instant::now() + RESTART_PATIENCE;
+        loop {
+            match self.lease_with(plan.resources.clone(), plan.env.clone(), &plan.strategy, plan.detached).await {
+                Ok(lease) => return Some(lease),
+                Err(e) if tokio::time::Instant::now() >= give_up => {
+                    self.actors.set_dead(actor_id, format!("the actor {actor_id} died and cannot be restarted: {e}"));
+                    return None;
+                }
+                Err(e) => {
+                    tracing::debug!(actor = %actor_id, "no worker for the restart yet: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
     /// Ends an actor: its worker is retired; with `no_restart` it stays dead, otherwise an
     /// owned actor with restarts left comes back on the next call.
     pub async fn kill_actor(self: &Arc<Self>, actor_id: &str, no_restart: bool) -> Result<(), String> {
@@ -292,20 +306,6 @@ impl Submitter {
         match lease {
             Some(lease) => self.give_back(&lease, true).await,
             None => Ok(()),
-        }
-    }
-
-    /// Kills every actor this process owns that is not detached (it is shutting down).
-    pub async fn kill_owned_actors(self: &Arc<Self>) {
-        let owned: Vec<String> = self
-            .actors
-            .lock()
-            .iter()
-            .filter(|(_, r)| r.plan.as_ref().is_some_and(|p| !p.detached) && !matches!(r.life, Life::Dead(_)))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in owned {
-            let _ = self.kill_actor(&id, true).await;
         }
     }
 }

@@ -401,6 +401,11 @@ impl Submitter {
                 return reply.map_err(|e| Failure::System(format!("task {} failed: {}", spec.name, reason(e))));
             }
             attempt += 1;
+            if reply.is_err() {
+                // A node that just died may still look alive for a moment: do not spend
+                // every retry on it at once.
+                tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt.min(8)))).await;
+            }
         }
     }
 
@@ -426,9 +431,25 @@ impl Submitter {
         tokio::spawn(self.clone().drive(key, want));
     }
 
+    /// A lease for a shape's tasks. An agent that cannot be reached (its node just died and
+    /// may still look alive for a moment) is not the tasks' failure: ask again, choosing
+    /// anew, for up to `LEASE_PATIENCE`.
+    async fn lease_for_tasks(&self, want: &Want) -> Result<Lease, LeaseError> {
+        let give_up = tokio::time::Instant::now() + LEASE_PATIENCE;
+        loop {
+            match self.lease_with(want.resources.clone(), want.env.clone(), &want.strategy, false).await {
+                Err(e) if e.transient && tokio::time::Instant::now() < give_up => {
+                    tracing::debug!("no lease yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Gets a lease and runs waiting tasks of the shape on it until none is left.
     async fn drive(self: Arc<Self>, key: String, want: Want) {
-        let lease = match self.lease_with(want.resources.clone(), want.env.clone(), &want.strategy, false).await {
+        let lease = match self.lease_for_tasks(&want).await {
             Ok(lease) => lease,
             Err(e) => {
                 // The agent refused the shape (it can never fit) or is gone: fail what waits.
@@ -518,7 +539,7 @@ impl Submitter {
 
     /// A worker holding `resources`, for a task or for an actor's whole life: from this
     /// node's agent, or, when this node can never hold them, from a node that can.
-    pub async fn lease(&self, resources: ResourceSet, env: Env) -> Result<Lease, String> {
+    pub async fn lease(&self, resources: ResourceSet, env: Env) -> Result<Lease, LeaseError> {
         self.lease_with(resources, env, &Strategy::Default, false).await
     }
 
@@ -535,21 +556,27 @@ impl Submitter {
 
     /// A lease inside a placement group's bundle: waits until the group is created, then
     /// asks the agent of the bundle's node (in turn among the group's nodes for any bundle).
-    async fn lease_in_bundle(&self, mut request: v1::LeaseRequest, group: &str, index: i32) -> Result<Lease, String> {
-        let Some(head) = &self.head else { return Err("placement groups need the cluster's head".into()) };
+    async fn lease_in_bundle(
+        &self,
+        mut request: v1::LeaseRequest,
+        group: &str,
+        index: i32,
+    ) -> Result<Lease, LeaseError> {
+        let Some(head) = &self.head else { return Err("placement groups need the cluster's head".to_string().into()) };
         request.placement_group_id = group.to_string();
         request.bundle_index = index;
         loop {
             let wait = v1::WaitPlacementGroupRequest { placement_group_id: group.to_string(), timeout_s: 5.0 };
-            let pg = head.clone().wait_placement_group(wait).await.map_err(|s| s.message().to_string())?.into_inner();
+            let pg = head.clone().wait_placement_group(wait).await.map_err(LeaseError::from)?.into_inner();
             if pg.state == v1::PlacementGroupState::Removed as i32 {
-                return Err(format!("placement group {group} was removed"));
+                return Err(format!("placement group {group} was removed").into());
             }
             if index >= 0 && index as usize >= pg.bundles.len() {
+                let count = pg.bundles.len();
                 return Err(format!(
-                    "bundle index {index} is out of range: placement group {group} has {} bundles",
-                    pg.bundles.len()
-                ));
+                    "bundle index {index} is out of range: placement group {group} has {count} bundles"
+                )
+                .into());
             }
             let mut agents: Vec<String> = match index {
                 i if i >= 0 => vec![pg.bundle_agents[i as usize].clone()],
@@ -569,7 +596,7 @@ impl Submitter {
                 Err(s) if s.code() == tonic::Code::FailedPrecondition => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(s) => return Err(s.message().to_string()),
+                Err(s) => return Err(s.into()),
             }
         }
     }
@@ -582,7 +609,7 @@ impl Submitter {
         env: Env,
         strategy: &Strategy,
         detached: bool,
-    ) -> Result<Lease, String> {
+    ) -> Result<Lease, LeaseError> {
         let target = match strategy {
             Strategy::Bundle { group, index } => {
                 return self.lease_in_bundle(self.request(&resources, env, detached), group, *index).await;
@@ -592,13 +619,13 @@ impl Submitter {
             Strategy::Node { node_id, soft } => match self.node_agent(node_id).await? {
                 Some(address) => Some(address),
                 None if *soft => None,
-                None => return Err(format!("node {node_id} of the NodeAffinitySchedulingStrategy is not alive")),
+                None => return Err(format!("node {node_id} of the NodeAffinitySchedulingStrategy is not alive").into()),
             },
         };
         if let Some(address) = target {
             let request = self.request(&resources, env, detached);
             let agent = self.agent(&address)?;
-            let reply = agent.clone().request_worker_lease(request).await.map_err(|s| s.message().to_string())?;
+            let reply = agent.clone().request_worker_lease(request).await?;
             return Ok(Lease { reply: reply.into_inner(), agent, agent_address: address });
         }
         let request = self.request(&resources, env, detached);
@@ -609,12 +636,13 @@ impl Submitter {
                 return Ok(Lease { reply: reply.into_inner(), agent: self.leases.clone(), agent_address });
             }
             Err(status) if status.code() == tonic::Code::InvalidArgument => status,
-            Err(status) => return Err(status.message().to_string()),
+            Err(status) => return Err(status.into()),
         };
         let Some((agent_address, agent)) = self.spill_target(&resources).await? else {
-            return Err(format!("no node of the cluster can hold {:?} ({})", resources.as_map(), status.message()));
+            let why = status.message();
+            return Err(format!("no node of the cluster can hold {:?} ({why})", resources.as_map()).into());
         };
-        let reply = agent.clone().request_worker_lease(request).await.map_err(|s| s.message().to_string())?;
+        let reply = agent.clone().request_worker_lease(request).await?;
         Ok(Lease { reply: reply.into_inner(), agent, agent_address })
     }
 
@@ -717,6 +745,39 @@ struct Want {
 /// Whether a node's total resources could hold the request.
 fn fits(node: &v1::Node, resources: &ResourceSet) -> bool {
     resources.iter().all(|(k, v)| v <= 0.0 || node.resources_total.get(k).copied().unwrap_or(0.0) >= v)
+}
+
+/// How long tasks wait for a lease while agents cannot be reached.
+const LEASE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Why no lease was granted; `transient` when the agent (or head) could not be reached,
+/// as opposed to a refusal.
+#[derive(Debug)]
+pub struct LeaseError {
+    pub message: String,
+    pub transient: bool,
+}
+
+impl std::fmt::Display for LeaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<String> for LeaseError {
+    fn from(message: String) -> Self {
+        Self { message, transient: false }
+    }
+}
+
+impl From<tonic::Status> for LeaseError {
+    fn from(status: tonic::Status) -> Self {
+        use tonic::Code;
+        let transient =
+            matches!(status.code(), Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded);
+        let message = if transient { oxray_rpc::root_cause(&status) } else { status.message().to_string() };
+        Self { message, transient }
+    }
 }
 
 /// The failure message of a task cancelled before it ran (the Python side names the error).

@@ -1,0 +1,79 @@
+"""A node dies mid-workload (its agent is SIGKILLed, and its workers with it): tasks run
+again elsewhere, actors restart elsewhere, nothing is lost and nothing hangs."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import oxray
+
+from conftest import OXRAY_BIN, Cluster
+
+
+def _agent_pid(cluster, node_name):
+    """The pid of the agent that runs `node_name`, from its process record."""
+    for record in Path(cluster.env["OXRAY_HOME"], "procs").glob("*.json"):
+        info = json.loads(record.read_text())
+        argv = Path(f"/proc/{info['pid']}/cmdline").read_bytes().split(b"\0")
+        if info.get("role") == "agent" and node_name.encode() in argv:
+            return info["pid"]
+    raise AssertionError(f"no agent record for {node_name}")
+
+
+@pytest.fixture(scope="module")
+def three_nodes(tmp_path_factory):
+    """A head node with 1 CPU and two more nodes with 2 CPUs and a `slot` each."""
+    cluster = Cluster(tmp_path_factory.mktemp("three-nodes"))
+    cluster.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1",
+                  "--node-ip-address", "127.0.0.1", "--node-death-timeout-s", "2")
+    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
+    for name in ("node-b", "node-c"):
+        cluster.oxray("start", "--address", address, "--num-cpus", "2", "--resources", '{"slot": 2}',
+                      "--node-ip-address", "127.0.0.1", "--node-name", name)
+    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME")
+    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
+    os.environ["OXRAY_HOME"] = cluster.env["OXRAY_HOME"]
+    oxray.init()
+    yield cluster, {n["NodeName"]: n["NodeID"] for n in oxray.nodes()}
+    oxray.shutdown()
+    os.environ.pop("OXRAY_HOME", None)
+    os.environ.update(saved)
+    cluster.stop()
+
+
+@oxray.remote(resources={"slot": 1})
+def slow_square(x):
+    time.sleep(1.0)
+    return x * x, os.environ["OXRAY_NODE_ID"]
+
+
+@oxray.remote(resources={"slot": 1}, max_restarts=2, max_task_retries=-1)
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def incr(self):
+        self.n += 1
+        return self.n, os.environ["OXRAY_NODE_ID"]
+
+
+def test_work_survives_the_loss_of_a_node(three_nodes):
+    cluster, nodes = three_nodes
+    counter = Counter.remote()
+    _, actor_node = oxray.get(counter.incr.remote())
+    victim = next(name for name, node in nodes.items() if node == actor_node)
+    survivor = nodes["node-c" if victim == "node-b" else "node-b"]
+    refs = [slow_square.options(scheduling_strategy="SPREAD").remote(i) for i in range(8)]
+    time.sleep(0.5)  # tasks are running on both nodes now
+    os.kill(_agent_pid(cluster, victim), signal.SIGKILL)
+    results = oxray.get(refs, timeout=120)
+    assert [value for value, _ in results] == [i * i for i in range(8)], "no task is lost"
+    n, node = oxray.get(counter.incr.remote(), timeout=120)
+    assert (n, node) == (1, survivor), "the actor started again, fresh, on the surviving node"
+    dead = [n for n in oxray.nodes() if not n["Alive"]]
+    assert [n["NodeID"] for n in dead] == [actor_node]
