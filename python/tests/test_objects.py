@@ -3,12 +3,15 @@
 holds them."""
 
 import gc
+import os
 import time
 
 import pytest
 
 import oxray
 from oxray.exceptions import ObjectLostError, OwnerDiedError
+
+from conftest import OXRAY_BIN
 
 
 def _objects():
@@ -102,3 +105,54 @@ def test_an_object_whose_owner_died_is_lost(private_cluster):
     with pytest.raises(OwnerDiedError) as info:
         oxray.get(unread, timeout=30)
     assert isinstance(info.value, ObjectLostError)
+
+
+np = pytest.importorskip("numpy")
+
+
+@oxray.remote
+def array_info(x):
+    return x.flags.writeable, float(x.sum())
+
+
+@oxray.remote
+def ones(n):
+    return np.ones(n)
+
+
+def test_large_arrays_are_read_zero_copy_from_shared_memory(private_cluster):
+    client = oxray._private.worker.client()
+    before = client.object_store_used()
+    a = np.arange(1_000_000, dtype=np.float64)
+    ref = oxray.put(a)
+    assert client.object_store_used() >= before + a.nbytes, "the array went to the node's store"
+    b = oxray.get(ref)
+    assert (a == b).all()
+    assert not b.flags.writeable and not b.flags.owndata, "a read-only view, not a copy"
+    with pytest.raises(ValueError):
+        b[0] = 1.0
+    assert oxray.get(array_info.remote(ref)) == (False, float(a.sum())), "another process maps it too"
+    returned = oxray.get(ones.remote(200_000))
+    assert returned.sum() == 200_000 and not returned.flags.writeable
+    del b, ref
+    gc.collect()
+    _eventually(lambda: client.object_store_used() <= before)
+
+
+def test_objects_spill_to_disk_when_the_store_is_full(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import numpy as np, oxray\n"
+        "oxray.init(num_cpus=1, object_store_memory=3_000_000)\n"
+        "client = oxray._private.worker.client()\n"
+        "refs = [oxray.put(np.full(250_000, i, dtype=np.float64)) for i in range(4)]\n"
+        "assert client.object_store_used() <= 3_000_000, client.object_store_used()\n"
+        "assert [float(oxray.get(r)[0]) for r in refs] == [0.0, 1.0, 2.0, 3.0]\n"
+        "print('spilled and read back')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OXRAY_")}
+    env.update(OXRAY_HOME=str(tmp_path / "home"), OXRAY_BIN=OXRAY_BIN)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert "spilled and read back" in done.stdout, done.stderr

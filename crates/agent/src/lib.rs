@@ -89,6 +89,9 @@ fn is_refusal(code: Code) -> bool {
 
 /// Registers this machine. A refused token fails at once; an unreachable head is retried
 /// until the join timeout.
+/// The file in the object store directory that names the node it belongs to.
+pub const STORE_NODE_FILE: &str = "node";
+
 pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
     let client = connect_head_lazy(&config.head_address, &config.token, Duration::from_secs(5))?;
     let listener = TcpListener::bind(("0.0.0.0", config.port))
@@ -174,7 +177,29 @@ impl JoinedAgent {
             self.heartbeat_interval = Duration::from_millis(reply.heartbeat_interval_ms);
         }
         *self.dashboard_url.lock().expect("dashboard url lock") = reply.dashboard_url;
+        self.mark_object_store();
         Ok(())
+    }
+
+    /// Creates the node's object store directories and names the node in them, so a
+    /// process of this machine knows the store is its node's.
+    fn mark_object_store(&self) {
+        let (memory, spill) = oxray_config::paths::object_store_dirs(self.node.agent_port);
+        let marked = std::fs::create_dir_all(&memory)
+            .and_then(|_| std::fs::create_dir_all(&spill))
+            .and_then(|_| std::fs::write(memory.join(STORE_NODE_FILE), self.node.node_id.hex()));
+        if let Err(e) = marked {
+            tracing::warn!(dir = %memory.display(), "no shared-memory object store on this node: {e}");
+        }
+    }
+
+    fn remove_object_store(&self) {
+        let (memory, spill) = oxray_config::paths::object_store_dirs(self.node.agent_port);
+        for dir in [memory, spill] {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::debug!(dir = %dir.display(), "object store not removed: {e}");
+            }
+        }
     }
 
     /// Serves the agent service and heartbeats until `shutdown`, then stops its jobs and
@@ -197,6 +222,7 @@ impl JoinedAgent {
         );
         self.heartbeat(&shutdown).await;
         self.runner.stop_all().await;
+        self.remove_object_store();
         if let Ok(Err(e)) = server.await {
             tracing::error!("the agent service failed: {e}");
         }

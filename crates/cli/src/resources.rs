@@ -16,6 +16,10 @@ pub struct ResourceArgs {
     /// Memory in bytes this node offers to work [default: 70% of available memory]
     #[arg(long, allow_negative_numbers = true, value_parser = parse_bytes)]
     pub memory: Option<u64>,
+    /// Shared memory in bytes for the node's object store; larger objects spill to disk
+    /// [default: 30% of available memory]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_bytes)]
+    pub object_store_memory: Option<u64>,
     /// Custom resources as a JSON object, e.g. '{"accelerator": 4}'
     #[arg(long, value_name = "JSON")]
     pub resources: Option<String>,
@@ -101,7 +105,7 @@ impl ResourceArgs {
         let gpus = self.num_gpus.unwrap_or_else(oxray_agent::detect::gpus);
         let free = oxray_agent::detect::available_memory() as f64;
         // As Ray: about 30% of free memory backs the object store, the rest is for work.
-        let object_store = (free * 0.3).floor();
+        let object_store = self.object_store_memory.map(|m| m as f64).unwrap_or((free * 0.3).floor());
         let memory = self.memory.map(|m| m as f64).unwrap_or((free * 0.7).floor());
         set.set(names::CPU, cpus as f64)?;
         set.set(names::GPU, gpus as f64)?;
@@ -126,6 +130,7 @@ impl ResourceArgs {
         push("--num-cpus", self.num_cpus.map(|v| v.to_string()));
         push("--num-gpus", self.num_gpus.map(|v| v.to_string()));
         push("--memory", self.memory.map(|v| v.to_string()));
+        push("--object-store-memory", self.object_store_memory.map(|v| v.to_string()));
         push("--resources", self.resources.clone());
         push("--labels", self.labels.clone());
         push("--node-ip-address", self.node_ip_address.clone());

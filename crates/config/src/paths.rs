@@ -26,3 +26,11 @@ pub fn token_file(home: &std::path::Path) -> PathBuf {
 pub fn current_cluster_file(home: &std::path::Path) -> PathBuf {
     home.join("current_cluster.json")
 }
+
+/// Where the node agent listening on `agent_port` keeps large objects: a directory in
+/// shared memory (/dev/shm), and one on disk for what does not fit there.
+pub fn object_store_dirs(agent_port: u16) -> (PathBuf, PathBuf) {
+    let shm = std::path::Path::new("/dev/shm");
+    let memory = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    (memory.join(format!("oxray-objects-{agent_port}")), std::env::temp_dir().join(format!("oxray-spill-{agent_port}")))
+}

@@ -39,8 +39,12 @@ struct Client {
     object_address: Mutex<Option<String>>,
     /// The agent and address of the node this process runs on, once looked up.
     local_node: Mutex<Option<(String, String)>>,
+    /// The node's object store, when this process runs on the node's machine.
+    store: Mutex<Option<Option<Arc<oxray_worker::NodeStore>>>>,
     /// The other processes' object servers.
     links: Arc<OwnerLinks>,
+    /// Store files being written, by object id.
+    creating: Mutex<HashMap<String, oxray_worker::StoredFile>>,
 }
 
 /// `get` and `wait` timeouts: seconds, or forever.
@@ -66,7 +70,7 @@ fn connect(
     env_address: Option<String>,
     current_address: Option<String>,
     token: Option<String>,
-    local: (Option<u32>, Option<u32>, Option<String>),
+    local: (Option<u32>, Option<u32>, Option<String>, Option<u64>),
     package_dir: Option<PathBuf>,
     python: String,
     node_hint: Option<String>,
@@ -76,9 +80,9 @@ fn connect(
         let target = oxray_worker::resolve(address.as_deref(), env_address.as_deref(), current_address.as_deref()).map_err(to_py)?;
         let (address, token, local) = match target {
             Target::Connect(address) => {
-                if local.0.is_some() || local.1.is_some() || local.2.is_some() {
+                if local.0.is_some() || local.1.is_some() || local.2.is_some() || local.3.is_some() {
                     return Err(PyValueError::new_err(
-                        "num_cpus, num_gpus and resources describe a new local cluster; they cannot be given when connecting to an existing one",
+                        "num_cpus, num_gpus, resources and object_store_memory describe a new local cluster; they cannot be given when connecting to an existing one",
                     ));
                 }
                 let token = token.ok_or_else(|| {
@@ -90,7 +94,12 @@ fn connect(
                 let bin = oxray_worker::find_oxray_binary(package_dir.as_deref()).ok_or_else(|| {
                     PyRuntimeError::new_err("cannot start a local cluster: the `oxray` executable is not on PATH (or set OXRAY_BIN)")
                 })?;
-                let options = LocalOptions { num_cpus: local.0, num_gpus: local.1, resources_json: local.2 };
+                let options = LocalOptions {
+                    num_cpus: local.0,
+                    num_gpus: local.1,
+                    resources_json: local.2,
+                    object_store_memory: local.3,
+                };
                 let cluster = LocalCluster::start(&bin, &options).map_err(to_py)?;
                 (cluster.address.clone(), cluster.token.clone(), Some(cluster))
             }
@@ -111,6 +120,8 @@ fn connect(
             submitter: Mutex::new(None),
             object_address: Mutex::new(None),
             local_node: Mutex::new(None),
+            store: Mutex::new(None),
+            creating: Mutex::new(HashMap::new()),
             links,
         })
     })
@@ -445,6 +456,48 @@ impl Client {
         Ok(address)
     }
 
+    /// A new file in the node's object store for a value of `size` bytes:
+    /// `(object_id, path)`, or None when this process has no store (then the value stays in
+    /// its memory).
+    fn store_create(&self, py: Python<'_>, size: u64) -> PyResult<Option<(String, String)>> {
+        let Some(store) = py.detach(|| self.node_store()) else { return Ok(None) };
+        let id = oxray_worker::new_id();
+        let file = store.create(&id, size).map_err(|e| PyRuntimeError::new_err(format!("object store: {e}")))?;
+        self.creating.lock().expect("creating lock").insert(id.clone(), file.clone());
+        Ok(Some((id, file.path.display().to_string())))
+    }
+
+    /// The value of a file from `store_create`, now written: readers get `data` (where it
+    /// is); the file goes with the object. With `data` None the file is discarded.
+    #[pyo3(signature = (id, data, contained=Vec::new()))]
+    fn store_seal(&self, id: String, data: Option<Vec<u8>>, contained: Vec<String>) -> PyResult<Option<String>> {
+        let file = self.creating.lock().expect("creating lock").remove(&id);
+        let file = file.ok_or_else(|| PyValueError::new_err(format!("no object {id} is being written")))?;
+        match data {
+            Some(data) => Ok(Some(self.objects.put_stored(id, data, file, &contained))),
+            None => {
+                if let Some(store) = self.objects.store() {
+                    store.delete(&file);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// The content of an object its owner keeps in its node's store (for a reader on
+    /// another machine).
+    fn fetch_stored<'py>(&self, py: Python<'py>, owner: String, id: String) -> PyResult<Bound<'py, PyBytes>> {
+        let data = py
+            .detach(|| self.runtime.block_on(self.links.fetch_content(&id, &owner)))
+            .map_err(pyo3::exceptions::PyKeyError::new_err)?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Bytes of the node's shared memory that objects use now (0 without a store).
+    fn object_store_used(&self, py: Python<'_>) -> u64 {
+        py.detach(|| self.node_store()).map_or(0, |s| s.used())
+    }
+
     /// Whether `owner` is this process's object server.
     fn is_owner(&self, owner: &str) -> bool {
         self.object_address.lock().expect("object address lock").as_deref() == Some(owner)
@@ -597,6 +650,40 @@ impl Client {
 }
 
 impl Client {
+    /// The node's object store, opened on first use: only when the store directory on this
+    /// machine belongs to this process's node.
+    fn node_store(&self) -> Option<Arc<oxray_worker::NodeStore>> {
+        let mut slot = self.store.lock().expect("store lock");
+        if let Some(store) = slot.as_ref() {
+            return store.clone();
+        }
+        let opened = self.open_store();
+        if let Some(store) = &opened {
+            self.objects.set_store(store.clone());
+        }
+        *slot = Some(opened.clone());
+        opened
+    }
+
+    fn open_store(&self) -> Option<Arc<oxray_worker::NodeStore>> {
+        let nodes = self.runtime.block_on(self.cluster.nodes()).ok()?;
+        let (agent, _) = self.local_node().ok()?;
+        let node = nodes.iter().find(|n| format!("{}:{}", n.node_ip, n.agent_port) == agent)?;
+        let (memory, spill) = oxray_config::paths::object_store_dirs(node.agent_port);
+        let owner = std::fs::read_to_string(memory.join("node")).ok()?;
+        if owner.trim() != node.node_id.hex() {
+            return None;
+        }
+        let capacity = node.resources_total.get(oxray_types::resource_names::OBJECT_STORE_MEMORY) as u64;
+        match oxray_worker::NodeStore::open(&memory, &spill, capacity) {
+            Ok(store) => Some(Arc::new(store)),
+            Err(e) => {
+                tracing::warn!("cannot open the node's object store: {e}");
+                None
+            }
+        }
+    }
+
     /// `(agent address, node ip)` of the node this process runs on: the one it was told,
     /// else the head's node.
     fn local_node(&self) -> PyResult<(String, String)> {

@@ -11,6 +11,7 @@ mod object_links;
 mod object_server;
 mod objects;
 pub mod placement_groups;
+mod store;
 mod tasks;
 
 pub use actors::{ActorOwner, Life, RestartPlan};
@@ -23,6 +24,7 @@ pub use object_server::serve as serve_objects;
 pub use objects::{new_id, GetError, Hold, ObjectTable, Outcome, Owners, Ready};
 pub use oxray_proto::v1::{ContainedRef, NamedActor, PlacementGroupState, PushTaskReply};
 pub use oxray_rpc::Token;
+pub use store::{NodeStore, StoredFile};
 pub use tasks::{ActorCall, Env, Lease, Route, Strategy, Submitter, TaskSpec, CANCELLED};
 
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,8 @@ pub struct LocalOptions {
     pub num_gpus: Option<u32>,
     /// Custom resources as a JSON object.
     pub resources_json: Option<String>,
+    /// Bytes of shared memory for the object store.
+    pub object_store_memory: Option<u64>,
 }
 
 pub struct LocalCluster {
@@ -60,6 +62,9 @@ impl LocalCluster {
         }
         if let Some(n) = options.num_gpus {
             args.extend(["--num-gpus".into(), n.to_string()]);
+        }
+        if let Some(bytes) = options.object_store_memory {
+            args.extend(["--object-store-memory".into(), bytes.to_string()]);
         }
         if let Some(json) = &options.resources_json {
             args.extend(["--resources".into(), json.clone()]);

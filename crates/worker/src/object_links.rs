@@ -77,12 +77,23 @@ impl OwnerLinks {
     }
 }
 
+impl OwnerLinks {
+    /// The content of an object the owner keeps in its node's store.
+    pub async fn fetch_content(&self, id: &str, owner: &str) -> Result<Vec<u8>, String> {
+        let mut client = self.client(owner)?;
+        let request = v1::GetObjectRequest { object_id: id.to_string(), inline: true };
+        let reply =
+            client.get_object(request).await.map_err(|s| format!("object {id} from {owner}: {}", s.message()))?;
+        Ok(reply.into_inner().data)
+    }
+}
+
 impl Owners for OwnerLinks {
     fn fetch(&self, id: String, owner: String) -> Pin<Box<dyn Future<Output = Ready> + Send>> {
         let client = self.client(&owner);
         Box::pin(async move {
             let reply = match client {
-                Ok(mut c) => c.get_object(v1::GetObjectRequest { object_id: id.clone() }).await,
+                Ok(mut c) => c.get_object(v1::GetObjectRequest { object_id: id.clone(), inline: false }).await,
                 Err(e) => return Ready::lost(format!("object {id}: bad owner address {owner}: {e}")),
             };
             match reply {

@@ -16,7 +16,15 @@ struct Service {
 #[tonic::async_trait]
 impl object_service_server::ObjectService for Service {
     async fn get_object(&self, request: Request<v1::GetObjectRequest>) -> Result<Response<v1::GetObjectReply>, Status> {
-        let id = request.into_inner().object_id;
+        let request = request.into_inner();
+        let id = request.object_id;
+        if request.inline {
+            if let Some(file) = self.objects.stored_file(&id) {
+                let data =
+                    tokio::fs::read(&file.path).await.map_err(|e| Status::not_found(format!("object {id}: {e}")))?;
+                return Ok(Response::new(v1::GetObjectReply { data, outcome: 0 }));
+            }
+        }
         if self.objects.owner_of(&id).is_some() {
             return Err(Status::failed_precondition(format!("object {id} is not owned by this process")));
         }

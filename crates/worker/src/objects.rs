@@ -2,6 +2,7 @@
 //! memory until freed) and those it borrows (references to objects other processes own,
 //! fetched from the owner on first use).
 
+use crate::store::{NodeStore, StoredFile};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -85,6 +86,8 @@ struct Slot {
     owner: Option<String>,
     fetching: bool,
     holds: Vec<Hold>,
+    /// The value's file in the node's store, removed with the object.
+    file: Option<StoredFile>,
 }
 
 #[derive(Default)]
@@ -102,6 +105,7 @@ pub struct ObjectTable {
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
     owners: OnceLock<Arc<dyn Owners>>,
+    store: OnceLock<Arc<NodeStore>>,
 }
 
 pub fn new_id() -> String {
@@ -114,6 +118,15 @@ impl ObjectTable {
     /// Connects the table to the other processes' object servers (once).
     pub fn set_owners(&self, owners: Arc<dyn Owners>) {
         let _ = self.owners.set(owners);
+    }
+
+    /// The node's object store, where large values this process puts live (once).
+    pub fn set_store(&self, store: Arc<NodeStore>) {
+        let _ = self.store.set(store);
+    }
+
+    pub fn store(&self) -> Option<&Arc<NodeStore>> {
+        self.store.get()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -146,7 +159,21 @@ impl ObjectTable {
 
     /// Stores a value; `contained` are the ObjectRefs inside it, kept alive while it lives.
     pub fn put(&self, data: Vec<u8>, contained: &[String]) -> String {
-        let id = new_id();
+        self.put_with_id(new_id(), data, contained, None)
+    }
+
+    /// Stores a value written to `file` in the node's store as object `id`; `data` is what
+    /// readers get (where the file is).
+    pub fn put_stored(&self, id: String, data: Vec<u8>, file: StoredFile, contained: &[String]) -> String {
+        self.put_with_id(id, data, contained, Some(file))
+    }
+
+    /// The file of an object this process stored, if any.
+    pub fn stored_file(&self, id: &str) -> Option<StoredFile> {
+        self.lock().slots.get(id).and_then(|s| s.file.clone())
+    }
+
+    fn put_with_id(&self, id: String, data: Vec<u8>, contained: &[String], file: Option<StoredFile>) -> String {
         let mut inner = self.lock();
         let mut holds = Vec::with_capacity(contained.len());
         for c in contained {
@@ -156,7 +183,7 @@ impl ObjectTable {
             }
         }
         let value = Some(Ready { data: Arc::new(data), outcome: Outcome::Value });
-        inner.slots.insert(id.clone(), Slot { value, holds, ..Default::default() });
+        inner.slots.insert(id.clone(), Slot { value, holds, file, ..Default::default() });
         id
     }
 
@@ -200,6 +227,7 @@ impl ObjectTable {
 
     fn drop_holds(&self, mut holds: Vec<Hold>) {
         let mut remote: HashMap<String, Vec<(String, i32)>> = HashMap::new();
+        let mut files = Vec::new();
         {
             let mut inner = self.lock();
             while let Some(hold) = holds.pop() {
@@ -217,6 +245,7 @@ impl ObjectTable {
                 }
                 let slot = inner.slots.remove(&id).expect("present");
                 holds.extend(slot.holds);
+                files.extend(slot.file);
                 if let Some(owner) = slot.owner {
                     let waiting = inner.unannounced.get_mut(&owner);
                     let unannounced = waiting.and_then(|w| w.iter().position(|x| *x == id).map(|at| w.swap_remove(at)));
@@ -224,6 +253,11 @@ impl ObjectTable {
                         remote.entry(owner).or_default().push((id, -1));
                     }
                 }
+            }
+        }
+        if let Some(store) = self.store.get() {
+            for file in &files {
+                store.delete(file);
             }
         }
         if remote.is_empty() {

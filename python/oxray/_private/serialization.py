@@ -3,8 +3,18 @@ replaced by placeholders the worker fills with their values.
 
 ObjectRefs nested deeper travel as references: pickling one records it (the sender keeps
 the object alive until the receiver has told the owner it holds it), and unpickling one in
-another process borrows it from its owner (`announce` below)."""
+another process borrows it from its owner (`announce` below).
 
+Large values (numpy arrays and anything else exposing pickle 5 buffers) are laid out as a
+header, the pickle, and the raw buffers (`STORED`). A `put` of one at least
+`INLINE_LIMIT` bytes goes to a file of the node's object store, in shared memory, and
+every process of the node reads it through a read-only mapping: arrays come back as
+zero-copy, read-only views. Readers on other machines get the file's content from the
+owner."""
+
+import json
+import mmap
+import struct
 import threading
 import traceback
 from contextlib import contextmanager
@@ -16,6 +26,22 @@ from oxray.exceptions import RayTaskError
 from oxray.object_ref import ObjectRef
 
 _local = threading.local()
+
+STORED = b"OXRAYOB1"  # header, pickle, buffers
+STORED_AT = b"OXRAYREF"  # where a STORED value's file is (JSON after the magic)
+INLINE_LIMIT = 100 * 1024  # as Ray's max_direct_call_object_size
+_ALIGN = 64
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+BOOT_ID = _boot_id()
 
 
 class _Dependency:
@@ -50,16 +76,113 @@ def dumps(value: Any) -> bytes:
     return cloudpickle.dumps(value)
 
 
+def _pickle5(value: Any):
+    """The pickle and the raw buffers it leaves out of band."""
+    buffers = []
+    meta = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    return meta, [b.raw() for b in buffers]
+
+
+def _layout(meta: bytes, buffers) -> Tuple[bytes, List[int], int]:
+    """The header, where the pickle and each buffer start, and the total size."""
+    head_size = len(STORED) + 16 + 16 * len(buffers)
+    at = head_size
+    starts = [at]
+    at += len(meta)
+    spans = []
+    for b in buffers:
+        at = (at + _ALIGN - 1) // _ALIGN * _ALIGN
+        starts.append(at)
+        spans.append((at, b.nbytes))
+        at += b.nbytes
+    header = STORED + struct.pack("<QQ", len(meta), len(buffers)) + b"".join(struct.pack("<QQ", *s) for s in spans)
+    return header, starts, at
+
+
+def _write(target, header: bytes, starts: List[int], meta: bytes, buffers) -> None:
+    target[:len(header)] = header
+    target[starts[0]:starts[0] + len(meta)] = meta
+    for start, b in zip(starts[1:], buffers):
+        target[start:start + b.nbytes] = b
+
+
 def dumps_with_refs(value: Any) -> Tuple[bytes, List[ObjectRef]]:
-    """The bytes, and the ObjectRefs inside the value."""
+    """The bytes (STORED when the value has out-of-band buffers), and the ObjectRefs inside
+    the value."""
     with _collecting() as refs:
-        data = cloudpickle.dumps(value)
-    return data, refs
+        meta, buffers = _pickle5(value)
+    if not buffers:
+        return meta, refs
+    header, starts, total = _layout(meta, buffers)
+    out = bytearray(total)
+    _write(memoryview(out), header, starts, meta, buffers)
+    return bytes(out), refs
+
+
+def put(client, value: Any) -> str:
+    """Stores a value as an object of this process; returns its id. Large values go to the
+    node's object store."""
+    with _collecting() as refs:
+        meta, buffers = _pickle5(value)
+    contained = [r.hex() for r in refs]
+    header, starts, total = _layout(meta, buffers)
+    created = client.store_create(total) if total >= INLINE_LIMIT else None
+    if created is None:
+        if not buffers:
+            return client.put(meta, contained)
+        out = bytearray(total)
+        _write(memoryview(out), header, starts, meta, buffers)
+        return client.put(bytes(out), contained)
+    object_id, path = created
+    try:
+        # Populating the mapping at once is much faster than faulting its pages one by one.
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        with open(path, "r+b") as f, mmap.mmap(f.fileno(), total, flags=flags) as target:
+            _write(memoryview(target), header, starts, meta, buffers)
+    except BaseException:
+        client.store_seal(object_id, None)
+        raise
+    where = {"boot": BOOT_ID, "path": path, "owner": client.owner_address(), "id": object_id}
+    return client.store_seal(object_id, STORED_AT + json.dumps(where).encode(), contained)
+
+
+def _open_stored(data: bytes) -> memoryview:
+    """A read-only view of a stored value: the file mapped when it is on this machine, its
+    content from the owner otherwise."""
+    from oxray.exceptions import ObjectLostError
+
+    where = json.loads(bytes(data[len(STORED_AT):]))
+    if where["boot"] == BOOT_ID:
+        try:
+            with open(where["path"], "rb") as f:
+                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        except FileNotFoundError:
+            raise ObjectLostError(f"object {where['id']} was freed (its file is gone)") from None
+    from oxray._private import worker
+
+    try:
+        return memoryview(worker.client().fetch_stored(where["owner"], where["id"]))
+    except KeyError as e:
+        raise ObjectLostError(str(e)) from None
+
+
+def _unpack(view: memoryview) -> Any:
+    meta_len, count = struct.unpack_from("<QQ", view, len(STORED))
+    spans = [struct.unpack_from("<QQ", view, len(STORED) + 16 + 16 * i) for i in range(count)]
+    start = len(STORED) + 16 + 16 * count
+    buffers = [view[at:at + size] for at, size in spans]
+    return cloudpickle.loads(view[start:start + meta_len], buffers=buffers)
 
 
 def loads(data: bytes) -> Any:
     _local.borrowed = False
-    value = cloudpickle.loads(data)
+    head = bytes(data[:len(STORED)])
+    if head == STORED_AT:
+        value = _unpack(_open_stored(data))
+    elif head == STORED:
+        value = _unpack(memoryview(data).toreadonly())
+    else:
+        value = cloudpickle.loads(data)
     _announce()
     return value
 

@@ -69,6 +69,7 @@ def init(
     num_cpus: Optional[int] = None,
     num_gpus: Optional[int] = None,
     resources: Optional[Dict[str, float]] = None,
+    object_store_memory: Optional[int] = None,
     namespace: Optional[str] = None,
     runtime_env: Optional[Dict[str, Any]] = None,
     ignore_reinit_error: bool = False,
@@ -87,13 +88,13 @@ def init(
                 return _context(_client)
             raise RuntimeError("Maybe you called oxray.init twice by accident? "
                                "Pass ignore_reinit_error=True or call oxray.shutdown() first.")
-        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("object_store_memory", object_store_memory)):
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         resources_json = json.dumps(resources) if resources is not None else None
         package_dir = str(Path(__file__).resolve().parent.parent / "_bin")
         _client = _native.connect(address, os.environ.get("OXRAY_ADDRESS"), _current_address(), _token(),
-                                  (num_cpus, num_gpus, resources_json), package_dir, sys.executable,
+                                  (num_cpus, num_gpus, resources_json, object_store_memory), package_dir, sys.executable,
                                   os.environ.get("OXRAY_NODE_ID"))
         _namespace = namespace
         _runtime_env = runtime_env
@@ -194,8 +195,7 @@ def put(value: Any):
 
     if isinstance(value, ObjectRef):
         raise TypeError("Calling put on an ObjectRef is not allowed")
-    data, contained = serialization.dumps_with_refs(value)
-    return new_ref(client().put(data, [r.hex() for r in contained]))
+    return new_ref(serialization.put(client(), value))
 
 
 def get(refs, *, timeout: Optional[float] = None):
