@@ -80,7 +80,9 @@ lint: setup
 fmt:
 	$(CARGO) fmt --all
 
-bench: release venv
+# Benchmarks measure the release build: the binary and the native module both.
+bench: release setup $(VENV)/.ready
+	MATURIN_PEP517_ARGS="--release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH python3 bench/cluster_start.py
 	python3 bench/job_submit.py --venv $(VENV)
 	$(PY) bench/init.py
