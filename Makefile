@@ -82,7 +82,7 @@ fmt:
 
 # Benchmarks measure the release build: the binary and the native module both.
 bench: release setup $(VENV)/.ready
-	MATURIN_PEP517_ARGS="--release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
+	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH python3 bench/cluster_start.py
 	python3 bench/job_submit.py --venv $(VENV)
 	$(PY) bench/init.py
