@@ -21,6 +21,11 @@ class ObjectLostError(RayError):
     """An object is gone (freed, or owned by a process that ended)."""
 
 
+class ObjectStoreFullError(RayError):
+    """No room for the object: neither the node's shared memory nor its spill directory
+    could hold it."""
+
+
 class OwnerDiedError(ObjectLostError):
     """The process that owned the object (the one that made it) has ended."""
 

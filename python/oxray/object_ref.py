@@ -1,6 +1,3 @@
-import asyncio
-
-
 class ObjectRef:
     """A reference to an object (a task's result or a `put` value). Hashable, passable to
     other tasks (also inside other values), awaitable in asyncio. The process that made the
@@ -44,6 +41,8 @@ class ObjectRef:
         return (_restore, (self._id, owner))
 
     def future(self):
+        import asyncio  # only awaiting needs it, and importing it costs a new process 20 ms
+
         from oxray._private import worker
 
         loop = asyncio.get_event_loop()

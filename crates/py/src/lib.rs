@@ -456,13 +456,14 @@ impl Client {
         Ok(address)
     }
 
-    /// A new file in the node's object store for a value of `size` bytes:
-    /// `(object_id, path)`, or None when this process has no store (then the value stays in
-    /// its memory).
-    fn store_create(&self, py: Python<'_>, size: u64) -> PyResult<Option<(String, String)>> {
+    /// A new file in the node's object store for a value of `size` bytes (on disk with
+    /// `spill`): `(object_id, path)`, or None when this process has no store (then the value
+    /// stays in its memory).
+    #[pyo3(signature = (size, spill=false))]
+    fn store_create(&self, py: Python<'_>, size: u64, spill: bool) -> PyResult<Option<(String, String)>> {
         let Some(store) = py.detach(|| self.node_store()) else { return Ok(None) };
         let id = oxray_worker::new_id();
-        let file = store.create(&id, size).map_err(|e| PyRuntimeError::new_err(format!("object store: {e}")))?;
+        let file = store.create(&id, size, spill).map_err(|e| PyRuntimeError::new_err(format!("object store: {e}")))?;
         self.creating.lock().expect("creating lock").insert(id.clone(), file.clone());
         Ok(Some((id, file.path.display().to_string())))
     }

@@ -54,15 +54,18 @@ impl NodeStore {
     }
 
     /// A new, empty file of `size` bytes for object `id`: in shared memory while there is
-    /// room, on disk otherwise.
-    pub fn create(&self, id: &str, size: u64) -> io::Result<StoredFile> {
+    /// room (and `spill` is false), on disk otherwise.
+    pub fn create(&self, id: &str, size: u64, spill: bool) -> io::Result<StoredFile> {
         if id.is_empty() || id.contains(['/', '.']) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad object id {id:?}")));
         }
-        let before = self.counter().fetch_add(size, Ordering::AcqRel);
-        let in_memory = before.saturating_add(size) <= self.capacity;
-        if !in_memory {
-            self.counter().fetch_sub(size, Ordering::AcqRel);
+        let mut in_memory = false;
+        if !spill {
+            let before = self.counter().fetch_add(size, Ordering::AcqRel);
+            in_memory = before.saturating_add(size) <= self.capacity;
+            if !in_memory {
+                self.counter().fetch_sub(size, Ordering::AcqRel);
+            }
         }
         let path = if in_memory { self.dir.join(id) } else { self.spill.join(id) };
         let made = OpenOptions::new().write(true).create_new(true).open(&path).and_then(|f| f.set_len(size));
@@ -95,19 +98,20 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (dir, spill) = (tmp.path().join("shm"), tmp.path().join("spill"));
         let store = NodeStore::open(&dir, &spill, 100).unwrap();
-        let a = store.create("a", 60).unwrap();
+        let a = store.create("a", 60, false).unwrap();
         assert!(a.in_memory && a.path.starts_with(&dir));
         assert_eq!(std::fs::metadata(&a.path).unwrap().len(), 60);
-        let b = store.create("b", 60).unwrap();
+        let b = store.create("b", 60, false).unwrap();
         assert!(!b.in_memory && b.path.starts_with(&spill), "no room left: spilled");
         let other = NodeStore::open(&dir, &spill, 100).unwrap();
         assert_eq!(other.used(), 60, "every process of the node sees the same usage");
         store.delete(&a);
         assert_eq!(other.used(), 0);
         assert!(!a.path.exists());
-        assert!(other.create("c", 100).unwrap().in_memory, "the room came back");
+        assert!(other.create("c", 100, false).unwrap().in_memory, "the room came back");
+        assert!(!other.create("d", 1, true).unwrap().in_memory, "asked to spill");
         store.delete(&b);
         assert_eq!(other.used(), 100, "a spilled object never counted");
-        assert!(store.create("../x", 1).is_err());
+        assert!(store.create("../x", 1, false).is_err());
     }
 }

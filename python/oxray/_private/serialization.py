@@ -14,6 +14,7 @@ owner."""
 
 import json
 import mmap
+import os
 import struct
 import threading
 import traceback
@@ -133,7 +134,7 @@ def put(client, value: Any) -> str:
         out = bytearray(total)
         _write(memoryview(out), header, starts, meta, buffers)
         return client.put(bytes(out), contained)
-    object_id, path = created
+    object_id, path = _reserve(client, created, total)
     try:
         # Populating the mapping at once is much faster than faulting its pages one by one.
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
@@ -144,6 +145,30 @@ def put(client, value: Any) -> str:
         raise
     where = {"boot": BOOT_ID, "path": path, "owner": client.owner_address(), "id": object_id}
     return client.store_seal(object_id, STORED_AT + json.dumps(where).encode(), contained)
+
+
+def _reserve(client, created, total: int):
+    """Makes sure the file's pages exist before it is written through a mapping (a full
+    /dev/shm would otherwise kill the writer with SIGBUS): shared memory that turns out to be
+    full sends the object to the spill directory; a full disk is ObjectStoreFullError."""
+    import errno
+
+    from oxray.exceptions import ObjectStoreFullError
+
+    for spill in (False, True):
+        object_id, path = client.store_create(total, True) if spill else created
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, total)
+            return object_id, path
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):  # cannot reserve here: write as is
+                return object_id, path
+            client.store_seal(object_id, None)
+            if e.errno != errno.ENOSPC or spill:
+                raise ObjectStoreFullError(f"no room for an object of {total} bytes: {e}") from None
+        finally:
+            os.close(fd)
 
 
 def _open_stored(data: bytes) -> memoryview:
