@@ -129,6 +129,10 @@ struct Queued {
 struct Shape {
     waiting: VecDeque<Queued>,
     requesting: bool,
+    /// Drives holding a lease with nothing to run for a moment (see `linger`), and how a new
+    /// task wakes one of them.
+    idle: usize,
+    wake: Arc<tokio::sync::Notify>,
 }
 
 pub(crate) fn channel(address: &str) -> Result<Channel, String> {
@@ -415,12 +419,19 @@ impl Submitter {
 
     fn enqueue(self: &Arc<Self>, resources: ResourceSet, env: Env, strategy: Strategy, queued: Queued) {
         let key = format!("{:?} {:?} {:?}", resources.as_map(), env, strategy);
-        let request = {
+        let (request, wake) = {
             let mut shapes = self.shapes();
             let shape = shapes.entry(key.clone()).or_default();
             shape.waiting.push_back(queued);
-            !std::mem::replace(&mut shape.requesting, true)
+            if shape.idle > 0 {
+                (false, Some(shape.wake.clone()))
+            } else {
+                (!std::mem::replace(&mut shape.requesting, true), None)
+            }
         };
+        if let Some(wake) = wake {
+            wake.notify_one();
+        }
         if request {
             self.spawn_drive(key, Want { resources, env, strategy });
         }
@@ -477,6 +488,10 @@ impl Submitter {
         loop {
             let next = self.shapes().get_mut(&key).and_then(|s| s.waiting.pop_front());
             let Some(queued) = next else {
+                // SPREAD chooses a node per lease: a kept lease would keep its tasks on one.
+                if want.strategy != Strategy::Spread && self.linger(&key).await {
+                    continue;
+                }
                 // Losing this call only delays the worker's reuse.
                 let _ = self.give_back(&lease, false).await;
                 return;
@@ -507,6 +522,26 @@ impl Submitter {
                 return;
             }
         }
+    }
+
+    /// Keeps a lease whose queue ran empty for `LEASE_LINGER`: a caller running tasks one
+    /// after another submits the next as soon as it has a result, and the kept lease spares
+    /// that task a lease round trip. Returns whether a task came.
+    async fn linger(&self, key: &str) -> bool {
+        let wake = {
+            let mut shapes = self.shapes();
+            let Some(shape) = shapes.get_mut(key) else { return false };
+            if !shape.waiting.is_empty() {
+                return true;
+            }
+            shape.idle += 1;
+            shape.wake.clone()
+        };
+        let _ = tokio::time::timeout(LEASE_LINGER, wake.notified()).await;
+        let mut shapes = self.shapes();
+        let shape = shapes.entry(key.to_string()).or_default();
+        shape.idle -= 1;
+        !shape.waiting.is_empty()
     }
 
     /// Cancels a task: a waiting one is dropped, a running one interrupted (or, with
@@ -746,6 +781,9 @@ struct Want {
 fn fits(node: &v1::Node, resources: &ResourceSet) -> bool {
     resources.iter().all(|(k, v)| v <= 0.0 || node.resources_total.get(k).copied().unwrap_or(0.0) >= v)
 }
+
+/// How long a lease with nothing left to run is kept for the next task of its shape.
+const LEASE_LINGER: Duration = Duration::from_millis(10);
 
 /// How long tasks wait for a lease while agents cannot be reached.
 const LEASE_PATIENCE: Duration = Duration::from_secs(30);
