@@ -80,3 +80,32 @@ def test_bad_groups_are_refused(private_cluster):
     with pytest.raises(Exception, match="out of range"):
         oxray.get(pid.options(scheduling_strategy=in_group(pg, 3)).remote(), timeout=30)
     remove_placement_group(pg)
+
+
+def test_a_group_goes_with_its_killed_creator(private_cluster):
+    import subprocess
+    import sys
+    import time
+
+    script = ("import time, oxray\n"
+              "from oxray.util import placement_group\n"
+              "oxray.init()\n"
+              "assert placement_group([{'CPU': 1}], name='orphan').wait(30)\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(600)\n")
+    client = oxray._private.worker.client()
+    env = dict(os.environ, OXRAY_ADDRESS=client.address)
+    env["OXRAY_AUTH_TOKEN"] = open(os.path.join(client.local_home, "auth_token")).read().strip()
+    creator = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert creator.stdout.readline().strip() == "ready"
+        orphan = get_placement_group("orphan")
+        creator.kill()
+        creator.wait(timeout=30)
+        deadline = time.time() + 20
+        while placement_group_table(orphan)["state"] != "REMOVED":
+            assert time.time() < deadline, "the group outlived its creator"
+            time.sleep(0.2)
+    finally:
+        creator.kill()
+        creator.wait(timeout=30)

@@ -17,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 /// Removed groups kept for `placement_group_table`, newest last.
 const REMOVED_KEPT: usize = 1000;
 const RETRY: Duration = Duration::from_millis(500);
+/// How often the creators of groups that end with them are checked.
+const OWNER_CHECK: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
@@ -39,6 +41,8 @@ struct Group {
     /// Per bundle: `(node id, agent address)` once reserved there.
     nodes: Vec<Option<(String, String)>>,
     detached: bool,
+    /// The creator's object server, for a group that ends with its creator.
+    owner: Option<String>,
     created_at_ms: u64,
 }
 
@@ -143,6 +147,7 @@ impl PlacementGroups {
             bundles,
             strategy,
             state: State::Pending,
+            owner: Some(request.owner).filter(|o| !o.is_empty() && !request.detached),
             detached: request.detached,
             created_at_ms: now_ms(),
         };
@@ -215,15 +220,45 @@ impl PlacementGroups {
         self.wake.notify_one();
     }
 
-    /// Places waiting groups until `shutdown`.
+    /// Places waiting groups until `shutdown`, and removes those whose creator is gone.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut owners_checked = tokio::time::Instant::now();
         loop {
+            if owners_checked.elapsed() >= OWNER_CHECK {
+                owners_checked = tokio::time::Instant::now();
+                self.remove_orphans().await;
+            }
             self.forget_dead_nodes();
             self.place_waiting().await;
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(RETRY) => {}
+            }
+        }
+    }
+
+    /// Removes the groups whose creator's object server refuses connections: the creator
+    /// ended without removing them (it was killed). An unreachable one may be a network
+    /// fault, so only a refusal counts.
+    async fn remove_orphans(&self) {
+        let owned: Vec<(String, String)> =
+            self.lock().live.values().filter_map(|g| g.owner.as_ref().map(|o| (g.id.clone(), o.clone()))).collect();
+        let mut gone: HashMap<String, bool> = HashMap::new();
+        for (id, owner) in owned {
+            let refused = match gone.get(&owner) {
+                Some(refused) => *refused,
+                None => {
+                    let probe = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(&owner));
+                    let refused =
+                        matches!(probe.await, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused);
+                    gone.insert(owner.clone(), refused);
+                    refused
+                }
+            };
+            if refused {
+                tracing::info!(group = %id, owner, "the placement group's creator is gone; removing the group");
+                let _ = self.remove(&id).await;
             }
         }
     }

@@ -592,8 +592,10 @@ impl Client {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let head = self.cluster.head();
-        let created =
-            py.detach(|| self.runtime.block_on(pg::create(&head, &bundles, strategy, &name, &namespace, detached)));
+        let owner = if detached { String::new() } else { self.owner_address(py)? };
+        let created = py.detach(|| {
+            self.runtime.block_on(pg::create(&head, &bundles, strategy, &name, &namespace, detached, &owner))
+        });
         created.map(|g| g.placement_group_id).map_err(status_error)
     }
 

@@ -18,8 +18,10 @@ pub async fn create(
     name: &str,
     namespace: &str,
     detached: bool,
+    owner: &str,
 ) -> Result<v1::PlacementGroup, tonic::Status> {
     let request = v1::CreatePlacementGroupRequest {
+        owner: owner.to_string(),
         bundles: bundles.iter().map(|b| v1::Bundle { resources: resources_to_proto(b) }).collect(),
         strategy: strategy as i32,
         name: name.to_string(),
