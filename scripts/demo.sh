@@ -62,6 +62,23 @@ class Total:
 total = Total.remote()
 squares = oxray.get([square.remote(i) for i in range(100)])
 print("sum of the first 100 squares, by tasks and an actor:", oxray.get([total.add.remote(s) for s in squares])[-1])
+
+from oxray.util import placement_group
+from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")  # one CPU on each node
+oxray.get(pg.ready())
+
+
+@oxray.remote
+def node_of(box):
+    import os
+    return os.environ["OXRAY_NODE_ID"][:8], len(oxray.get(box[0]))  # a ref inside a list, read on that node
+
+
+data = [oxray.put(b"x" * 1_000_000)]
+placed = [node_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)).remote(data) for i in range(2)]
+print("a placement group across both nodes (node, bytes read):", oxray.get(placed))
 PY
 (cd "$project" && step "$OXRAY" job submit --working-dir . -- "$PY" tasks.py)
 step "$OXRAY" job list

@@ -250,3 +250,28 @@ def test_kill_with_restart_brings_the_actor_back(private_cluster):
     oxray.kill(actor)
     with pytest.raises(ActorDiedError, match="killed"):
         oxray.get(actor.pid.remote(), timeout=60)
+
+
+@oxray.remote(max_restarts=1)
+class Starter:
+    def __init__(self, path):
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+    def pid(self):
+        return os.getpid()
+
+
+def test_a_dead_actor_restarts_without_waiting_for_a_call(private_cluster, tmp_path):
+    import time
+
+    log = tmp_path / "starts"
+    actor = Starter.remote(str(log))
+    first = oxray.get(actor.pid.remote())
+    _sigkill(first)
+    deadline = time.time() + 30
+    while len(log.read_text().split()) < 2:
+        assert time.time() < deadline, "the actor was not restarted on its own"
+        time.sleep(0.1)
+    second = int(log.read_text().split()[1])
+    assert oxray.get(actor.pid.remote(), timeout=60) == second != first

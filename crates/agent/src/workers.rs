@@ -46,6 +46,8 @@ struct Lease {
     bundle: Option<BundleKey>,
     /// Taken back when this process is gone (a driver killed before it returned its leases).
     owner: Option<v1::ProcessIdentity>,
+    /// The object server to tell when the worker dies (an actor's owner).
+    notify: Option<String>,
 }
 
 /// A placement group's bundle: `(group id, bundle index)`.
@@ -118,6 +120,7 @@ impl WorkerPool {
         kind: WorkerKind,
         owner: Option<v1::ProcessIdentity>,
         bundle: Option<InBundle>,
+        notify: Option<String>,
     ) -> Result<v1::LeaseReply, Status> {
         let bundle = match bundle {
             None => {
@@ -148,7 +151,7 @@ impl WorkerPool {
             worker_address: worker.address.clone(),
             worker_id: worker.id.clone(),
         };
-        self.lock().leases.insert(lease_id, Lease { worker, resources, bundle, owner });
+        self.lock().leases.insert(lease_id, Lease { worker, resources, bundle, owner, notify });
         Ok(reply)
     }
 
@@ -273,8 +276,33 @@ impl WorkerPool {
         self.freed.notify_waiters();
     }
 
+    /// Takes back the leases of actors whose worker died, and tells their owners.
+    fn reap_dead_actors(&self) {
+        let dead: Vec<(String, String, String, String)> = self
+            .lock()
+            .leases
+            .iter_mut()
+            .filter_map(|(id, l)| {
+                let owner = l.notify.clone()?;
+                let exited = !matches!(l.worker.child.try_wait(), Ok(None));
+                exited.then(|| (id.clone(), l.worker.id.clone(), l.worker.address.clone(), owner))
+            })
+            .collect();
+        for (lease_id, actor_id, address, owner) in dead {
+            tracing::info!(actor = %actor_id, lease = %lease_id, "an actor's worker died; telling its owner");
+            self.give_back(&lease_id, true);
+            let token = self.env.token.clone();
+            tokio::spawn(async move {
+                if let Err(e) = tell_owner(&owner, &token, actor_id, address).await {
+                    tracing::debug!(owner, "the actor's owner was not told: {e}");
+                }
+            });
+        }
+    }
+
     /// Takes back the leases whose owner on this machine has died.
     pub fn reap(&self) {
+        self.reap_dead_actors();
         let here = oxray_config::procs::identity();
         let orphaned: Vec<String> = self
             .lock()
@@ -353,6 +381,21 @@ impl WorkerPool {
     }
 }
 
+/// Tells an actor's owner that its worker died (the owner restarts it, or records it dead).
+async fn tell_owner(owner: &str, token: &str, actor_id: String, address: String) -> Result<(), String> {
+    let token = oxray_rpc::Token::parse(token).map_err(|e| e.to_string())?;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{owner}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut client =
+        v1::object_service_client::ObjectServiceClient::with_interceptor(channel, oxray_rpc::ClientAuth::new(&token));
+    client.actor_failed(v1::ActorFailedRequest { actor_id, address }).await.map_err(|s| s.message().to_string())?;
+    Ok(())
+}
+
 /// Whether `owner` ran on this machine, in this pid space, and is no more.
 fn owner_is_gone(owner: &v1::ProcessIdentity, here: &oxray_config::procs::Identity) -> bool {
     if owner.boot_id != here.boot_id || owner.pid_namespace != here.pid_namespace || owner.pid == 0 {
@@ -394,7 +437,8 @@ impl lease_service_server::LeaseService for LeaseService {
         let owner = request.owner.filter(|_| !request.detached);
         let bundle = (!request.placement_group_id.is_empty())
             .then_some(InBundle { group: request.placement_group_id, index: request.bundle_index });
-        self.0.lease(resources, WorkerKind { python, env_vars }, owner, bundle).await.map(Response::new)
+        let notify = Some(request.notify_on_exit).filter(|n| !n.is_empty());
+        self.0.lease(resources, WorkerKind { python, env_vars }, owner, bundle, notify).await.map(Response::new)
     }
 
     async fn reserve_bundles(

@@ -281,9 +281,12 @@ impl Client {
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let strategy = parse_strategy(strategy)?;
         let submitter = py.detach(|| self.submitter())?;
+        // The agent tells this process's object server when the actor's worker dies.
+        self.owner_address(py)?;
+        let holder = oxray_worker::LeaseFor::Actor { detached };
         let lease = py
             .detach(|| {
-                self.runtime.block_on(submitter.lease_with(resources.clone(), env_vars.clone(), &strategy, detached))
+                self.runtime.block_on(submitter.lease_with(resources.clone(), env_vars.clone(), &strategy, holder))
             })
             .map_err(|e| PyRuntimeError::new_err(format!("cannot place actor {name}: {e}")))?;
         // A worker hosts at most one actor, for its whole life: its id names the actor.
@@ -452,6 +455,7 @@ impl Client {
         let serving = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone());
         let port = py.detach(|| self.runtime.block_on(serving)).map_err(PyRuntimeError::new_err)?;
         let address = format!("{ip}:{port}");
+        py.detach(|| self.submitter())?.set_object_address(address.clone());
         *slot = Some(address.clone());
         Ok(address)
     }

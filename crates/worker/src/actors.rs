@@ -270,7 +270,8 @@ impl Submitter {
     async fn lease_for_restart(&self, plan: &RestartPlan, actor_id: &str) -> Option<Lease> {
         let give_up = tokio::time::Instant::now() + RESTART_PATIENCE;
         loop {
-            match self.lease_with(plan.resources.clone(), plan.env.clone(), &plan.strategy, plan.detached).await {
+            let holder = crate::tasks::LeaseFor::Actor { detached: plan.detached };
+            match self.lease_with(plan.resources.clone(), plan.env.clone(), &plan.strategy, holder).await {
                 Ok(lease) => return Some(lease),
                 Err(e) if tokio::time::Instant::now() >= give_up => {
                     self.actors.set_dead(actor_id, format!("the actor {actor_id} died and cannot be restarted: {e}"));

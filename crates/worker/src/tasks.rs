@@ -103,6 +103,7 @@ pub struct Submitter {
     pub(crate) actors: crate::actors::ActorDirectory,
     /// Names this process's calls to actors: each actor runs a caller's calls in order.
     pub(crate) caller: String,
+    object_address: std::sync::OnceLock<String>,
 }
 
 type Reply = Result<v1::PushTaskReply, String>;
@@ -178,6 +179,7 @@ impl Submitter {
             actor_queues: Mutex::new(HashMap::new()),
             actors: Default::default(),
             caller: crate::objects::new_id(),
+            object_address: std::sync::OnceLock::new(),
         })
     }
 
@@ -448,7 +450,7 @@ impl Submitter {
     async fn lease_for_tasks(&self, want: &Want) -> Result<Lease, LeaseError> {
         let give_up = tokio::time::Instant::now() + LEASE_PATIENCE;
         loop {
-            match self.lease_with(want.resources.clone(), want.env.clone(), &want.strategy, false).await {
+            match self.lease_with(want.resources.clone(), want.env.clone(), &want.strategy, LeaseFor::Task).await {
                 Err(e) if e.transient && tokio::time::Instant::now() < give_up => {
                     tracing::debug!("no lease yet: {e}");
                     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -572,19 +574,24 @@ impl Submitter {
         }
     }
 
-    /// A worker holding `resources`, for a task or for an actor's whole life: from this
-    /// node's agent, or, when this node can never hold them, from a node that can.
-    pub async fn lease(&self, resources: ResourceSet, env: Env) -> Result<Lease, LeaseError> {
-        self.lease_with(resources, env, &Strategy::Default, false).await
+    /// Where this process's object server listens, once it does: agents tell it when a
+    /// worker of an actor it owns dies.
+    pub fn set_object_address(&self, address: String) {
+        let _ = self.object_address.set(address);
     }
 
-    fn request(&self, resources: &ResourceSet, env: Env, detached: bool) -> v1::LeaseRequest {
+    fn request(&self, resources: &ResourceSet, env: Env, holder: LeaseFor) -> v1::LeaseRequest {
+        let (detached, notify_on_exit) = match holder {
+            LeaseFor::Task => (false, String::new()),
+            LeaseFor::Actor { detached } => (detached, self.object_address.get().cloned().unwrap_or_default()),
+        };
         v1::LeaseRequest {
             resources: resources_to_proto(resources),
             python: self.python.clone(),
             env_vars: env.into_iter().collect(),
             owner: Some(self.owner.clone()),
             detached,
+            notify_on_exit,
             ..Default::default()
         }
     }
@@ -643,11 +650,11 @@ impl Submitter {
         resources: ResourceSet,
         env: Env,
         strategy: &Strategy,
-        detached: bool,
+        holder: LeaseFor,
     ) -> Result<Lease, LeaseError> {
         let target = match strategy {
             Strategy::Bundle { group, index } => {
-                return self.lease_in_bundle(self.request(&resources, env, detached), group, *index).await;
+                return self.lease_in_bundle(self.request(&resources, env, holder), group, *index).await;
             }
             Strategy::Default => None,
             Strategy::Spread => self.spread_target(&resources).await?,
@@ -658,12 +665,12 @@ impl Submitter {
             },
         };
         if let Some(address) = target {
-            let request = self.request(&resources, env, detached);
+            let request = self.request(&resources, env, holder);
             let agent = self.agent(&address)?;
             let reply = agent.clone().request_worker_lease(request).await?;
             return Ok(Lease { reply: reply.into_inner(), agent, agent_address: address });
         }
-        let request = self.request(&resources, env, detached);
+        let request = self.request(&resources, env, holder);
         let local = self.leases.clone().request_worker_lease(request.clone()).await;
         let status = match local {
             Ok(reply) => {
@@ -780,6 +787,16 @@ struct Want {
 /// Whether a node's total resources could hold the request.
 fn fits(node: &v1::Node, resources: &ResourceSet) -> bool {
     resources.iter().all(|(k, v)| v <= 0.0 || node.resources_total.get(k).copied().unwrap_or(0.0) >= v)
+}
+
+/// What a lease is for: a task (returned when the shape's queue is empty) or an actor's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseFor {
+    Task,
+    /// `detached`: the lease outlives this process.
+    Actor {
+        detached: bool,
+    },
 }
 
 /// How long a lease with nothing left to run is kept for the next task of its shape.
