@@ -65,6 +65,7 @@ pub struct BoundHead {
     jobs: Arc<JobManager>,
     events: Arc<events::Events>,
     actors: Arc<actors::Actors>,
+    groups: Arc<placement_groups::PlacementGroups>,
     control: TcpListener,
     http: TcpListener,
 }
@@ -94,8 +95,9 @@ impl Head {
             packages,
             config.token.clone(),
         )?);
-        let actors = Arc::new(actors::Actors::open(store)?);
-        Ok(BoundHead { config, membership, jobs, events, actors, control, http })
+        let actors = Arc::new(actors::Actors::open(store.clone())?);
+        let groups = placement_groups::PlacementGroups::open(membership.clone(), config.token.clone(), store)?;
+        Ok(BoundHead { config, membership, jobs, events, actors, groups, control, http })
     }
 }
 
@@ -134,7 +136,7 @@ impl BoundHead {
 
     /// Serves until `shutdown` is cancelled, then stops accepting and returns.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), HeadError> {
-        let BoundHead { config, membership, jobs, events, actors, control, http } = self;
+        let BoundHead { config, membership, jobs, events, actors, groups, control, http } = self;
         let session_name = config.session.name();
         tracing::info!(
             control = %control.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -143,7 +145,6 @@ impl BoundHead {
             "head serving"
         );
 
-        let groups = placement_groups::PlacementGroups::new(membership.clone(), config.token.clone());
         let monitor =
             tokio::spawn(watch_heartbeats(membership.clone(), jobs.clone(), groups.clone(), shutdown.clone()));
         let scheduler = tokio::spawn(jobs.clone().run(shutdown.clone()));

@@ -4,6 +4,7 @@
 
 use crate::bundles::{self, Candidate, Strategy};
 use crate::membership::Membership;
+use crate::store::{Store, StoreError};
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, PlacementGroupState as State};
 use oxray_rpc::{connect_leases_lazy, LeaseClient, Token};
@@ -68,7 +69,46 @@ impl Group {
             bundle_agents: at(|n| &n.1),
             detached: self.detached,
             created_at_ms: self.created_at_ms,
+            owner: self.owner.clone().unwrap_or_default(),
         }
+    }
+
+    /// A group as the database kept it.
+    fn from_proto(p: v1::PlacementGroup) -> Result<Self, String> {
+        let bundles = p
+            .bundles
+            .into_iter()
+            .map(|b| oxray_proto::convert::resources_from_proto(b.resources).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let strategy = strategy_from(p.strategy).ok_or_else(|| format!("unknown strategy {}", p.strategy))?;
+        let state = State::try_from(p.state).map_err(|e| e.to_string())?;
+        let nodes = (0..bundles.len())
+            .map(|i| match (p.bundle_nodes.get(i), p.bundle_agents.get(i)) {
+                (Some(n), Some(a)) if !n.is_empty() => Some((n.clone(), a.clone())),
+                _ => None,
+            })
+            .collect();
+        Ok(Self {
+            id: p.placement_group_id,
+            name: p.name,
+            namespace: p.namespace,
+            bundles,
+            strategy,
+            state,
+            nodes,
+            detached: p.detached,
+            owner: Some(p.owner).filter(|o| !o.is_empty()),
+            created_at_ms: p.created_at_ms,
+        })
+    }
+}
+
+fn strategy_from(value: i32) -> Option<Strategy> {
+    match v1::PlacementStrategy::try_from(value).ok()? {
+        v1::PlacementStrategy::Pack => Some(Strategy::Pack),
+        v1::PlacementStrategy::Spread => Some(Strategy::Spread),
+        v1::PlacementStrategy::StrictPack => Some(Strategy::StrictPack),
+        v1::PlacementStrategy::StrictSpread => Some(Strategy::StrictSpread),
     }
 }
 
@@ -80,6 +120,9 @@ struct Table {
 
 pub struct PlacementGroups {
     table: Mutex<Table>,
+    store: Arc<Store>,
+    /// Written since the last flush to disk.
+    dirty: std::sync::atomic::AtomicBool,
     membership: Arc<Membership>,
     token: Token,
     agents: Mutex<HashMap<String, LeaseClient>>,
@@ -98,15 +141,45 @@ fn now_ms() -> u64 {
 }
 
 impl PlacementGroups {
-    pub fn new(membership: Arc<Membership>, token: Token) -> Arc<Self> {
-        Arc::new(Self {
-            table: Mutex::new(Table::default()),
+    /// The table as the database has it; groups placed before a head restart keep their
+    /// nodes (whose agents kept the reservations).
+    pub fn open(membership: Arc<Membership>, token: Token, store: Arc<Store>) -> Result<Arc<Self>, StoreError> {
+        let mut table = Table::default();
+        for kept in store.load_groups()? {
+            match Group::from_proto(kept) {
+                Ok(group) => {
+                    table.live.insert(group.id.clone(), group);
+                }
+                Err(e) => tracing::warn!("a placement group in the database is unreadable: {e}"),
+            }
+        }
+        Ok(Arc::new(Self {
+            table: Mutex::new(table),
+            store,
+            dirty: std::sync::atomic::AtomicBool::new(false),
             membership,
             token,
             agents: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             changed: watch::channel(0).0,
-        })
+        }))
+    }
+
+    /// Records a group's state (or, `None`, its removal); `flush` makes it durable.
+    fn persist(&self, id: &str, group: Option<&Group>) {
+        let proto = group.map(Group::to_proto);
+        match self.store.put_group(id, proto.as_ref()) {
+            Ok(()) => self.dirty.store(true, std::sync::atomic::Ordering::Relaxed),
+            Err(e) => tracing::error!(group = id, "cannot record the placement group: {e}"),
+        }
+    }
+
+    fn flush(&self) {
+        if self.dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            if let Err(e) = self.store.flush() {
+                tracing::error!("cannot make placement groups durable: {e}");
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -126,13 +199,8 @@ impl PlacementGroups {
             }
             bundles.push(resources);
         }
-        let strategy = match v1::PlacementStrategy::try_from(request.strategy) {
-            Ok(v1::PlacementStrategy::Pack) => Strategy::Pack,
-            Ok(v1::PlacementStrategy::Spread) => Strategy::Spread,
-            Ok(v1::PlacementStrategy::StrictPack) => Strategy::StrictPack,
-            Ok(v1::PlacementStrategy::StrictSpread) => Strategy::StrictSpread,
-            Err(_) => return Err(GroupError::Invalid(format!("unknown strategy {}", request.strategy))),
-        };
+        let strategy = strategy_from(request.strategy)
+            .ok_or_else(|| GroupError::Invalid(format!("unknown strategy {}", request.strategy)))?;
         let mut table = self.lock();
         if !request.name.is_empty()
             && table.live.values().any(|g| g.name == request.name && g.namespace == request.namespace)
@@ -152,6 +220,7 @@ impl PlacementGroups {
             created_at_ms: now_ms(),
         };
         let reply = group.to_proto();
+        self.persist(&group.id, Some(&group));
         table.live.insert(group.id.clone(), group);
         drop(table);
         self.wake.notify_one();
@@ -193,6 +262,7 @@ impl PlacementGroups {
             }
             group
         };
+        self.persist(id, None);
         self.changed.send_modify(|v| *v += 1);
         let agents: std::collections::BTreeSet<String> = group.nodes.iter().flatten().map(|n| n.1.clone()).collect();
         for agent in agents {
@@ -230,6 +300,7 @@ impl PlacementGroups {
             }
             self.forget_dead_nodes();
             self.place_waiting().await;
+            self.flush();
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = self.wake.notified() => {}
@@ -271,12 +342,17 @@ impl PlacementGroups {
         let alive: Vec<String> = self.alive().iter().map(|n| n.node_id.hex()).collect();
         let mut changed = false;
         for group in self.lock().live.values_mut() {
+            let mut lost = false;
             for slot in group.nodes.iter_mut() {
                 if slot.as_ref().is_some_and(|(node, _)| !alive.contains(node)) {
                     *slot = None;
                     group.state = State::Rescheduling;
-                    changed = true;
+                    lost = true;
                 }
+            }
+            if lost {
+                self.persist(&group.id, Some(group));
+                changed = true;
             }
         }
         if changed {
@@ -375,6 +451,7 @@ impl PlacementGroups {
                         }
                     }
                     current.state = State::Created;
+                    self.persist(&group.id, Some(current));
                     true
                 }
                 None => false,

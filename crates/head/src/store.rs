@@ -15,6 +15,8 @@ const JOBS: Table = TableDefinition::new("jobs");
 const EVENTS: TableDefinition<'static, u64, &'static [u8]> = TableDefinition::new("events");
 /// Named actors, as protobuf bytes keyed by "namespace/name".
 const ACTORS: Table = TableDefinition::new("actors");
+/// Live placement groups, as protobuf bytes keyed by id.
+const GROUPS: Table = TableDefinition::new("placement_groups");
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -52,6 +54,7 @@ impl Store {
         tx.open_table(JOBS).map_err(db_err)?;
         tx.open_table(EVENTS).map_err(db_err)?;
         tx.open_table(ACTORS).map_err(db_err)?;
+        tx.open_table(GROUPS).map_err(db_err)?;
         tx.commit().map_err(db_err)?;
         Ok(Self { db })
     }
@@ -147,6 +150,42 @@ impl Store {
         let tx = self.db.begin_write().map_err(db_err)?;
         tx.open_table(ACTORS).map_err(db_err)?.remove(key).map_err(db_err)?;
         tx.commit().map_err(db_err)
+    }
+
+    /// Records a placement group (`Some`) or its removal (`None`) without waiting for the
+    /// disk: groups change hundreds of times a second, and `flush` makes them durable.
+    pub fn put_group(&self, id: &str, group: Option<&oxray_proto::v1::PlacementGroup>) -> Result<(), StoreError> {
+        use prost::Message;
+        let mut tx = self.db.begin_write().map_err(db_err)?;
+        tx.set_durability(redb::Durability::None);
+        {
+            let mut table = tx.open_table(GROUPS).map_err(db_err)?;
+            match group {
+                Some(g) => table.insert(id, g.encode_to_vec().as_slice()).map(drop),
+                None => table.remove(id).map(drop),
+            }
+            .map_err(db_err)?;
+        }
+        tx.commit().map_err(db_err)
+    }
+
+    /// Makes every earlier write durable.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.db.begin_write().map_err(db_err)?.commit().map_err(db_err)
+    }
+
+    pub fn load_groups(&self) -> Result<Vec<oxray_proto::v1::PlacementGroup>, StoreError> {
+        use prost::Message;
+        let tx = self.db.begin_read().map_err(db_err)?;
+        let table = tx.open_table(GROUPS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(db_err)? {
+            let (_, value) = entry.map_err(db_err)?;
+            let group =
+                oxray_proto::v1::PlacementGroup::decode(value.value()).map_err(|e| StoreError::Db(e.to_string()))?;
+            out.push(group);
+        }
+        Ok(out)
     }
 
     pub fn load_actors(&self) -> Result<Vec<oxray_proto::v1::NamedActor>, StoreError> {

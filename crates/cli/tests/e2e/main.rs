@@ -4,6 +4,7 @@ mod cli;
 mod cluster;
 mod http;
 mod jobs;
+mod placement_groups;
 
 use oxray_testkit::LocalCluster;
 
