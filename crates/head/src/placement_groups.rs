@@ -121,8 +121,8 @@ struct Table {
 pub struct PlacementGroups {
     table: Mutex<Table>,
     store: Arc<Store>,
-    /// Written since the last flush to disk.
-    dirty: std::sync::atomic::AtomicBool,
+    /// Groups changed since they were last written, by id (`None`: removed).
+    dirty: Mutex<HashMap<String, Option<v1::PlacementGroup>>>,
     membership: Arc<Membership>,
     token: Token,
     agents: Mutex<HashMap<String, LeaseClient>>,
@@ -156,7 +156,7 @@ impl PlacementGroups {
         Ok(Arc::new(Self {
             table: Mutex::new(table),
             store,
-            dirty: std::sync::atomic::AtomicBool::new(false),
+            dirty: Mutex::new(HashMap::new()),
             membership,
             token,
             agents: Mutex::new(HashMap::new()),
@@ -165,19 +165,24 @@ impl PlacementGroups {
         }))
     }
 
-    /// Records a group's state (or, `None`, its removal); `flush` makes it durable.
+    /// Notes a group's new state (or, `None`, its removal) for the next `flush`.
     fn persist(&self, id: &str, group: Option<&Group>) {
-        let proto = group.map(Group::to_proto);
-        match self.store.put_group(id, proto.as_ref()) {
-            Ok(()) => self.dirty.store(true, std::sync::atomic::Ordering::Relaxed),
-            Err(e) => tracing::error!(group = id, "cannot record the placement group: {e}"),
-        }
+        self.dirty.lock().expect("dirty groups lock").insert(id.to_string(), group.map(Group::to_proto));
     }
 
+    /// Writes the groups changed since the last flush, in one durable transaction: groups
+    /// change hundreds of times a second, the disk is asked once a round.
     fn flush(&self) {
-        if self.dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            if let Err(e) = self.store.flush() {
-                tracing::error!("cannot make placement groups durable: {e}");
+        let changed: Vec<(String, Option<v1::PlacementGroup>)> =
+            self.dirty.lock().expect("dirty groups lock").drain().collect();
+        if changed.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.put_groups(&changed) {
+            tracing::error!("cannot record placement groups: {e}");
+            let mut dirty = self.dirty.lock().expect("dirty groups lock");
+            for (id, group) in changed {
+                dirty.entry(id).or_insert(group);
             }
         }
     }
@@ -302,7 +307,7 @@ impl PlacementGroups {
             self.place_waiting().await;
             self.flush();
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return self.flush(),
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(RETRY) => {}
             }

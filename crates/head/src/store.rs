@@ -152,26 +152,21 @@ impl Store {
         tx.commit().map_err(db_err)
     }
 
-    /// Records a placement group (`Some`) or its removal (`None`) without waiting for the
-    /// disk: groups change hundreds of times a second, and `flush` makes them durable.
-    pub fn put_group(&self, id: &str, group: Option<&oxray_proto::v1::PlacementGroup>) -> Result<(), StoreError> {
+    /// Records placement groups (`Some`) and their removal (`None`) in one transaction.
+    pub fn put_groups(&self, groups: &[(String, Option<oxray_proto::v1::PlacementGroup>)]) -> Result<(), StoreError> {
         use prost::Message;
-        let mut tx = self.db.begin_write().map_err(db_err)?;
-        tx.set_durability(redb::Durability::None);
+        let tx = self.db.begin_write().map_err(db_err)?;
         {
             let mut table = tx.open_table(GROUPS).map_err(db_err)?;
-            match group {
-                Some(g) => table.insert(id, g.encode_to_vec().as_slice()).map(drop),
-                None => table.remove(id).map(drop),
+            for (id, group) in groups {
+                match group {
+                    Some(g) => table.insert(id.as_str(), g.encode_to_vec().as_slice()).map(drop),
+                    None => table.remove(id.as_str()).map(drop),
+                }
+                .map_err(db_err)?;
             }
-            .map_err(db_err)?;
         }
         tx.commit().map_err(db_err)
-    }
-
-    /// Makes every earlier write durable.
-    pub fn flush(&self) -> Result<(), StoreError> {
-        self.db.begin_write().map_err(db_err)?.commit().map_err(db_err)
     }
 
     pub fn load_groups(&self) -> Result<Vec<oxray_proto::v1::PlacementGroup>, StoreError> {
