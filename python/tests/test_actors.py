@@ -275,3 +275,22 @@ def test_a_dead_actor_restarts_without_waiting_for_a_call(private_cluster, tmp_p
         time.sleep(0.1)
     second = int(log.read_text().split()[1])
     assert oxray.get(actor.pid.remote(), timeout=60) == second != first
+
+
+def test_what_concurrent_calls_print_reaches_the_caller(private_cluster, capfd):
+    @oxray.remote
+    class Speaker:
+        async def say(self, word):
+            print(f"async says {word}")
+            return word
+
+    @oxray.remote(max_concurrency=2)
+    class Threaded:
+        def say(self, word):
+            print(f"thread says {word}")
+            return word
+
+    assert oxray.get(Speaker.remote().say.remote("hello")) == "hello"
+    assert oxray.get(Threaded.remote().say.remote("hi")) == "hi"
+    out = capfd.readouterr().out
+    assert "async says hello" in out and "thread says hi" in out, out

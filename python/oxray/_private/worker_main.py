@@ -6,6 +6,7 @@ name, process and node, back to the caller, which prints it as Ray's drivers do.
 import io
 import os
 import sys
+import threading
 
 from oxray import _native
 from oxray._private import serialization
@@ -20,16 +21,20 @@ class _Tee(io.TextIOBase):
     def __init__(self, stream):
         self.stream = stream
         self.captured = []
+        # Threaded and async actors print from several threads at once.
+        self.lock = threading.Lock()
 
     def write(self, text):
-        self.captured.append(text)
+        with self.lock:
+            self.captured.append(text)
         return self.stream.write(text)
 
     def flush(self):
         self.stream.flush()
 
     def take(self):
-        text, self.captured = "".join(self.captured), []
+        with self.lock:
+            text, self.captured = "".join(self.captured), []
         return text
 
 
@@ -82,7 +87,7 @@ def main() -> None:
         current_context["task_id"] = task_id
         runner = state.get("runner")
         if runner is not None and runner.concurrent and task[6]:
-            _submit_concurrent(executor, runner, task)
+            _submit_concurrent(executor, runner, task, out, err)
             continue
         try:
             reply = _encode(name, _run(task, state), num_returns)
@@ -118,7 +123,7 @@ def _encode(name, result, num_returns):
     return encoded[0][0], False, [], contained
 
 
-def _submit_concurrent(executor, runner, task):
+def _submit_concurrent(executor, runner, task, out, err):
     """Starts a call of a threaded or async actor and goes back for the next one."""
     task_id, name, _function, args, dependencies, _creation, method = task[:7]
     try:
@@ -129,14 +134,19 @@ def _submit_concurrent(executor, runner, task):
         return
 
     def done(result, error):
+        # Calls running at once share the streams: what was printed goes with the call
+        # that ends first.
+        out.flush()
+        err.flush()
+        output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
         if error is None:
             try:
                 data, is_error, _, contained = _encode(name, result, 1)
-                executor.finish(task_id, data, is_error, [], "", contained)
+                executor.finish(task_id, data, is_error, [], output, contained)
                 return
             except BaseException as e:  # the result does not serialize
                 error = e
-        executor.finish(task_id, serialization.dumps_error(name, error), True)
+        executor.finish(task_id, serialization.dumps_error(name, error), True, [], output)
 
     runner.submit(method, call_args, call_kwargs, done)
 
