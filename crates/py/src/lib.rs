@@ -296,17 +296,7 @@ impl Client {
         let plan = RestartPlan { resources, env: env_vars, strategy, detached, restarts_left: max_restarts };
         submitter.adopt_actor(&actor_id, lease, plan);
         let call = actor_call(&actor_id, &address, None, String::new(), true, max_task_retries);
-        let spec = TaskSpec {
-            name,
-            function: class.to_vec(),
-            args: args.to_vec(),
-            dependencies,
-            contained,
-            route: Route::Actor(call),
-            max_retries: 0,
-            retry_exceptions: false,
-            num_returns: 1,
-        };
+        let spec = TaskSpec::actor(name, class.to_vec(), args.to_vec(), dependencies, contained, call);
         let created = submitter.submit(self.runtime.handle(), spec).swap_remove(0);
         Ok((actor_id, address, lease_id, created, agent))
     }
@@ -329,17 +319,7 @@ impl Client {
     ) -> PyResult<String> {
         let submitter = py.detach(|| self.submitter())?;
         let call = actor_call(&actor_id, &address, owner, method.clone(), false, max_task_retries);
-        let spec = TaskSpec {
-            name: method,
-            function: Vec::new(),
-            args: args.to_vec(),
-            dependencies,
-            contained,
-            route: Route::Actor(call),
-            max_retries: 0,
-            retry_exceptions: false,
-            num_returns: 1,
-        };
+        let spec = TaskSpec::actor(method, Vec::new(), args.to_vec(), dependencies, contained, call);
         Ok(submitter.submit(self.runtime.handle(), spec).swap_remove(0))
     }
 
@@ -727,6 +707,7 @@ impl Client {
                 self.token.clone(),
                 self.python.clone(),
                 Some(self.cluster.head()),
+                self.links.clone(),
             )
             .map_err(PyRuntimeError::new_err)?,
         );

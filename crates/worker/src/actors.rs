@@ -10,9 +10,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
-/// How long a restart keeps looking for a node to run on.
-const RESTART_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Life {
     Alive,
@@ -165,7 +162,7 @@ impl Submitter {
             Some(None) => Err(died()),
             Some(Some(owner)) => {
                 let request = v1::ActorFailedRequest { actor_id: actor_id.to_string(), address: address.to_string() };
-                let reply = match self.objects_client(&owner) {
+                let reply = match self.links.client(&owner) {
                     Ok(mut c) => c.actor_failed(request).await.map(|r| r.into_inner()),
                     Err(e) => return Err(format!("{}: {e}", died())),
                 };
@@ -233,7 +230,14 @@ impl Submitter {
             if let Some(r) = self.actors.lock().get_mut(&actor_id) {
                 r.plan = Some(plan.clone());
             }
-            let Some(lease) = self.lease_for_restart(&plan, &actor_id).await else { return };
+            let holder = crate::tasks::LeaseFor::Actor { detached: plan.detached };
+            let lease = match self.lease_patiently(&plan.resources, &plan.env, &plan.strategy, holder, true).await {
+                Ok(lease) => lease,
+                Err(e) => {
+                    self.actors.set_dead(&actor_id, format!("the actor {actor_id} died and cannot be restarted: {e}"));
+                    return;
+                }
+            };
             let address = lease.reply.worker_address.clone();
             let mut push = creation.clone();
             push.task_id = crate::objects::new_id();
@@ -265,26 +269,6 @@ impl Submitter {
         }
     }
 
-    /// A worker for a restart. A node that just died may still be offered for a while, and
-    /// a fitting node may come back: keep asking for up to `RESTART_PATIENCE`.
-    async fn lease_for_restart(&self, plan: &RestartPlan, actor_id: &str) -> Option<Lease> {
-        let give_up = tokio::time::Instant::now() + RESTART_PATIENCE;
-        loop {
-            let holder = crate::tasks::LeaseFor::Actor { detached: plan.detached };
-            match self.lease_with(plan.resources.clone(), plan.env.clone(), &plan.strategy, holder).await {
-                Ok(lease) => return Some(lease),
-                Err(e) if tokio::time::Instant::now() >= give_up => {
-                    self.actors.set_dead(actor_id, format!("the actor {actor_id} died and cannot be restarted: {e}"));
-                    return None;
-                }
-                Err(e) => {
-                    tracing::debug!(actor = %actor_id, "no worker for the restart yet: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                }
-            }
-        }
-    }
-
     /// Ends an actor: its worker is retired; with `no_restart` it stays dead, otherwise an
     /// owned actor with restarts left comes back on the next call.
     pub async fn kill_actor(self: &Arc<Self>, actor_id: &str, no_restart: bool) -> Result<(), String> {
@@ -296,7 +280,7 @@ impl Submitter {
         if !owned {
             let Some(owner) = owner else { return Err(format!("actor {actor_id} is not known here")) };
             let request = v1::KillActorRequest { actor_id: actor_id.to_string(), no_restart };
-            let mut client = self.objects_client(&owner)?;
+            let mut client = self.links.client(&owner)?;
             return client.kill_actor(request).await.map(|_| ()).map_err(|s| s.message().to_string());
         }
         let lease = if no_restart {

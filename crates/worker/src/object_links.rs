@@ -27,7 +27,7 @@ impl OwnerLinks {
         Arc::new(Self { token, runtime, clients: Mutex::new(HashMap::new()), queues: Mutex::new(HashMap::new()) })
     }
 
-    fn client(&self, owner: &str) -> Result<Client, String> {
+    pub(crate) fn client(&self, owner: &str) -> Result<Client, String> {
         let mut clients = self.clients.lock().expect("owner clients lock");
         if let Some(c) = clients.get(owner) {
             return Ok(c.clone());

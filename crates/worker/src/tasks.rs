@@ -34,6 +34,32 @@ pub struct TaskSpec {
     pub num_returns: u32,
 }
 
+impl TaskSpec {
+    /// An actor's creation call or a method call: sent once, one return value (resent
+    /// after a restart only as the call's `max_task_retries` allows).
+    pub fn actor(
+        name: String,
+        function: Vec<u8>,
+        args: Vec<u8>,
+        dependencies: Vec<String>,
+        contained: Vec<String>,
+        call: ActorCall,
+    ) -> Self {
+        let route = Route::Actor(call);
+        Self {
+            name,
+            function,
+            args,
+            dependencies,
+            contained,
+            route,
+            max_retries: 0,
+            retry_exceptions: false,
+            num_returns: 1,
+        }
+    }
+}
+
 /// runtime_env variables of a task's worker.
 pub type Env = std::collections::BTreeMap<String, String>;
 
@@ -83,6 +109,8 @@ pub struct Submitter {
     leases: LeaseServiceClient<Authed>,
     /// The cluster's view, to find another node when this one can never hold a task.
     head: Option<oxray_rpc::HeadClient>,
+    /// Other processes' object servers (actor owners among them).
+    pub(crate) links: Arc<crate::OwnerLinks>,
     local_agent: String,
     remote_agents: Mutex<HashMap<String, LeaseServiceClient<Authed>>>,
     spread_turn: std::sync::atomic::AtomicU64,
@@ -152,12 +180,14 @@ impl Submitter {
         token: Token,
         python: String,
         head: Option<oxray_rpc::HeadClient>,
+        links: Arc<crate::OwnerLinks>,
     ) -> Result<Self, String> {
         let leases = LeaseServiceClient::with_interceptor(channel(agent)?, ClientAuth::new(&token));
         Ok(Self {
             objects,
             leases,
             head,
+            links,
             local_agent: agent.to_string(),
             remote_agents: Mutex::new(HashMap::new()),
             spread_turn: std::sync::atomic::AtomicU64::new(0),
@@ -327,18 +357,6 @@ impl Submitter {
         }
     }
 
-    /// A client of another process's object server.
-    pub(crate) fn objects_client(
-        &self,
-        address: &str,
-    ) -> Result<oxray_proto::v1::object_service_client::ObjectServiceClient<Authed>, String> {
-        let channel = channel(address)?;
-        Ok(oxray_proto::v1::object_service_client::ObjectServiceClient::with_interceptor(
-            channel,
-            ClientAuth::new(&self.token),
-        ))
-    }
-
     /// Stores a task's reply: its value or values with the references inside them, or its
     /// error in every return.
     fn record(&self, ids: &[String], mut reply: v1::PushTaskReply) {
@@ -444,14 +462,21 @@ impl Submitter {
         tokio::spawn(self.clone().drive(key, want));
     }
 
-    /// A lease for a shape's tasks. An agent that cannot be reached (its node just died and
-    /// may still look alive for a moment) is not the tasks' failure: ask again, choosing
-    /// anew, for up to `LEASE_PATIENCE`.
-    async fn lease_for_tasks(&self, want: &Want) -> Result<Lease, LeaseError> {
+    /// A lease, asked for again (choosing anew) for up to `LEASE_PATIENCE` while agents
+    /// cannot be reached (a node that just died may still look alive for a moment), and
+    /// with `refusals` also while no node can hold it (one may come back).
+    pub(crate) async fn lease_patiently(
+        &self,
+        resources: &ResourceSet,
+        env: &Env,
+        strategy: &Strategy,
+        holder: LeaseFor,
+        refusals: bool,
+    ) -> Result<Lease, LeaseError> {
         let give_up = tokio::time::Instant::now() + LEASE_PATIENCE;
         loop {
-            match self.lease_with(want.resources.clone(), want.env.clone(), &want.strategy, LeaseFor::Task).await {
-                Err(e) if e.transient && tokio::time::Instant::now() < give_up => {
+            match self.lease_with(resources.clone(), env.clone(), strategy, holder).await {
+                Err(e) if (e.transient || refusals) && tokio::time::Instant::now() < give_up => {
                     tracing::debug!("no lease yet: {e}");
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
@@ -462,7 +487,8 @@ impl Submitter {
 
     /// Gets a lease and runs waiting tasks of the shape on it until none is left.
     async fn drive(self: Arc<Self>, key: String, want: Want) {
-        let lease = match self.lease_for_tasks(&want).await {
+        let lease = match self.lease_patiently(&want.resources, &want.env, &want.strategy, LeaseFor::Task, false).await
+        {
             Ok(lease) => lease,
             Err(e) => {
                 // The agent refused the shape (it can never fit) or is gone: fail what waits.
@@ -802,7 +828,7 @@ pub enum LeaseFor {
 /// How long a lease with nothing left to run is kept for the next task of its shape.
 const LEASE_LINGER: Duration = Duration::from_millis(10);
 
-/// How long tasks wait for a lease while agents cannot be reached.
+/// How long a lease is asked for again while agents cannot be reached.
 const LEASE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Why no lease was granted; `transient` when the agent (or head) could not be reached,

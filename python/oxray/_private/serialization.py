@@ -112,12 +112,17 @@ def dumps_with_refs(value: Any) -> Tuple[bytes, List[ObjectRef]]:
     the value."""
     with _collecting() as refs:
         meta, buffers = _pickle5(value)
+    return _inline(meta, buffers), refs
+
+
+def _inline(meta: bytes, buffers) -> bytes:
+    """The value as bytes: the pickle itself, or STORED when it has buffers."""
     if not buffers:
-        return meta, refs
+        return meta
     header, starts, total = _layout(meta, buffers)
     out = bytearray(total)
     _write(memoryview(out), header, starts, meta, buffers)
-    return bytes(out), refs
+    return bytes(out)
 
 
 def put(client, value: Any) -> str:
@@ -129,11 +134,7 @@ def put(client, value: Any) -> str:
     header, starts, total = _layout(meta, buffers)
     created = client.store_create(total) if total >= INLINE_LIMIT else None
     if created is None:
-        if not buffers:
-            return client.put(meta, contained)
-        out = bytearray(total)
-        _write(memoryview(out), header, starts, meta, buffers)
-        return client.put(bytes(out), contained)
+        return client.put(_inline(meta, buffers), contained)
     object_id, path = _reserve(client, created, total)
     try:
         # Populating the mapping at once is much faster than faulting its pages one by one.
