@@ -780,7 +780,14 @@ impl TaskExecutor {
             .into_iter()
             .map(|(object_id, owner, return_index)| oxray_worker::ContainedRef { object_id, owner, return_index })
             .collect();
-        let reply = oxray_worker::PushTaskReply { result: result.to_vec(), is_error, returns, output, contained };
+        let reply = oxray_worker::PushTaskReply {
+            result: result.to_vec(),
+            is_error,
+            returns,
+            output,
+            contained,
+            ..Default::default()
+        };
         self.executor.finish(task_id, reply);
     }
 }

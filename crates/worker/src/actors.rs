@@ -243,10 +243,7 @@ impl Submitter {
             push.task_id = crate::objects::new_id();
             push.caller_id = self.caller.clone();
             push.sequence = self.actors.next_sequence(&address);
-            let created = match self.worker(&address) {
-                Ok(mut w) => w.push_task(push).await.map(|r| r.into_inner()).map_err(|s| s.message().to_string()),
-                Err(e) => Err(e),
-            };
+            let created = self.pushes.push(&address, push).await;
             match created {
                 Ok(reply) if !reply.is_error => {
                     tracing::info!(actor = %actor_id, %address, "actor restarted");

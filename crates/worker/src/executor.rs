@@ -6,7 +6,7 @@ use oxray_proto::v1::{self, worker_service_server};
 use oxray_rpc::{ServerAuth, Token};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
 pub struct Incoming {
@@ -54,8 +54,11 @@ impl Order {
     }
 }
 
+type ReplySender = mpsc::UnboundedSender<Result<v1::PushTaskReply, Status>>;
+
+/// Where each task's reply goes: the stream of the caller that pushed it.
 #[derive(Default)]
-struct Replies(Mutex<HashMap<String, oneshot::Sender<v1::PushTaskReply>>>);
+struct Replies(Mutex<HashMap<String, ReplySender>>);
 
 /// The task the Python loop runs now, and how to interrupt it.
 #[derive(Default)]
@@ -64,19 +67,18 @@ pub struct Current {
     interrupt: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
+#[derive(Clone)]
 struct Service {
     queue: mpsc::UnboundedSender<Incoming>,
     replies: Arc<Replies>,
-    order: Mutex<Order>,
+    order: Arc<Mutex<Order>>,
     current: Arc<Current>,
 }
 
-#[tonic::async_trait]
-impl worker_service_server::WorkerService for Service {
-    async fn push_task(&self, request: Request<v1::PushTaskRequest>) -> Result<Response<v1::PushTaskReply>, Status> {
-        let r = request.into_inner();
-        let (tx, rx) = oneshot::channel();
-        self.replies.0.lock().expect("replies lock").insert(r.task_id.clone(), tx);
+impl Service {
+    /// Takes a pushed task: its reply will go to `reply`; it runs once its turn came.
+    fn accept(&self, r: v1::PushTaskRequest, reply: &ReplySender) -> Result<(), Status> {
+        self.replies.0.lock().expect("replies lock").insert(r.task_id.clone(), reply.clone());
         let incoming = Incoming {
             task_id: r.task_id,
             name: r.function_name,
@@ -95,7 +97,34 @@ impl worker_service_server::WorkerService for Service {
         for task in deliver {
             self.queue.send(task).map_err(|_| Status::unavailable("the worker is shutting down"))?;
         }
-        rx.await.map(Response::new).map_err(|_| Status::internal("the worker dropped the task"))
+        Ok(())
+    }
+}
+
+type ReplyStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::PushTaskReply, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl worker_service_server::WorkerService for Service {
+    type PushTasksStream = ReplyStream;
+
+    async fn push_tasks(
+        &self,
+        request: Request<tonic::Streaming<v1::PushTaskRequest>>,
+    ) -> Result<Response<ReplyStream>, Status> {
+        let mut pushed = request.into_inner();
+        let (reply, replies) = mpsc::unbounded_channel();
+        let this = self.clone();
+        // The reply stream ends once the caller stopped sending and every task it sent
+        // was answered (each waiting task holds a sender).
+        tokio::spawn(async move {
+            while let Ok(Some(task)) = pushed.message().await {
+                if let Err(status) = this.accept(task, &reply) {
+                    let _ = reply.send(Err(status));
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(replies))))
     }
 
     async fn cancel_task(
@@ -135,7 +164,7 @@ impl Executor {
         let server = worker_service_server::WorkerServiceServer::new(Service {
             queue: tx,
             replies: replies.clone(),
-            order: Mutex::new(Order::default()),
+            order: Default::default(),
             current: current.clone(),
         })
         .max_decoding_message_size(usize::MAX)
@@ -184,7 +213,7 @@ impl Executor {
             }
         }
         if let Some(tx) = self.replies.0.lock().expect("replies lock").remove(task_id) {
-            let _ = tx.send(reply);
+            let _ = tx.send(Ok(v1::PushTaskReply { task_id: task_id.to_string(), ..reply }));
         }
     }
 }

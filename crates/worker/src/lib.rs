@@ -11,6 +11,7 @@ mod object_links;
 mod object_server;
 mod objects;
 pub mod placement_groups;
+mod push;
 mod store;
 mod tasks;
 

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-type Authed = InterceptedService<Channel, ClientAuth>;
+pub(crate) type Authed = InterceptedService<Channel, ClientAuth>;
 
 /// What a task is, as the Python side serialized it.
 pub struct TaskSpec {
@@ -120,6 +120,7 @@ pub struct Submitter {
     token: Token,
     python: String,
     workers: Mutex<HashMap<String, WorkerServiceClient<Authed>>>,
+    pub(crate) pushes: crate::push::Pushes,
     /// Tasks waiting for a worker, by resource shape.
     shapes: Mutex<HashMap<String, Shape>>,
     /// Tasks running now, by id: the worker each runs on.
@@ -200,6 +201,7 @@ impl Submitter {
                     start_ticks: me.start_ticks,
                 }
             },
+            pushes: crate::push::Pushes::new(token.clone()),
             token,
             python,
             workers: Mutex::new(HashMap::new()),
@@ -218,9 +220,7 @@ impl Submitter {
         if let Some(c) = workers.get(address) {
             return Ok(c.clone());
         }
-        let client = WorkerServiceClient::with_interceptor(channel(address)?, ClientAuth::new(&self.token))
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX);
+        let client = crate::push::client(address, &self.token)?;
         workers.insert(address.to_string(), client.clone());
         Ok(client)
     }
@@ -331,12 +331,10 @@ impl Submitter {
             if call.creation {
                 self.actors.remember_creation(&call.actor_id, &push);
             }
-            let mut worker = self.worker(&call.address).map_err(Failure::System)?;
-            let status = match worker.push_task(push.clone()).await {
-                Ok(reply) => return Ok(reply.into_inner()),
-                Err(status) => status,
+            let cause = match self.pushes.push(&call.address, push.clone()).await {
+                Ok(reply) => return Ok(reply),
+                Err(cause) => cause,
             };
-            let cause = oxray_rpc::root_cause(&status);
             let broken = format!("the actor running {name} died or is unreachable: {cause}");
             if call.creation {
                 return Err(Failure::System(broken));
@@ -526,14 +524,8 @@ impl Submitter {
             };
             let task_id = queued.push.task_id.clone();
             self.running.lock().expect("running lock").insert(task_id.clone(), lease.reply.worker_address.clone());
-            let reply = match self.worker(&lease.reply.worker_address) {
-                Ok(mut worker) => worker
-                    .push_task(queued.push)
-                    .await
-                    .map(|r| r.into_inner())
-                    .map_err(|s| format!("the worker died or broke off: {}", s.message())),
-                Err(e) => Err(e),
-            };
+            let reply = (self.pushes.push(&lease.reply.worker_address, queued.push).await)
+                .map_err(|cause| format!("the worker died or broke off: {cause}"));
             self.running.lock().expect("running lock").remove(&task_id);
             let broken = reply.is_err();
             let _ = queued.reply.send(reply);
