@@ -139,6 +139,19 @@ def test_large_arrays_are_read_zero_copy_from_shared_memory(private_cluster):
     _eventually(lambda: client.object_store_used() <= before)
 
 
+def test_freed_memory_is_reused_but_never_under_a_live_view(private_cluster):
+    client = oxray._private.worker.client()
+    first = oxray.get(oxray.put(np.full(500_000, 1.0)))  # its ref is gone; the view is not
+    for i in range(3):  # each freed at once: its file is kept and taken by the next
+        oxray.put(np.full(500_000, float(i)))
+    assert float(first.sum()) == 500_000.0, "a file someone maps is never written again"
+    used = client.object_store_used()
+    later = oxray.get(oxray.put(np.full(500_000, 7.0)))
+    assert float(later[0]) == 7.0 and client.object_store_used() == used
+    del first, later
+    gc.collect()
+
+
 def test_objects_spill_to_disk_when_the_store_is_full(tmp_path):
     import subprocess
     import sys

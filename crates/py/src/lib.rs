@@ -630,6 +630,9 @@ impl Client {
 
     /// Stops the private cluster, if this client started one.
     fn shutdown(&mut self, py: Python<'_>) {
+        if let Some(Some(store)) = self.store.lock().expect("store lock").as_ref() {
+            store.release_kept();
+        }
         if let Some(mut local) = self.local.take() {
             py.detach(|| local.stop());
         }

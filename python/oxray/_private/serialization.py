@@ -12,6 +12,7 @@ every process of the node reads it through a read-only mapping: arrays come back
 zero-copy, read-only views. Readers on other machines get the file's content from the
 owner."""
 
+import fcntl
 import json
 import mmap
 import os
@@ -187,6 +188,9 @@ def _open_stored(data: bytes) -> memoryview:
     if where["boot"] == BOOT_ID:
         try:
             with open(where["path"], "rb") as f:
+                # Held while the mapping (which shares this open file) lives: the owner
+                # reuses a freed file only when nobody maps it.
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH)
                 return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
         except FileNotFoundError:
             raise ObjectLostError(f"object {where['id']} was freed (its file is gone)") from None
