@@ -726,6 +726,17 @@ struct TaskExecutor {
     executor: Arc<Executor>,
 }
 
+/// `(task_id, name, function, args, [(object_id, data)], actor_creation, actor_method,
+/// num_returns)`.
+type TaskTuple<'py> =
+    (String, String, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(String, Bound<'py, PyBytes>)>, bool, String, u32);
+
+fn task_tuple(py: Python<'_>, task: oxray_worker::Incoming) -> TaskTuple<'_> {
+    let deps = task.dependencies.iter().map(|(id, data)| (id.clone(), PyBytes::new(py, data))).collect();
+    let (function, args) = (PyBytes::new(py, &task.function), PyBytes::new(py, &task.args));
+    (task.task_id, task.name, function, args, deps, task.actor_creation, task.actor_method, task.num_returns)
+}
+
 #[pymethods]
 impl TaskExecutor {
     #[new]
@@ -747,24 +758,29 @@ impl TaskExecutor {
 
     /// The next task, or None: `(task_id, name, function, args, [(object_id, data)], actor_creation,
     /// actor_method, num_returns)`.
-    #[allow(clippy::type_complexity)]
-    fn next_task<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> Option<(
-        String,
-        String,
-        Bound<'py, PyBytes>,
-        Bound<'py, PyBytes>,
-        Vec<(String, Bound<'py, PyBytes>)>,
-        bool,
-        String,
-        u32,
-    )> {
+    fn next_task<'py>(&self, py: Python<'py>) -> Option<TaskTuple<'py>> {
         let task = py.detach(|| self.runtime.block_on(self.executor.next()))?;
-        let deps = task.dependencies.iter().map(|(id, data)| (id.clone(), PyBytes::new(py, data))).collect();
-        let (function, args) = (PyBytes::new(py, &task.function), PyBytes::new(py, &task.args));
-        Some((task.task_id, task.name, function, args, deps, task.actor_creation, task.actor_method, task.num_returns))
+        Some(task_tuple(py, task))
+    }
+
+    /// A waiting task (as `next_task`) or None, without waiting; EOFError once no more can
+    /// come. For a Python event loop that watches `fd`: a byte is written to it whenever
+    /// tasks arrive (see `notify_fd`).
+    fn try_next_task<'py>(&self, py: Python<'py>) -> PyResult<Option<TaskTuple<'py>>> {
+        match self.executor.try_next() {
+            Ok(task) => Ok(task.map(|t| task_tuple(py, t))),
+            Err(()) => Err(pyo3::exceptions::PyEOFError::new_err("the worker is shutting down")),
+        }
+    }
+
+    /// Writes a byte to `fd` (non-blocking, owned by the caller) whenever tasks arrive.
+    fn notify_fd(&self, fd: i32) {
+        self.executor.on_arrival(Box::new(move || {
+            // SAFETY: the caller keeps the descriptor open for the worker's life.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            // A full pipe already holds a wake-up.
+            let _ = nix::unistd::write(fd, &[1]);
+        }));
     }
 
     /// `contained`: `(object_id, owner, return_index)` of the ObjectRefs inside the results,

@@ -65,6 +65,8 @@ struct Replies(Mutex<HashMap<String, ReplySender>>);
 pub struct Current {
     task: Mutex<Option<String>>,
     interrupt: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// Told when tasks arrive, for a Python loop that takes them with `try_next`.
+    arrival: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
 #[derive(Clone)]
@@ -94,8 +96,14 @@ impl Service {
         } else {
             self.order.lock().expect("order lock").arrive(r.caller_id, r.sequence, incoming)
         };
+        let delivered = !deliver.is_empty();
         for task in deliver {
             self.queue.send(task).map_err(|_| Status::unavailable("the worker is shutting down"))?;
+        }
+        if delivered {
+            if let Some(arrival) = self.current.arrival.lock().expect("arrival lock").as_ref() {
+                arrival();
+            }
         }
         Ok(())
     }
@@ -196,6 +204,23 @@ impl Executor {
         let task = self.queue.lock().await.recv().await;
         *self.current.task.lock().expect("current lock") = task.as_ref().map(|t| t.task_id.clone());
         task
+    }
+
+    /// A task if one is waiting, without waiting for one: `Err(())` once no more can come.
+    /// Calls taken so run concurrently (an async actor's), so none counts as the running
+    /// one that `cancel` interrupts.
+    pub fn try_next(&self) -> Result<Option<Incoming>, ()> {
+        let Ok(mut queue) = self.queue.try_lock() else { return Ok(None) };
+        match queue.try_recv() {
+            Ok(task) => Ok(Some(task)),
+            Err(mpsc::error::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::error::TryRecvError::Disconnected) => Err(()),
+        }
+    }
+
+    /// Called after tasks arrive (from the thread that received them).
+    pub fn on_arrival(&self, arrival: Box<dyn Fn() + Send + Sync>) {
+        *self.current.arrival.lock().expect("arrival lock") = Some(arrival);
     }
 
     /// How a running task is interrupted (the Python side raises KeyboardInterrupt).

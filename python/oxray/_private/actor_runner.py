@@ -4,7 +4,6 @@
 
 import asyncio
 import inspect
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 
@@ -16,10 +15,10 @@ class ActorRunner:
         self.pool = None
         self.loop = None
         if self.is_async:
+            # Run by the worker's main thread, which starts each call as it arrives.
             self.loop = asyncio.new_event_loop()
             self.slots = None
             self.limit = max_concurrency or 1000
-            threading.Thread(target=self.loop.run_forever, name="actor-event-loop", daemon=True).start()
         elif max_concurrency and max_concurrency > 1:
             self.pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="actor")
 
@@ -28,7 +27,8 @@ class ActorRunner:
         return self.is_async or self.pool is not None
 
     def submit(self, method, args, kwargs, done):
-        """Runs a call without waiting; `done(result, error)` is called when it ends."""
+        """Runs a call without waiting; `done(result, error)` is called when it ends. An
+        async actor's calls are submitted from its loop's thread."""
         target = getattr(self.instance, method)
         if self.is_async:
             async def call():
@@ -40,7 +40,7 @@ class ActorRunner:
                         result = await result
                     return result
 
-            future = asyncio.run_coroutine_threadsafe(call(), self.loop)
+            future = self.loop.create_task(call())
         else:
             future = self.pool.submit(target, *args, **kwargs)
 

@@ -83,22 +83,65 @@ def main() -> None:
             continue
         if task is None:
             return
-        task_id, name, num_returns = task[0], task[1], task[7]
-        current_context["task_id"] = task_id
+        current_context["task_id"] = task[0]
         runner = state.get("runner")
         if runner is not None and runner.concurrent and task[6]:
             _submit_concurrent(executor, runner, task, out, err)
             continue
+        _run_one(executor, task, state, out, err)
+        runner = state.get("runner")
+        if runner is not None and runner.is_async:
+            return _serve_async(executor, runner, state, out, err)
+
+
+def _run_one(executor, task, state, out, err):
+    """Runs a task in this thread and hands back its reply."""
+    task_id, name, num_returns = task[0], task[1], task[7]
+    try:
+        reply = _encode(name, _run(task, state), num_returns)
+    except KeyboardInterrupt:  # `cancel` interrupted it
+        reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [], [])
+    except BaseException as error:  # the task's failure is its result
+        reply = (serialization.dumps_error(name, error), True, [], [])
+    out.flush()
+    err.flush()
+    output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
+    executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3])
+
+
+def _serve_async(executor, runner, state, out, err):
+    """An async actor: its event loop runs in this thread and starts each call as it
+    arrives (the native side writes a byte to a pipe the loop watches), so a call reaches
+    its coroutine with no other thread in between."""
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    executor.notify_fd(wake_write)
+    loop = runner.loop
+
+    def arrived():
         try:
-            reply = _encode(name, _run(task, state), num_returns)
-        except KeyboardInterrupt:  # `cancel` interrupted it
-            reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [], [])
-        except BaseException as error:  # the task's failure is its result
-            reply = (serialization.dumps_error(name, error), True, [], [])
-        out.flush()
-        err.flush()
-        output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
-        executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3])
+            os.read(wake_read, 4096)
+        except BlockingIOError:
+            pass
+        try:
+            while (task := executor.try_next_task()) is not None:
+                current_context["task_id"] = task[0]
+                if task[6]:
+                    _submit_concurrent(executor, runner, task, out, err)
+                else:
+                    _run_one(executor, task, state, out, err)
+        except EOFError:
+            loop.stop()
+
+    loop.add_reader(wake_read, arrived)
+    loop.call_soon(arrived)  # calls that came before the pipe was watched
+    while True:
+        try:
+            loop.run_forever()
+            return
+        except KeyboardInterrupt:  # a cancel that came as a call ended: nothing to stop
+            continue
 
 
 def _encode(name, result, num_returns):
