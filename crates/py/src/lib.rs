@@ -768,8 +768,9 @@ impl TaskExecutor {
     /// tasks arrive (see `notify_fd`).
     fn try_next_task<'py>(&self, py: Python<'py>) -> PyResult<Option<TaskTuple<'py>>> {
         match self.executor.try_next() {
-            Ok(task) => Ok(task.map(|t| task_tuple(py, t))),
-            Err(()) => Err(pyo3::exceptions::PyEOFError::new_err("the worker is shutting down")),
+            Ok(task) => Ok(Some(task_tuple(py, task))),
+            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => Ok(None),
+            Err(_) => Err(pyo3::exceptions::PyEOFError::new_err("the worker is shutting down")),
         }
     }
 

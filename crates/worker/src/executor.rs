@@ -206,16 +206,12 @@ impl Executor {
         task
     }
 
-    /// A task if one is waiting, without waiting for one: `Err(())` once no more can come.
-    /// Calls taken so run concurrently (an async actor's), so none counts as the running
-    /// one that `cancel` interrupts.
-    pub fn try_next(&self) -> Result<Option<Incoming>, ()> {
-        let Ok(mut queue) = self.queue.try_lock() else { return Ok(None) };
-        match queue.try_recv() {
-            Ok(task) => Ok(Some(task)),
-            Err(mpsc::error::TryRecvError::Empty) => Ok(None),
-            Err(mpsc::error::TryRecvError::Disconnected) => Err(()),
-        }
+    /// A task if one is waiting, without waiting for one (`Disconnected` once no more can
+    /// come). Calls taken so run concurrently (an async actor's), so none counts as the
+    /// running one that `cancel` interrupts.
+    pub fn try_next(&self) -> Result<Incoming, mpsc::error::TryRecvError> {
+        let mut queue = self.queue.try_lock().map_err(|_| mpsc::error::TryRecvError::Empty)?;
+        queue.try_recv()
     }
 
     /// Called after tasks arrive (from the thread that received them).
