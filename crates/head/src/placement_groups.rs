@@ -270,8 +270,11 @@ impl PlacementGroups {
         self.persist(id, None);
         self.changed.send_modify(|v| *v += 1);
         let agents: std::collections::BTreeSet<String> = group.nodes.iter().flatten().map(|n| n.1.clone()).collect();
+        // As in Ray, removal does not wait for the nodes to end the group's workers.
         for agent in agents {
-            self.release(&agent, id, Vec::new()).await;
+            if let Ok(client) = self.agent(&agent) {
+                tokio::spawn(release(client, agent, id.to_string(), Vec::new()));
+            }
         }
         Ok(())
     }
@@ -474,11 +477,8 @@ impl PlacementGroups {
     }
 
     async fn release(&self, agent: &str, group: &str, indexes: Vec<u32>) {
-        let request = v1::ReleaseBundlesRequest { placement_group_id: group.to_string(), bundle_indexes: indexes };
-        if let Ok(mut client) = self.agent(agent) {
-            if let Err(s) = client.release_bundles(request).await {
-                tracing::warn!(group, agent, "could not free bundles: {}", s.message());
-            }
+        if let Ok(client) = self.agent(agent) {
+            release(client, agent.to_string(), group.to_string(), indexes).await;
         }
     }
 
@@ -490,5 +490,13 @@ impl PlacementGroups {
         let client = connect_leases_lazy(address, &self.token, Duration::from_secs(10)).map_err(|e| e.to_string())?;
         agents.insert(address.to_string(), client.clone());
         Ok(client)
+    }
+}
+
+/// Frees bundles of a group on a node (all of them when `indexes` is empty).
+async fn release(mut client: LeaseClient, agent: String, group: String, indexes: Vec<u32>) {
+    let request = v1::ReleaseBundlesRequest { placement_group_id: group.clone(), bundle_indexes: indexes };
+    if let Err(s) = client.release_bundles(request).await {
+        tracing::warn!(group, agent, "could not free bundles: {}", s.message());
     }
 }
