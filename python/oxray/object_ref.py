@@ -54,15 +54,27 @@ class ObjectRef:
 
 def _restore(object_id: str, owner: str) -> ObjectRef:
     """An ObjectRef read from bytes: the owner's own, or one borrowed from it."""
+    if _client is None:
+        _bind()
+    client = _client()
+    ref = ObjectRef.__new__(ObjectRef)
+    ref._id, ref._client = object_id, client
+    # One native call: values holding thousands of refs are read often.
+    held = client.hold(object_id, owner)
+    ref._owner = None if held == _OWN else owner
+    if held == _NEW_BORROW:
+        _note_borrowed()
+    return ref
+
+
+_OWN, _BORROWED, _NEW_BORROW = 0, 1, 2
+_client = None
+_note_borrowed = None
+
+
+def _bind():
+    """Binds the worker's client and the serializer's hook (their modules import this one)."""
+    global _client, _note_borrowed
     from oxray._private import serialization, worker
 
-    client = worker.client()
-    ref = ObjectRef.__new__(ObjectRef)
-    ref._id, ref._client, ref._owner = object_id, client, None
-    if client.is_owner(owner):
-        client.add_ref(object_id)
-    else:
-        ref._owner = owner
-        if client.borrow(object_id, owner):
-            serialization.note_borrowed()
-    return ref
+    _client, _note_borrowed = worker.client, serialization.note_borrowed

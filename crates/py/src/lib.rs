@@ -488,9 +488,17 @@ impl Client {
         self.object_address.lock().expect("object address lock").as_deref() == Some(owner)
     }
 
-    /// A reference to an object another process owns; true when it is the first here.
-    fn borrow(&self, id: &str, owner: &str) -> bool {
-        self.objects.borrow(id, owner)
+    /// Takes a reference to an object read from bytes: 0 when this process owns it, 1 when
+    /// it is borrowed, 2 when borrowed for the first time here (its owner must be told).
+    fn hold(&self, id: &str, owner: &str) -> u8 {
+        if self.is_owner(owner) {
+            self.objects.add_ref(id);
+            0
+        } else if self.objects.borrow(id, owner) {
+            2
+        } else {
+            1
+        }
     }
 
     /// Tells owners of the objects newly borrowed here, and waits until they know.
@@ -541,9 +549,14 @@ impl Client {
         Ok(ready.into_iter().map(|r| (PyBytes::new(py, &r.data), r.outcome as u8)).collect())
     }
 
+    /// Where the first `num_returns` ready objects are in `ids`, once that many are ready
+    /// (or fewer at the timeout).
     #[pyo3(signature = (ids, num_returns, timeout=None))]
-    fn wait(&self, py: Python<'_>, ids: Vec<String>, num_returns: usize, timeout: Option<f64>) -> PyResult<Vec<bool>> {
-        py.detach(|| self.runtime.block_on(self.objects.wait(&ids, num_returns, deadline(timeout)))).map_err(get_error)
+    fn wait(&self, py: Python<'_>, ids: Vec<String>, num_returns: usize, timeout: Option<f64>) -> PyResult<Vec<usize>> {
+        let ready = py
+            .detach(|| self.runtime.block_on(self.objects.wait(&ids, num_returns, deadline(timeout))))
+            .map_err(get_error)?;
+        Ok(ready.iter().enumerate().filter(|(_, r)| **r).map(|(at, _)| at).take(num_returns).collect())
     }
 
     /// How many objects this process holds (owned and borrowed): for tests and debugging.

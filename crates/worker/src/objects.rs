@@ -302,29 +302,9 @@ impl ObjectTable {
 
     /// Waits for every object, up to `deadline`.
     pub async fn get(self: &Arc<Self>, ids: &[String], deadline: Option<Instant>) -> Result<Vec<Ready>, GetError> {
-        let mut rx = self.changed.subscribe();
-        loop {
-            let mut out = Vec::with_capacity(ids.len());
-            let mut missing = None;
-            for id in ids {
-                match self.peek(id)? {
-                    Some(ready) => out.push(ready),
-                    None if missing.is_none() => missing = Some(id),
-                    None => {}
-                }
-            }
-            let Some(missing) = missing else { return Ok(out) };
-            match deadline {
-                Some(d) => {
-                    if tokio::time::timeout_at(d, rx.changed()).await.is_err() {
-                        return Err(GetError::Timeout(missing.clone()));
-                    }
-                }
-                None => {
-                    let _ = rx.changed().await;
-                }
-            }
-        }
+        let mut values: Vec<Option<Ready>> = vec![None; ids.len()];
+        self.settle(ids, &mut values, ids.len(), deadline).await?;
+        values.into_iter().zip(ids).map(|(v, id)| v.ok_or_else(|| GetError::Timeout(id.clone()))).collect()
     }
 
     /// Which objects are ready once `num_returns` of them are, or at `deadline`.
@@ -334,16 +314,43 @@ impl ObjectTable {
         num_returns: usize,
         deadline: Option<Instant>,
     ) -> Result<Vec<bool>, GetError> {
+        let mut values: Vec<Option<Ready>> = vec![None; ids.len()];
+        // Only `get` reports a timeout: `wait` answers with what is ready by then.
+        match self.settle(ids, &mut values, num_returns, deadline).await {
+            Ok(()) | Err(GetError::Timeout(_)) => Ok(values.iter().map(Option::is_some).collect()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Fills `values` until `enough` are there (or `deadline` passes: a timeout naming the
+    /// first missing). Every missing object is asked for at once; after a change only those
+    /// still missing are looked at again.
+    async fn settle(
+        self: &Arc<Self>,
+        ids: &[String],
+        values: &mut [Option<Ready>],
+        enough: usize,
+        deadline: Option<Instant>,
+    ) -> Result<(), GetError> {
         let mut rx = self.changed.subscribe();
+        let mut missing: Vec<usize> = (0..ids.len()).collect();
         loop {
-            let ready: Vec<bool> = ids.iter().map(|id| self.peek(id).map(|r| r.is_some())).collect::<Result<_, _>>()?;
-            if ready.iter().filter(|r| **r).count() >= num_returns {
-                return Ok(ready);
+            let mut still = Vec::new();
+            for at in missing {
+                match self.peek(&ids[at])? {
+                    Some(ready) => values[at] = Some(ready),
+                    None => still.push(at),
+                }
+            }
+            missing = still;
+            let Some(first) = missing.first() else { return Ok(()) };
+            if ids.len() - missing.len() >= enough {
+                return Ok(());
             }
             match deadline {
                 Some(d) => {
                     if tokio::time::timeout_at(d, rx.changed()).await.is_err() {
-                        return Ok(ready);
+                        return Err(GetError::Timeout(ids[*first].clone()));
                     }
                 }
                 None => {

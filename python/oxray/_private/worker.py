@@ -241,16 +241,21 @@ def wait(refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_l
     from oxray.object_ref import ObjectRef
 
     refs = list(refs)
-    if any(not isinstance(r, ObjectRef) for r in refs):
+    # Types and ids through C-level loops: waiting on a thousand refs again and again is common.
+    if not set(map(type, refs)) <= {ObjectRef} and not all(isinstance(r, ObjectRef) for r in refs):
         raise TypeError("wait takes a list of ObjectRefs")
-    if len(set(refs)) != len(refs):
+    ids = [r._id for r in refs]
+    if len(set(ids)) != len(ids):
         raise ValueError("Wait requires a list of unique ObjectRefs")
     if not 0 <= num_returns <= len(refs):
         raise ValueError(f"num_returns must be between 0 and {len(refs)}, got {num_returns}")
-    flags = client().wait([r.hex() for r in refs], num_returns, timeout)
-    ready = [r for r, f in zip(refs, flags) if f][:num_returns] if num_returns else []
-    chosen = set(ready)
-    return ready, [r for r in refs if r not in chosen]
+    chosen = client().wait(ids, num_returns, timeout)
+    rest, start = [], 0
+    for at in chosen:
+        rest.extend(refs[start:at])
+        start = at + 1
+    rest.extend(refs[start:])
+    return [refs[at] for at in chosen], rest
 
 
 def remote(*args, **options):
