@@ -735,7 +735,7 @@ impl Client {
 /// The task loop's side of a worker process.
 #[pyclass(module = "oxray._native")]
 struct TaskExecutor {
-    runtime: tokio::runtime::Runtime,
+    runtime: Arc<oxray_worker::SharedDriver>,
     executor: Arc<Executor>,
 }
 
@@ -756,7 +756,7 @@ impl TaskExecutor {
     fn new(py: Python<'_>, agent: String, worker_id: String, token: String) -> PyResult<Self> {
         let token = parse_token(&token)?;
         py.detach(|| {
-            let runtime = core_runtime()?;
+            let runtime = oxray_worker::SharedDriver::new().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
             let executor =
                 runtime.block_on(Executor::start(&agent, &worker_id, token)).map_err(PyConnectionError::new_err)?;
             // SIGINT to the thread that runs tasks (this one, the worker's main thread): Python

@@ -5,6 +5,7 @@
 mod actors;
 mod address;
 mod cluster;
+mod drive;
 mod executor;
 mod local;
 mod object_links;
@@ -18,6 +19,7 @@ mod tasks;
 pub use actors::{ActorOwner, Life, RestartPlan};
 pub use address::{resolve, Target};
 pub use cluster::{available_resources, cluster_resources, Cluster};
+pub use drive::SharedDriver;
 pub use executor::{Executor, Incoming};
 pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
 pub use object_links::OwnerLinks;
