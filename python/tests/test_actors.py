@@ -36,6 +36,18 @@ def test_calls_run_in_order_on_one_process(private_cluster):  # noqa: F811
     oxray.kill(counter)
 
 
+@oxray.remote
+def broken():
+    raise ValueError("no value")
+
+
+def test_a_call_with_a_failed_argument_fails_and_later_calls_still_run(private_cluster):  # noqa: F811
+    counter = Counter.remote()
+    with pytest.raises(ValueError, match="no value"):
+        oxray.get(counter.incr.remote(broken.remote()))
+    assert oxray.get([counter.incr.remote() for _ in range(3)]) == [1, 2, 3]
+
+
 def test_handles_pass_to_tasks(private_cluster):  # noqa: F811
     counter = Counter.remote()
     assert oxray.get(bump.remote(counter, 5)) == 5

@@ -43,8 +43,6 @@ struct Record {
 pub struct ActorDirectory {
     records: Mutex<HashMap<String, Record>>,
     changed: watch::Sender<u64>,
-    /// The next call sequence number per actor worker address.
-    sequences: Mutex<HashMap<String, u64>>,
 }
 
 impl ActorDirectory {
@@ -54,14 +52,6 @@ impl ActorDirectory {
 
     fn notify(&self) {
         self.changed.send_modify(|v| *v += 1);
-    }
-
-    /// The next sequence number of this process's calls to the worker at `address`.
-    pub fn next_sequence(&self, address: &str) -> u64 {
-        let mut sequences = self.sequences.lock().expect("sequences lock");
-        let next = sequences.entry(address.to_string()).or_insert(0);
-        *next += 1;
-        *next - 1
     }
 
     /// An actor this process just created on `lease`.
@@ -241,9 +231,10 @@ impl Submitter {
             let address = lease.reply.worker_address.clone();
             let mut push = creation.clone();
             push.task_id = crate::objects::new_id();
-            push.caller_id = self.caller.clone();
-            push.sequence = self.actors.next_sequence(&address);
-            let created = self.pushes.push(&address, push).await;
+            let created = match self.pushes.place(&address) {
+                Ok(place) => self.pushes.push(&address, Some(place), push).await,
+                Err(e) => Err(e),
+            };
             match created {
                 Ok(reply) if !reply.is_error => {
                     tracing::info!(actor = %actor_id, %address, "actor restarted");

@@ -1,9 +1,10 @@
-//! The runtime of a worker's task server. The worker's main thread drives it whenever it
-//! waits for its next task, so a pushed task reaches Python, and its reply the network,
-//! with no hand-off between threads. While the main thread runs a task for longer than
-//! `GRACE`, a helper thread drives it instead, so cancels and other callers are still
-//! served; it hands the runtime back as soon as the main thread waits again. Both live as
-//! long as the worker process.
+//! A runtime driven by the Python threads that wait on it, with a helper thread for when
+//! none does. A worker's main thread drives its task server's runtime whenever it waits for
+//! its next task, and a driver's thread drives the core's runtime while it waits in `get`:
+//! a pushed task reaches Python, its reply the network, and the reply the waiting caller,
+//! with no hand-off between threads. Once no thread has waited on the runtime for `GRACE`
+//! (Python runs a long task or other code), the helper drives it instead, so servers and
+//! submitted work keep going; it hands the runtime back as soon as a thread waits again.
 
 use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex};
@@ -25,6 +26,7 @@ struct State {
     /// Since when the main thread has not been driving the runtime.
     main_away_since: Option<Instant>,
     helper_driving: bool,
+    stopped: bool,
 }
 
 impl SharedDriver {
@@ -43,6 +45,13 @@ impl SharedDriver {
 
     pub fn handle(&self) -> &tokio::runtime::Handle {
         self.runtime.handle()
+    }
+
+    /// Ends the helper thread; the runtime goes with the last reference to it.
+    pub fn stop(&self) {
+        self.state.lock().expect("driver lock").stopped = true;
+        self.busy.notify_one();
+        self.give_back.notify_one();
     }
 
     /// Runs `future` to completion on the calling thread, driving the runtime meanwhile.
@@ -66,6 +75,9 @@ impl SharedDriver {
         loop {
             let mut state = self.state.lock().expect("driver lock");
             loop {
+                if state.stopped {
+                    return;
+                }
                 match state.main_away_since.map(|t| t.elapsed()) {
                     Some(away) if away >= GRACE => break,
                     Some(away) => state = self.busy.wait_timeout(state, GRACE - away).expect("driver lock").0,

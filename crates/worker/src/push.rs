@@ -1,11 +1,17 @@
 //! Tasks pushed to workers: one long-lived gRPC stream per worker carries every task this
 //! process sends it, and the replies come back on it in any order. A unary call per task
 //! would cost a new HTTP/2 stream, headers and trailers, and a server task each time.
+//!
+//! Actor calls are numbered per stream (`Place`), and the worker runs each stream's calls in
+//! that order. A worker that died takes its stream with it, so calls to whatever listens
+//! at its address next (a restarted actor, or another worker given the same port) start a
+//! new count.
 
 use crate::tasks::Authed;
 use oxray_proto::v1::{self, worker_service_client::WorkerServiceClient};
 use oxray_rpc::{ClientAuth, Token};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
@@ -18,34 +24,66 @@ pub(crate) fn client(address: &str, token: &Token) -> Result<WorkerServiceClient
         .max_encoding_message_size(usize::MAX))
 }
 
+/// A call's place in this process's order to one worker: its stream, and its number on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    stream: u64,
+    sequence: u64,
+}
+
+const BROKEN: &str = "the connection to the worker broke";
+
 pub(crate) struct Pushes {
     token: Token,
+    /// Names this process's streams to workers (with a stream's number).
+    caller: String,
     streams: Arc<Mutex<HashMap<String, Arc<Stream>>>>,
 }
 
 struct Stream {
+    id: u64,
+    sequences: AtomicU64,
     requests: mpsc::UnboundedSender<v1::PushTaskRequest>,
     /// `None` once the stream broke: nothing more is sent on it.
     waiting: Mutex<Option<HashMap<String, Waiting>>>,
 }
 
 impl Pushes {
-    pub fn new(token: Token) -> Self {
-        Self { token, streams: Default::default() }
+    pub fn new(token: Token, caller: String) -> Self {
+        Self { token, caller, streams: Default::default() }
     }
 
-    /// Sends a task to the worker at `address` and waits for its reply. An error means the
-    /// worker died or cannot be reached, and says why.
-    pub async fn push(&self, address: &str, request: v1::PushTaskRequest) -> Result<v1::PushTaskReply, String> {
+    /// The next place in order on the stream to the worker at `address` (opened if needed,
+    /// so inside the runtime).
+    pub fn place(&self, address: &str) -> Result<Place, String> {
         let stream = self.stream(address)?;
+        Ok(Place { stream: stream.id, sequence: stream.sequences.fetch_add(1, Ordering::Relaxed) })
+    }
+
+    /// Sends a task to the worker at `address` and waits for its reply; an actor call goes
+    /// at its `place`. An error means the worker died or cannot be reached, and says why.
+    pub async fn push(
+        &self,
+        address: &str,
+        place: Option<Place>,
+        mut request: v1::PushTaskRequest,
+    ) -> Result<v1::PushTaskReply, String> {
+        let stream = self.stream(address)?;
+        if let Some(place) = place {
+            if place.stream != stream.id {
+                return Err(BROKEN.into());
+            }
+            request.caller_id = format!("{}#{}", self.caller, stream.id);
+            request.sequence = place.sequence;
+        }
         let (tx, rx) = oneshot::channel();
         match stream.waiting.lock().expect("waiting lock").as_mut() {
             Some(waiting) => waiting.insert(request.task_id.clone(), tx),
-            None => return Err("the connection to the worker broke".into()),
+            None => return Err(BROKEN.into()),
         };
         // Sent under no lock: a broken stream fails what waits, this call included.
         let _ = stream.requests.send(request);
-        rx.await.unwrap_or_else(|_| Err("the connection to the worker broke".into()))
+        rx.await.unwrap_or_else(|_| Err(BROKEN.into()))
     }
 
     fn stream(&self, address: &str) -> Result<Arc<Stream>, String> {
@@ -55,7 +93,13 @@ impl Pushes {
         }
         let mut worker = client(address, &self.token)?;
         let (requests, outgoing) = mpsc::unbounded_channel();
-        let stream = Arc::new(Stream { requests, waiting: Mutex::new(Some(HashMap::new())) });
+        static STREAMS: AtomicU64 = AtomicU64::new(0);
+        let stream = Arc::new(Stream {
+            id: STREAMS.fetch_add(1, Ordering::Relaxed),
+            sequences: AtomicU64::new(0),
+            requests,
+            waiting: Mutex::new(Some(HashMap::new())),
+        });
         streams.insert(address.to_string(), stream.clone());
         let (this, address, streams) = (stream.clone(), address.to_string(), self.streams.clone());
         tokio::spawn(async move {

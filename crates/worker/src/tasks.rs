@@ -100,7 +100,7 @@ pub struct ActorCall {
     pub max_task_retries: i64,
     /// Set by the submitter: the call's place in this process's order to that worker, or
     /// why the actor cannot take it.
-    pub sequence: u64,
+    pub place: Option<crate::push::Place>,
     pub dead: Option<String>,
 }
 
@@ -130,8 +130,6 @@ pub struct Submitter {
     /// Calls waiting to be sent, per actor.
     actor_queues: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
     pub(crate) actors: crate::actors::ActorDirectory,
-    /// Names this process's calls to actors: each actor runs a caller's calls in order.
-    pub(crate) caller: String,
     object_address: std::sync::OnceLock<String>,
 }
 
@@ -201,7 +199,7 @@ impl Submitter {
                     start_ticks: me.start_ticks,
                 }
             },
-            pushes: crate::push::Pushes::new(token.clone()),
+            pushes: crate::push::Pushes::new(token.clone(), crate::objects::new_id()),
             token,
             python,
             workers: Mutex::new(HashMap::new()),
@@ -210,7 +208,6 @@ impl Submitter {
             cancelled: Mutex::new(Default::default()),
             actor_queues: Mutex::new(HashMap::new()),
             actors: Default::default(),
-            caller: crate::objects::new_id(),
             object_address: std::sync::OnceLock::new(),
         })
     }
@@ -238,7 +235,11 @@ impl Submitter {
         }
         if let Route::Actor(call) = &mut spec.route {
             if call.creation {
-                call.sequence = self.actors.next_sequence(&call.address);
+                let _runtime = runtime.enter();
+                match self.pushes.place(&call.address) {
+                    Ok(place) => call.place = Some(place),
+                    Err(reason) => call.dead = Some(reason),
+                }
             }
         }
         let job = Job { spec, ids: ids.clone(), contained };
@@ -291,17 +292,23 @@ impl Submitter {
         runtime.spawn(async move {
             let slots = Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT));
             while let Some(mut job) = rx.recv().await {
-                // Failed arguments are reported by `run`; here they only need to be settled.
-                let _ = this.objects.get(&job.spec.dependencies, None).await;
+                // A call with a failed argument is never sent (`run` reports the failure), so
+                // it takes no place in the order.
+                let settled = this.objects.get(&job.spec.dependencies, None).await;
+                let sent = settled.is_ok_and(|values| values.iter().all(|v| v.outcome == Outcome::Value));
                 let Route::Actor(call) = &mut job.spec.route else { continue };
                 // A restarting actor holds its calls until it is back.
                 let address = this.actors.address(&call.actor_id, &call.address, call.owner.as_deref()).await;
                 let Ok(slot) = slots.clone().acquire_owned().await else { return };
                 match address {
-                    Ok(address) => {
-                        call.sequence = this.actors.next_sequence(&address);
-                        call.address = address;
-                    }
+                    Ok(address) if sent => match this.pushes.place(&address) {
+                        Ok(place) => {
+                            call.place = Some(place);
+                            call.address = address;
+                        }
+                        Err(reason) => call.dead = Some(reason),
+                    },
+                    Ok(_) => {}
                     Err(reason) => call.dead = Some(reason),
                 }
                 tokio::spawn(this.clone().execute(job, Some(slot)));
@@ -324,14 +331,12 @@ impl Submitter {
         }
         push.actor_creation = call.creation;
         push.actor_method = std::mem::take(&mut call.method);
-        push.caller_id = self.caller.clone();
         let mut retries = call.max_task_retries;
         loop {
-            push.sequence = call.sequence;
             if call.creation {
                 self.actors.remember_creation(&call.actor_id, &push);
             }
-            let cause = match self.pushes.push(&call.address, push.clone()).await {
+            let cause = match self.pushes.push(&call.address, call.place, push.clone()).await {
                 Ok(reply) => return Ok(reply),
                 Err(cause) => cause,
             };
@@ -342,7 +347,7 @@ impl Submitter {
             match self.actor_failed(&call.actor_id, &call.address).await {
                 Ok(address) if retries != 0 => {
                     retries -= 1;
-                    call.sequence = self.actors.next_sequence(&address);
+                    call.place = Some(self.pushes.place(&address).map_err(Failure::System)?);
                     call.address = address;
                 }
                 Ok(_) => {
@@ -524,7 +529,7 @@ impl Submitter {
             };
             let task_id = queued.push.task_id.clone();
             self.running.lock().expect("running lock").insert(task_id.clone(), lease.reply.worker_address.clone());
-            let reply = (self.pushes.push(&lease.reply.worker_address, queued.push).await)
+            let reply = (self.pushes.push(&lease.reply.worker_address, None, queued.push).await)
                 .map_err(|cause| format!("the worker died or broke off: {cause}"));
             self.running.lock().expect("running lock").remove(&task_id);
             let broken = reply.is_err();
