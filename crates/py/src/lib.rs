@@ -25,7 +25,7 @@ fn to_py(e: WorkerError) -> PyErr {
 /// A driver's connection to a cluster, and the private cluster it started, if any.
 #[pyclass(module = "oxray._native")]
 struct Client {
-    runtime: Arc<oxray_worker::SharedDriver>,
+    runtime: tokio::runtime::Runtime,
     cluster: Cluster,
     local: Option<LocalCluster>,
     token: oxray_worker::Token,
@@ -127,9 +127,13 @@ fn connect(
     })
 }
 
-/// The core's own runtime, driven by the Python threads waiting on it (see `SharedDriver`).
-fn core_runtime() -> PyResult<Arc<oxray_worker::SharedDriver>> {
-    oxray_worker::SharedDriver::new().map_err(|e| PyRuntimeError::new_err(e.to_string()))
+/// The core's own runtime: one thread, beside Python's.
+fn core_runtime() -> PyResult<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
 /// `(kind, target, soft, bundle_index)` from Python: "DEFAULT", "SPREAD", "NODE" (the
@@ -626,7 +630,7 @@ impl Client {
     fn placement_group_ready(&self, id: String, value: Vec<u8>) -> String {
         let object = self.objects.pending();
         let (objects, head, target) = (self.objects.clone(), self.cluster.head(), object.clone());
-        self.runtime.handle().spawn(async move {
+        self.runtime.spawn(async move {
             let (data, outcome) = match pg::wait(&head, &id, None).await {
                 Ok(g) if g.state == oxray_worker::PlacementGroupState::Created as i32 => (value, Outcome::Value),
                 Ok(_) => (format!("placement group {id} was removed before it was ready").into_bytes(), Outcome::Lost),
@@ -645,12 +649,6 @@ impl Client {
         if let Some(mut local) = self.local.take() {
             py.detach(|| local.stop());
         }
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.runtime.stop();
     }
 }
 
@@ -717,7 +715,7 @@ impl Client {
         }
         let (agent, _) = self.local_node()?;
         // Lazy channels start their connection task on the runtime.
-        let _runtime = self.runtime.handle().enter();
+        let _runtime = self.runtime.enter();
         let submitter = Arc::new(
             Submitter::new(
                 self.objects.clone(),
@@ -758,7 +756,7 @@ impl TaskExecutor {
     fn new(py: Python<'_>, agent: String, worker_id: String, token: String) -> PyResult<Self> {
         let token = parse_token(&token)?;
         py.detach(|| {
-            let runtime = core_runtime()?;
+            let runtime = oxray_worker::SharedDriver::new().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
             let executor =
                 runtime.block_on(Executor::start(&agent, &worker_id, token)).map_err(PyConnectionError::new_err)?;
             // SIGINT to the thread that runs tasks (this one, the worker's main thread): Python

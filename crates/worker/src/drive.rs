@@ -1,10 +1,12 @@
-//! A runtime driven by the Python threads that wait on it, with a helper thread for when
-//! none does. A worker's main thread drives its task server's runtime whenever it waits for
-//! its next task, and a driver's thread drives the core's runtime while it waits in `get`:
-//! a pushed task reaches Python, its reply the network, and the reply the waiting caller,
-//! with no hand-off between threads. Once no thread has waited on the runtime for `GRACE`
-//! (Python runs a long task or other code), the helper drives it instead, so servers and
-//! submitted work keep going; it hands the runtime back as soon as a thread waits again.
+//! The runtime of a worker's task server, driven by the worker's main thread whenever it
+//! waits for its next task: a pushed task reaches Python, and its reply the network, with
+//! no hand-off between threads. Once no thread has waited on the runtime for `GRACE` (Python
+//! runs a long task, or an async actor's loop runs), a helper thread drives it instead, so
+//! cancels and other callers are still served; it hands the runtime back as soon as a
+//! thread waits again. Both live as long as the worker process.
+//!
+//! (The core's runtime, which Python threads submit work to while they run other code,
+//! keeps a thread of its own: work submitted there starts at once, beside Python.)
 
 use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex};
@@ -23,10 +25,12 @@ pub struct SharedDriver {
 
 #[derive(Default)]
 struct State {
-    /// Since when the main thread has not been driving the runtime.
+    /// Threads in `block_on` now, and since when none has been.
+    inside: usize,
     main_away_since: Option<Instant>,
     helper_driving: bool,
-    stopped: bool,
+    /// The helper waits with no deadline: only a notification wakes it.
+    helper_idle: bool,
 }
 
 impl SharedDriver {
@@ -47,17 +51,11 @@ impl SharedDriver {
         self.runtime.handle()
     }
 
-    /// Ends the helper thread; the runtime goes with the last reference to it.
-    pub fn stop(&self) {
-        self.state.lock().expect("driver lock").stopped = true;
-        self.busy.notify_one();
-        self.give_back.notify_one();
-    }
-
     /// Runs `future` to completion on the calling thread, driving the runtime meanwhile.
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         {
             let mut state = self.state.lock().expect("driver lock");
+            state.inside += 1;
             state.main_away_since = None;
             if state.helper_driving {
                 self.give_back.notify_one();
@@ -65,8 +63,17 @@ impl SharedDriver {
         }
         // Waits for the helper to let go of the runtime, or completes through its driving.
         let out = self.runtime.block_on(future);
-        self.state.lock().expect("driver lock").main_away_since = Some(Instant::now());
-        self.busy.notify_one();
+        let mut state = self.state.lock().expect("driver lock");
+        state.inside -= 1;
+        if state.inside > 0 {
+            return out;
+        }
+        state.main_away_since = Some(Instant::now());
+        // A helper waiting with a deadline looks again by itself: waking it on every call
+        // would cost a thread wake-up each.
+        if state.helper_idle {
+            self.busy.notify_one();
+        }
         out
     }
 
@@ -75,13 +82,14 @@ impl SharedDriver {
         loop {
             let mut state = self.state.lock().expect("driver lock");
             loop {
-                if state.stopped {
-                    return;
-                }
                 match state.main_away_since.map(|t| t.elapsed()) {
                     Some(away) if away >= GRACE => break,
                     Some(away) => state = self.busy.wait_timeout(state, GRACE - away).expect("driver lock").0,
-                    None => state = self.busy.wait(state).expect("driver lock"),
+                    None => {
+                        state.helper_idle = true;
+                        state = self.busy.wait(state).expect("driver lock");
+                        state.helper_idle = false;
+                    }
                 }
             }
             state.helper_driving = true;
