@@ -48,6 +48,12 @@ def test_a_call_with_a_failed_argument_fails_and_later_calls_still_run(private_c
     assert oxray.get([counter.incr.remote() for _ in range(3)]) == [1, 2, 3]
 
 
+def test_an_actor_whose_creation_argument_failed_is_dead(private_cluster):  # noqa: F811
+    counter = Counter.remote(broken.remote())
+    with pytest.raises(ActorDiedError):
+        oxray.get(counter.incr.remote(), timeout=30)
+
+
 def test_handles_pass_to_tasks(private_cluster):  # noqa: F811
     counter = Counter.remote()
     assert oxray.get(bump.remote(counter, 5)) == 5

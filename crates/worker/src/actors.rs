@@ -125,6 +125,14 @@ pub trait ActorOwner: Send + Sync + 'static {
 }
 
 impl Submitter {
+    /// An actor whose creation call could not be sent: it is dead, and its worker (holding
+    /// the calls sent to it meanwhile) is ended.
+    pub(crate) async fn creation_failed(&self, actor_id: &str, reason: String) {
+        if let Some(lease) = self.actors.set_dead(actor_id, reason) {
+            let _ = self.give_back(&lease, true).await;
+        }
+    }
+
     /// Records an actor this process created on `lease`, to restart by `plan`.
     pub fn adopt_actor(&self, actor_id: &str, lease: Lease, plan: RestartPlan) {
         self.actors.adopt(actor_id, lease, plan);

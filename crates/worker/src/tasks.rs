@@ -262,13 +262,23 @@ impl Submitter {
     async fn execute(self: Arc<Self>, job: Job, _slot: Option<tokio::sync::OwnedSemaphorePermit>) {
         let Job { spec, ids, contained } = job;
         let actor = matches!(spec.route, Route::Actor(_));
+        let created = match &spec.route {
+            Route::Actor(call) if call.creation => Some(call.actor_id.clone()),
+            _ => None,
+        };
         let outcome = self.run(&ids[0], spec).await;
         for nested in &contained {
             self.objects.release(nested);
         }
         let (data, outcome) = match outcome {
             Ok(reply) => return self.record(&ids, reply),
-            Err(Failure::Dependency(ready)) => (ready.data.to_vec(), ready.outcome),
+            Err(Failure::Dependency(ready)) => {
+                if let Some(actor_id) = created {
+                    let reason = format!("the actor {actor_id} was never created: an argument of its creation failed");
+                    self.creation_failed(&actor_id, reason).await;
+                }
+                (ready.data.to_vec(), ready.outcome)
+            }
             Err(Failure::System(message)) if actor => (message.into_bytes(), Outcome::ActorDied),
             Err(Failure::System(message)) => (message.into_bytes(), Outcome::SystemError),
         };
