@@ -114,7 +114,7 @@ class ActorClass:
         if name:
             try:
                 client.register_actor(name, namespace, actor_id, address, agent, lease_id, self.__name__,
-                                      sorted(self._methods), lifetime == "detached")
+                                      sorted(self._methods), lifetime == "detached", max_task_retries)
             except ValueError:
                 client.kill_actor_at(agent, lease_id)
                 raise
@@ -126,9 +126,9 @@ def get_actor(name: str, namespace: str = None) -> ActorHandle:
     """The handle of a named actor, from any process of the cluster."""
     namespace = namespace or worker.namespace() or "default"
     client = worker.client()
-    actor_id, address, agent, lease_id, class_name, methods, owner = client.get_actor(name, namespace)
+    actor_id, address, agent, lease_id, class_name, methods, owner, retries = client.get_actor(name, namespace)
     owner = None if not owner or client.is_owner(owner) else owner
-    return ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner)
+    return ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner, retries)
 
 
 def _restore_handle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner,

@@ -249,6 +249,25 @@ def test_a_crashed_actor_restarts_up_to_max_restarts(private_cluster):
         oxray.get(call_pid.remote(actor), timeout=60)
 
 
+@oxray.remote
+def kill_and_call_by_name(name):
+    import signal
+
+    handle = oxray.get_actor(name)
+    first, _ = oxray.get(handle.pid.remote())
+    os.kill(first, signal.SIGKILL)
+    second, calls = oxray.get(handle.pid.remote(), timeout=60)
+    return first, second, calls
+
+
+def test_a_handle_found_by_name_retries_as_its_actor_was_told(private_cluster):
+    actor = Phoenix.options(name="phoenix-by-name").remote()
+    oxray.get(actor.pid.remote())
+    first, second, calls = oxray.get(kill_and_call_by_name.remote("phoenix-by-name"), timeout=90)
+    assert second != first and calls == 1, "the call was retried on the restarted actor"
+    oxray.kill(actor)
+
+
 def test_calls_are_not_retried_without_max_task_retries(private_cluster):
     actor = Phoenix.options(max_task_retries=0).remote()
     first, _ = oxray.get(actor.pid.remote())

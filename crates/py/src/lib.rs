@@ -337,6 +337,7 @@ impl Client {
         class_name: String,
         methods: Vec<String>,
         detached: bool,
+        max_task_retries: i64,
     ) -> PyResult<()> {
         let owner = self.owner_address(py)?;
         let actor = oxray_worker::NamedActor {
@@ -350,6 +351,7 @@ impl Client {
             methods,
             detached,
             owner,
+            max_task_retries,
         };
         py.detach(|| self.runtime.block_on(self.cluster.register_actor(actor))).map_err(|s| match s.code() {
             tonic::Code::AlreadyExists => PyValueError::new_err(s.message().to_string()),
@@ -365,14 +367,23 @@ impl Client {
         py: Python<'_>,
         name: String,
         namespace: String,
-    ) -> PyResult<(String, String, String, String, String, Vec<String>, String)> {
+    ) -> PyResult<(String, String, String, String, String, Vec<String>, String, i64)> {
         let a = py.detach(|| self.runtime.block_on(self.cluster.get_actor(&name, &namespace))).map_err(|s| match s
             .code()
         {
             tonic::Code::NotFound => PyValueError::new_err(s.message().to_string()),
             _ => PyConnectionError::new_err(s.message().to_string()),
         })?;
-        Ok((a.actor_id, a.worker_address, a.agent_address, a.lease_id, a.class_name, a.methods, a.owner))
+        Ok((
+            a.actor_id,
+            a.worker_address,
+            a.agent_address,
+            a.lease_id,
+            a.class_name,
+            a.methods,
+            a.owner,
+            a.max_task_retries,
+        ))
     }
 
     fn remove_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<()> {
