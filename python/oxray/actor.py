@@ -97,16 +97,18 @@ class ActorClass:
                 pass
         max_restarts = _retries_option(self._options, "max_restarts")
         max_task_retries = _retries_option(self._options, "max_task_retries")
+        chosen = scheduling_strategies.effective(self._options.get("scheduling_strategy"))
         payload, dependencies, contained = serialization.dumps_args(args, kwargs)
         # As in Ray: an actor needs a CPU to be placed only if it asks for one.
         resources = resource_request(self._options, default_cpus=0)
         max_concurrency = self._options.get("max_concurrency")
         if max_concurrency is not None and (not isinstance(max_concurrency, int) or max_concurrency < 1):
             raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
-        blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency}))
+        blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency,
+                                                     "placement_group": scheduling_strategies.placement(chosen)}))
         actor_id, address, lease_id, created, agent = client.create_actor(
             self.__name__, blueprint, payload, dependencies, contained, resources, env_vars(self._options),
-            scheduling_strategies.native(self._options.get("scheduling_strategy")), lifetime == "detached",
+            scheduling_strategies.native(chosen), lifetime == "detached",
             max_restarts, max_task_retries)
         handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id, agent,
                              name, namespace if name else None, None, max_task_retries)

@@ -74,14 +74,16 @@ class RemoteFunction:
         client = worker.client()
         if self._pickled is None:
             self._pickled = serialization.dumps(self._function)
-        payload, dependencies, contained = serialization.dumps_args(args, kwargs)
+        chosen = scheduling_strategies.effective(self._options.get("scheduling_strategy"))
+        strategy = scheduling_strategies.native(chosen)
+        payload, dependencies, contained = serialization.dumps_args(args, kwargs,
+                                                                    scheduling_strategies.placement(chosen))
         resources = resource_request(self._options, default_cpus=1)
         retries = int(self._options.get("max_retries", 3))
         if retries < 0:  # Ray's -1: retry without limit
             retries = 2**32 - 1
         retry_exceptions = bool(self._options.get("retry_exceptions", False))
         num_returns = self._options.get("num_returns", 1)
-        strategy = scheduling_strategies.native(self._options.get("scheduling_strategy"))
         ids = client.submit_task(self.__name__, self._pickled, payload, dependencies, contained, resources, retries,
                                  retry_exceptions, num_returns, env_vars(self._options), strategy)
         refs = [worker.new_ref(i) for i in ids]

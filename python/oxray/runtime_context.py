@@ -7,7 +7,8 @@ from oxray._private import worker
 
 
 # Set by the worker loop for the task it runs (and for the actor it is).
-_current = {"task_id": None, "actor_id": None}
+# `placement_group`: (group id, capture child tasks) of the task or actor, when in a group.
+_current = {"task_id": None, "actor_id": None, "placement_group": None}
 
 
 class RuntimeContext:
@@ -23,6 +24,11 @@ class RuntimeContext:
 
     def get_actor_id(self) -> Optional[str]:
         return _current["actor_id"]
+
+    def get_placement_group_id(self) -> Optional[str]:
+        """The placement group the current task or actor runs in, if any."""
+        current = _current["placement_group"]
+        return current[0] if current else None
 
     def get_namespace(self) -> Optional[str]:
         return worker.namespace()

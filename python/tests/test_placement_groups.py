@@ -7,7 +7,13 @@ import pytest
 
 import oxray
 from oxray.exceptions import ActorDiedError
-from oxray.util import get_placement_group, placement_group, placement_group_table, remove_placement_group
+from oxray.util import (
+    get_current_placement_group,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 
@@ -48,6 +54,39 @@ def test_a_group_is_reserved_and_runs_tasks_and_actors(private_cluster):
     assert placement_group_table(pg)["state"] == "REMOVED"
     with pytest.raises(ValueError, match="Failed to look up"):
         get_placement_group("train")
+
+
+@oxray.remote(num_cpus=0.5)
+def current_group():
+    pg = get_current_placement_group()
+    return pg.id.hex() if pg else None
+
+
+@oxray.remote(num_cpus=0.5)
+def parent_and_child():
+    here = get_current_placement_group()
+    return here.id.hex() if here else None, oxray.get(current_group.remote())
+
+
+@oxray.remote(num_cpus=0)
+class Member:
+    def group(self):
+        return oxray.get_runtime_context().get_placement_group_id()
+
+
+def test_work_knows_its_group_and_child_tasks_are_captured_when_asked(private_cluster):
+    pg = placement_group([{"CPU": 1}])
+    assert pg.wait(10)
+    assert get_current_placement_group() is None, "a driver is in no group"
+    inside = lambda capture: PlacementGroupSchedulingStrategy(pg, 0, capture)  # noqa: E731
+    captured = oxray.get(parent_and_child.options(scheduling_strategy=inside(True)).remote(), timeout=30)
+    assert captured == (pg.id.hex(), pg.id.hex()), "the child ran in the parent's group"
+    free = oxray.get(parent_and_child.options(scheduling_strategy=inside(None)).remote(), timeout=30)
+    assert free == (pg.id.hex(), None), "without capture the child runs outside"
+    member = Member.options(scheduling_strategy=inside(False)).remote()
+    assert oxray.get(member.group.remote(), timeout=30) == pg.id.hex()
+    oxray.kill(member)
+    remove_placement_group(pg)
 
 
 def test_a_group_that_does_not_fit_waits_and_can_be_removed(private_cluster):

@@ -232,11 +232,12 @@ def _announce() -> None:
         worker.client().announce_borrows()
 
 
-def dumps_args(args: tuple, kwargs: Dict[str, Any]) -> Tuple[bytes, List[str], List[str]]:
+def dumps_args(args: tuple, kwargs: Dict[str, Any], placement=None) -> Tuple[bytes, List[str], List[str]]:
     """Top-level ObjectRefs become placeholders (resolved before the task runs), as in Ray.
-    Returns the payload, their ids, and the ids of the ObjectRefs nested deeper."""
+    Returns the payload, their ids, and the ids of the ObjectRefs nested deeper. A task run
+    inside a placement group carries `placement` (see `loads_args`)."""
     if all(type(a) in _PLAIN for a in args) and all(type(v) in _PLAIN for v in kwargs.values()):
-        return pickle.dumps((args, kwargs), 5), [], []
+        return pickle.dumps((args, kwargs, placement) if placement else (args, kwargs), 5), [], []
     dependencies = []
 
     def swap(value):
@@ -246,17 +247,21 @@ def dumps_args(args: tuple, kwargs: Dict[str, Any]) -> Tuple[bytes, List[str], L
         return value
 
     payload = (tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()})
+    if placement:
+        payload += (placement,)
     data, nested = dumps_with_refs(payload)
     return data, dependencies, [r.hex() for r in nested]
 
 
-def loads_args(data: bytes, values: Dict[str, Any]) -> Tuple[tuple, Dict[str, Any]]:
-    args, kwargs = loads(data)
+def loads_args(data: bytes, values: Dict[str, Any]) -> Tuple[tuple, Dict[str, Any], Any]:
+    """The arguments, with placeholders filled from `values`, and the placement the task
+    was sent with (None outside a placement group)."""
+    args, kwargs, *placement = loads(data)
 
     def fill(value):
         return values[value.object_id] if isinstance(value, _Dependency) else value
 
-    return tuple(fill(a) for a in args), {k: fill(v) for k, v in kwargs.items()}
+    return tuple(fill(a) for a in args), {k: fill(v) for k, v in kwargs.items()}, (placement or [None])[0]
 
 
 def dumps_error(function_name: str, error: BaseException) -> bytes:

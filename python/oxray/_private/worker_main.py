@@ -49,10 +49,12 @@ def _run(task, state):
     """Returns (result, is_error, returns)."""
     task_id, name, function, args, dependencies, actor_creation, actor_method, num_returns = task
     values = {object_id: serialization.loads(data) for object_id, data in dependencies}
-    call_args, call_kwargs = serialization.loads_args(args, values)
+    call_args, call_kwargs, placement = serialization.loads_args(args, values)
     if actor_creation:
         try:
             cls, options = serialization.loads(function)
+            # An actor is inside its group for its whole life.
+            current_context["placement_group"] = options.get("placement_group")
             state["actor"] = cls(*call_args, **call_kwargs)
             state["runner"] = ActorRunner(state["actor"], options.get("max_concurrency"))
             current_context["actor_id"] = os.environ["OXRAY_WORKER_ID"]
@@ -64,6 +66,7 @@ def _run(task, state):
         if state.get("actor") is None:
             raise ActorDiedError(f"the actor could not be created: {state.get('creation_error')!r}")
         return getattr(state["actor"], actor_method)(*call_args, **call_kwargs)
+    current_context["placement_group"] = placement
     fn = state["functions"].get(function)
     if fn is None:
         fn = state["functions"][function] = serialization.loads(function)
@@ -171,7 +174,7 @@ def _submit_concurrent(executor, runner, task, out, err):
     task_id, name, _function, args, dependencies, _creation, method = task[:7]
     try:
         values = {object_id: serialization.loads(data) for object_id, data in dependencies}
-        call_args, call_kwargs = serialization.loads_args(args, values)
+        call_args, call_kwargs, _ = serialization.loads_args(args, values)
     except BaseException as error:
         executor.finish(task_id, serialization.dumps_error(name, error), True)
         return

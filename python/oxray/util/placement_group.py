@@ -130,6 +130,15 @@ def get_placement_group(placement_group_name: str) -> PlacementGroup:
     return PlacementGroup(PlacementGroupID(entry["placement_group_id"]), entry["bundles"])
 
 
+def get_current_placement_group() -> Optional[PlacementGroup]:
+    """The placement group the current task or actor runs in; None in a driver or outside
+    any group."""
+    from oxray.runtime_context import _current
+
+    current = _current["placement_group"]
+    return PlacementGroup(PlacementGroupID(current[0])) if current else None
+
+
 def _table_entry(pg_id: str) -> dict:
     return json.loads(worker.client().placement_group_json(pg_id, "", ""))
 

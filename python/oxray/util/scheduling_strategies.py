@@ -24,6 +24,27 @@ class PlacementGroupSchedulingStrategy:
         self.placement_group_capture_child_tasks = placement_group_capture_child_tasks
 
 
+def effective(strategy):
+    """The strategy work runs with: with none given, inside a task or actor whose group
+    captures child tasks, the same group (any bundle), as in Ray."""
+    if strategy is None or strategy == "DEFAULT":
+        from oxray.runtime_context import _current
+
+        current = _current.get("placement_group")
+        if current is not None and current[1] and strategy is None:
+            from oxray.util.placement_group import PlacementGroup, PlacementGroupID
+
+            return PlacementGroupSchedulingStrategy(PlacementGroup(PlacementGroupID(current[0])), -1, True)
+    return strategy
+
+
+def placement(strategy):
+    """`(group id, capture child tasks)` for work that runs inside a group, else None."""
+    if isinstance(strategy, PlacementGroupSchedulingStrategy):
+        return (strategy.placement_group.id.hex(), bool(strategy.placement_group_capture_child_tasks))
+    return None
+
+
 def native(strategy):
     """The (kind, target, soft, bundle index) the core takes."""
     if strategy is None or strategy == "DEFAULT":
