@@ -61,20 +61,10 @@ impl SharedDriver {
                 self.give_back.notify_one();
             }
         }
+        // Counted out even if the future panics, so the helper is not shut out for good.
+        let _inside = Inside(self);
         // Waits for the helper to let go of the runtime, or completes through its driving.
-        let out = self.runtime.block_on(future);
-        let mut state = self.state.lock().expect("driver lock");
-        state.inside -= 1;
-        if state.inside > 0 {
-            return out;
-        }
-        state.main_away_since = Some(Instant::now());
-        // A helper waiting with a deadline looks again by itself: waking it on every call
-        // would cost a thread wake-up each.
-        if state.helper_idle {
-            self.busy.notify_one();
-        }
-        out
+        self.runtime.block_on(future)
     }
 
     /// The helper thread: drives the runtime while the main thread has been away too long.
@@ -97,5 +87,47 @@ impl SharedDriver {
             self.runtime.block_on(self.give_back.notified());
             self.state.lock().expect("driver lock").helper_driving = false;
         }
+    }
+}
+
+/// A thread inside `SharedDriver::block_on`.
+struct Inside<'a>(&'a SharedDriver);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        let driver = self.0;
+        let mut state = driver.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.inside -= 1;
+        if state.inside > 0 {
+            return;
+        }
+        state.main_away_since = Some(Instant::now());
+        // A helper waiting with a deadline looks again by itself: waking it on every call
+        // would cost a thread wake-up each.
+        if state.helper_idle {
+            driver.busy.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_spawned_while_no_thread_waits_is_driven_by_the_helper() {
+        let driver = SharedDriver::new().unwrap();
+        assert_eq!(driver.block_on(async { 7 }), 7);
+        let (tx, rx) = std::sync::mpsc::channel();
+        driver.handle().spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            tx.send(1).unwrap();
+        });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(1), "the helper drove it");
+        let waited = driver.block_on(async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            8
+        });
+        assert_eq!(waited, 8, "a waiting thread takes the runtime back");
     }
 }
