@@ -139,6 +139,24 @@ def test_large_arrays_are_read_zero_copy_from_shared_memory(private_cluster):
     _eventually(lambda: client.object_store_used() <= before)
 
 
+@oxray.remote
+def large(n):
+    return np.arange(n, dtype=np.float64)
+
+
+def test_a_large_task_result_is_handed_over_in_shared_memory(private_cluster):
+    client = oxray._private.worker.client()
+    before = client.object_store_used()
+    ref = large.remote(500_000)
+    value = oxray.get(ref)
+    assert client.object_store_used() >= before + value.nbytes, "the result is a file of the node's store"
+    assert not value.flags.writeable and not value.flags.owndata, "read in place, not copied"
+    assert oxray.get(array_info.remote(ref)) == (False, float(value.sum())), "other processes map it too"
+    del value, ref
+    gc.collect()
+    _eventually(lambda: client.object_store_used() <= before)
+
+
 def test_freed_memory_is_reused_but_never_under_a_live_view(private_cluster):
     client = oxray._private.worker.client()
     first = oxray.get(oxray.put(np.full(500_000, 1.0)))  # its ref is gone; the view is not

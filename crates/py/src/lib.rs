@@ -45,6 +45,8 @@ struct Client {
     links: Arc<OwnerLinks>,
     /// Store files being written, by object id.
     creating: Mutex<HashMap<String, oxray_worker::StoredFile>>,
+    /// Set once this process offers its node store for large results.
+    results_in_store: std::sync::OnceLock<()>,
 }
 
 /// `get` and `wait` timeouts: seconds, or forever.
@@ -122,6 +124,7 @@ fn connect(
             local_node: Mutex::new(None),
             store: Mutex::new(None),
             creating: Mutex::new(HashMap::new()),
+            results_in_store: std::sync::OnceLock::new(),
             links,
         })
     })
@@ -243,6 +246,7 @@ impl Client {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let submitter = py.detach(|| self.submitter())?;
+        self.take_results_in_store(py);
         let (function, args) = (function.to_vec(), args.to_vec());
         let route = Route::Lease(resources, env_vars, parse_strategy(strategy)?);
         let spec = TaskSpec {
@@ -318,6 +322,7 @@ impl Client {
         max_task_retries: i64,
     ) -> PyResult<String> {
         let submitter = py.detach(|| self.submitter())?;
+        self.take_results_in_store(py);
         let call = actor_call(&actor_id, &address, owner, method.clone(), false, max_task_retries);
         let spec = TaskSpec::actor(method, Vec::new(), args.to_vec(), dependencies, contained, call);
         Ok(submitter.submit(self.runtime.handle(), spec).swap_remove(0))
@@ -461,6 +466,17 @@ impl Client {
         let file = store.create(&id, size, spill).map_err(|e| PyRuntimeError::new_err(format!("object store: {e}")))?;
         self.creating.lock().expect("creating lock").insert(id.clone(), file.clone());
         Ok(Some((id, file.path.display().to_string())))
+    }
+
+    /// The node store's shared-memory directory, which names it; None without a store.
+    fn store_dir(&self, py: Python<'_>) -> Option<String> {
+        py.detach(|| self.node_store()).map(|s| s.dir().display().to_string())
+    }
+
+    /// Gives up a file from `store_create`, now written, to the caller of the task whose
+    /// result it holds: that process owns and removes it.
+    fn store_give(&self, id: &str) {
+        self.creating.lock().expect("creating lock").remove(id);
     }
 
     /// The value of a file from `store_create`, now written: readers get `data` (where it
@@ -664,6 +680,20 @@ impl Client {
 }
 
 impl Client {
+    /// Opens the node store and starts serving objects (once), so workers on this node can
+    /// hand large results over in the store rather than inline.
+    fn take_results_in_store(&self, py: Python<'_>) {
+        if self.results_in_store.get().is_some() {
+            return;
+        }
+        if py.detach(|| self.node_store()).is_some() {
+            if let Err(e) = self.owner_address(py) {
+                tracing::debug!("large results stay inline: {e}");
+            }
+        }
+        let _ = self.results_in_store.set(());
+    }
+
     /// The node's object store, opened on first use: only when the store directory on this
     /// machine belongs to this process's node.
     fn node_store(&self) -> Option<Arc<oxray_worker::NodeStore>> {
@@ -751,14 +781,24 @@ struct TaskExecutor {
 }
 
 /// `(task_id, name, function, args, [(object_id, data)], actor_creation, actor_method,
-/// num_returns)`.
-type TaskTuple<'py> =
-    (String, String, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(String, Bound<'py, PyBytes>)>, bool, String, u32);
+/// num_returns, result_store)`.
+type TaskTuple<'py> = (
+    String,
+    String,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Vec<(String, Bound<'py, PyBytes>)>,
+    bool,
+    String,
+    u32,
+    String,
+);
 
 fn task_tuple(py: Python<'_>, task: oxray_worker::Incoming) -> TaskTuple<'_> {
     let deps = task.dependencies.iter().map(|(id, data)| (id.clone(), PyBytes::new(py, data))).collect();
     let (function, args) = (PyBytes::new(py, &task.function), PyBytes::new(py, &task.args));
-    (task.task_id, task.name, function, args, deps, task.actor_creation, task.actor_method, task.num_returns)
+    let t = task;
+    (t.task_id, t.name, function, args, deps, t.actor_creation, t.actor_method, t.num_returns, t.result_store)
 }
 
 #[pymethods]

@@ -18,6 +18,8 @@ pub struct Incoming {
     pub actor_creation: bool,
     pub actor_method: String,
     pub num_returns: u32,
+    /// Where a large result may go (`PushTaskRequest.result_store`).
+    pub result_store: String,
 }
 
 /// Actor calls held back until they may run.
@@ -90,6 +92,7 @@ impl Service {
             actor_creation: r.actor_creation,
             actor_method: r.actor_method,
             num_returns: r.num_returns,
+            result_store: r.result_store,
         };
         let deliver = if r.caller_id.is_empty() {
             vec![incoming]
@@ -253,6 +256,7 @@ mod tests {
             actor_creation: creation,
             actor_method: String::new(),
             num_returns: 1,
+            result_store: String::new(),
         }
     }
 

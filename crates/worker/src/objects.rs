@@ -157,6 +157,28 @@ impl ObjectTable {
         self.changed.send_modify(|v| *v += 1);
     }
 
+    /// Sets a pending object's value, written by its task into `file` of this node's store:
+    /// the file is this process's now, and goes with the object.
+    pub fn fulfil_stored(&self, id: &str, data: Vec<u8>, file: StoredFile) {
+        let taken = {
+            let mut inner = self.lock();
+            match inner.slots.get_mut(id) {
+                Some(slot) => {
+                    slot.value = Some(Ready { data: Arc::new(data), outcome: Outcome::Value });
+                    slot.file = Some(file.clone());
+                    true
+                }
+                None => false,
+            }
+        };
+        if !taken {
+            if let Some(store) = self.store.get() {
+                store.delete(&file);
+            }
+        }
+        self.changed.send_modify(|v| *v += 1);
+    }
+
     /// Stores a value; `contained` are the ObjectRefs inside it, kept alive while it lives.
     pub fn put(&self, data: Vec<u8>, contained: &[String]) -> String {
         self.put_with_id(new_id(), data, contained, None)

@@ -69,6 +69,26 @@ impl NodeStore {
         unsafe { &*(self.usage.as_ptr().add(8) as *const AtomicU64) }
     }
 
+    /// The shared-memory directory: it names the store.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The object file at `path`, if it is one of this store's (another process of the
+    /// node wrote it and hands it over).
+    pub fn file_at(&self, path: &Path) -> Option<StoredFile> {
+        let in_memory = path.parent() == Some(self.dir.as_path());
+        if !in_memory && path.parent() != Some(self.spill.as_path()) {
+            return None;
+        }
+        let name = path.file_name()?.to_str()?;
+        if name.starts_with('.') {
+            return None;
+        }
+        let size = std::fs::metadata(path).ok()?.len();
+        Some(StoredFile { path: path.to_path_buf(), size, in_memory })
+    }
+
     /// Bytes of shared memory in use by objects on this node.
     pub fn used(&self) -> u64 {
         self.counter().load(Ordering::Acquire).saturating_sub(self.kept_counter().load(Ordering::Acquire))

@@ -131,9 +131,14 @@ pub struct Submitter {
     actor_queues: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
     pub(crate) actors: crate::actors::ActorDirectory,
     object_address: std::sync::OnceLock<String>,
+    /// What `result_store` names, once it can.
+    result_store: std::sync::OnceLock<String>,
 }
 
 type Reply = Result<v1::PushTaskReply, String>;
+
+/// How a value written to a node store file starts (see the Python `serialization`).
+const STORED_AT: &[u8] = b"OXRAYREF";
 
 /// Calls to one actor sent and not yet answered, per calling process.
 const CALLS_IN_FLIGHT: usize = 256;
@@ -209,6 +214,7 @@ impl Submitter {
             actor_queues: Mutex::new(HashMap::new()),
             actors: Default::default(),
             object_address: std::sync::OnceLock::new(),
+            result_store: std::sync::OnceLock::new(),
         })
     }
 
@@ -389,7 +395,11 @@ impl Submitter {
         let short = format!("the task returned {} values where {} were expected", values.len(), ids.len());
         values.resize(ids.len(), (short.into_bytes(), Outcome::SystemError));
         for ((id, (data, outcome)), holds) in ids.iter().zip(values).zip(holds) {
-            self.objects.fulfil(id, data, outcome, holds);
+            let file = (outcome == Outcome::Value && holds.is_empty()).then(|| self.result_file(&data)).flatten();
+            match file {
+                Some(file) => self.objects.fulfil_stored(id, data, file),
+                None => self.objects.fulfil(id, data, outcome, holds),
+            }
         }
     }
 
@@ -414,6 +424,7 @@ impl Submitter {
             function_name: spec.name.clone(),
             dependencies,
             num_returns: spec.num_returns,
+            result_store: if spec.num_returns <= 1 { self.result_store() } else { String::new() },
             ..Default::default()
         };
         let (resources, env, strategy) = match spec.route {
@@ -444,6 +455,29 @@ impl Submitter {
                 tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt.min(8)))).await;
             }
         }
+    }
+
+    /// Where a large result may be written for this process (see `PushTaskRequest`): only
+    /// once it has a node store and serves its objects.
+    fn result_store(&self) -> String {
+        if let Some(named) = self.result_store.get() {
+            return named.clone();
+        }
+        match (self.objects.store(), self.object_address.get()) {
+            (Some(store), Some(address)) => self
+                .result_store
+                .get_or_init(|| format!("{} {} {address}", self.owner.boot_id, store.dir().display()))
+                .clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// The file of this node's store a worker wrote a result to, when `data` says so.
+    fn result_file(&self, data: &[u8]) -> Option<crate::store::StoredFile> {
+        let marker = data.strip_prefix(STORED_AT)?;
+        let place: serde_json::Value = serde_json::from_slice(marker).ok()?;
+        let path = std::path::Path::new(place.get("path")?.as_str()?);
+        self.objects.store()?.file_at(path)
     }
 
     fn shapes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Shape>> {

@@ -142,6 +142,13 @@ def put(client, value: Any) -> str:
     created = client.store_create(total) if total >= INLINE_LIMIT else None
     if created is None:
         return client.put(_inline(meta, buffers), contained)
+    object_id, path = _write_file(client, created, total, header, starts, meta, buffers)
+    where = {"boot": BOOT_ID, "path": path, "owner": client.owner_address(), "id": object_id}
+    return client.store_seal(object_id, STORED_AT + json.dumps(where).encode(), contained)
+
+
+def _write_file(client, created, total, header, starts, meta, buffers):
+    """Writes a value into a file from `store_create`; returns `(file id, path)`."""
     object_id, path = _reserve(client, created, total)
     try:
         # Populating the mapping at once is much faster than faulting its pages one by one.
@@ -151,8 +158,31 @@ def put(client, value: Any) -> str:
     except BaseException:
         client.store_seal(object_id, None)
         raise
-    where = {"boot": BOOT_ID, "path": path, "owner": client.owner_address(), "id": object_id}
-    return client.store_seal(object_id, STORED_AT + json.dumps(where).encode(), contained)
+    return object_id, path
+
+
+def dumps_result(value: Any, result_store: str, object_id: str) -> Tuple[bytes, List[ObjectRef]]:
+    """A task's result as `dumps_with_refs` gives it, except that a large one holding no
+    ObjectRef goes into this node's store when the caller shares it (`result_store`: its
+    boot id, store directory and object server): the caller then owns the file, and reads
+    it, as any process of the node, without a copy."""
+    if not result_store or type(value) in _PLAIN:
+        return dumps_with_refs(value)
+    with _collecting() as refs:
+        meta, buffers = _pickle5(value)
+    header, starts, total = _layout(meta, buffers)
+    if total >= INLINE_LIMIT and not refs:
+        from oxray._private import worker
+
+        boot, store_dir, caller = result_store.split(" ", 2)
+        client = worker.client()
+        created = client.store_create(total) if boot == BOOT_ID and client.store_dir() == store_dir else None
+        if created is not None:
+            file_id, path = _write_file(client, created, total, header, starts, meta, buffers)
+            client.store_give(file_id)
+            where = {"boot": BOOT_ID, "path": path, "owner": caller, "id": object_id}
+            return STORED_AT + json.dumps(where).encode(), refs
+    return _inline(meta, buffers), refs
 
 
 def _reserve(client, created, total: int):

@@ -47,7 +47,7 @@ def _prefixed(text, name):
 
 def _run(task, state):
     """Returns (result, is_error, returns)."""
-    task_id, name, function, args, dependencies, actor_creation, actor_method, num_returns = task
+    task_id, name, function, args, dependencies, actor_creation, actor_method, num_returns = task[:8]
     values = {object_id: serialization.loads(data) for object_id, data in dependencies}
     call_args, call_kwargs, placement = serialization.loads_args(args, values)
     if actor_creation:
@@ -101,7 +101,7 @@ def _run_one(executor, task, state, out, err):
     """Runs a task in this thread and hands back its reply."""
     task_id, name, num_returns = task[0], task[1], task[7]
     try:
-        reply = _encode(name, _run(task, state), num_returns)
+        reply = _encode(name, _run(task, state), num_returns, task[8], task_id)
     except KeyboardInterrupt:  # `cancel` interrupted it
         reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [], [])
     except BaseException as error:  # the task's failure is its result
@@ -147,16 +147,20 @@ def _serve_async(executor, runner, state, out, err):
             continue
 
 
-def _encode(name, result, num_returns):
+def _encode(name, result, num_returns, result_store="", task_id=""):
     """`(result, is_error, returns, contained)` for `finish`. The ObjectRefs inside the
-    values are held at their owners for the caller before the reply leaves."""
+    values are held at their owners for the caller before the reply leaves. A single large
+    result may go to the node store the caller named (`result_store`)."""
     if num_returns > 1:
         values = list(result)
         if len(values) != num_returns:
             raise ValueError(f"{name} returned {len(values)} values, but num_returns={num_returns}")
     else:
         values = [result]
-    encoded = [serialization.dumps_with_refs(v) for v in values]
+    if num_returns > 1 or not result_store:
+        encoded = [serialization.dumps_with_refs(v) for v in values]
+    else:
+        encoded = [serialization.dumps_result(values[0], result_store, task_id)]
     nested = [(ref.hex(), index) for index, (_, refs) in enumerate(encoded) for ref in refs]
     contained = []
     if nested:
@@ -172,6 +176,7 @@ def _encode(name, result, num_returns):
 def _submit_concurrent(executor, runner, task, out, err):
     """Starts a call of a threaded or async actor and goes back for the next one."""
     task_id, name, _function, args, dependencies, _creation, method = task[:7]
+    result_store = task[8]
     try:
         values = {object_id: serialization.loads(data) for object_id, data in dependencies}
         call_args, call_kwargs, _ = serialization.loads_args(args, values)
@@ -187,7 +192,7 @@ def _submit_concurrent(executor, runner, task, out, err):
         output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
         if error is None:
             try:
-                data, is_error, _, contained = _encode(name, result, 1)
+                data, is_error, _, contained = _encode(name, result, 1, result_store, task_id)
                 executor.finish(task_id, data, is_error, [], output, contained)
                 return
             except BaseException as e:  # the result does not serialize
