@@ -142,37 +142,33 @@ impl ObjectTable {
 
     /// Sets a pending object's value, and the references the value holds.
     pub fn fulfil(&self, id: &str, data: Vec<u8>, outcome: Outcome, holds: Vec<Hold>) {
-        let orphaned = {
-            let mut inner = self.lock();
-            match inner.slots.get_mut(id) {
-                Some(slot) => {
-                    slot.value = Some(Ready { data: Arc::new(data), outcome });
-                    slot.holds = holds;
-                    Vec::new()
-                }
-                None => holds,
-            }
-        };
-        self.drop_holds(orphaned);
-        self.changed.send_modify(|v| *v += 1);
+        self.settle_value(id, Ready { data: Arc::new(data), outcome }, holds, None);
     }
 
     /// Sets a pending object's value, written by its task into `file` of this node's store:
     /// the file is this process's now, and goes with the object.
     pub fn fulfil_stored(&self, id: &str, data: Vec<u8>, file: StoredFile) {
-        let taken = {
+        self.settle_value(id, Ready { data: Arc::new(data), outcome: Outcome::Value }, Vec::new(), Some(file));
+    }
+
+    /// Gives a pending object its value; what it would hold goes at once if the object
+    /// was freed meanwhile.
+    fn settle_value(&self, id: &str, value: Ready, holds: Vec<Hold>, file: Option<StoredFile>) {
+        let orphaned = {
             let mut inner = self.lock();
             match inner.slots.get_mut(id) {
                 Some(slot) => {
-                    slot.value = Some(Ready { data: Arc::new(data), outcome: Outcome::Value });
-                    slot.file = Some(file.clone());
-                    true
+                    slot.value = Some(value);
+                    slot.holds = holds;
+                    slot.file = file;
+                    None
                 }
-                None => false,
+                None => Some((holds, file)),
             }
         };
-        if !taken {
-            if let Some(store) = self.store.get() {
+        if let Some((holds, file)) = orphaned {
+            self.drop_holds(holds);
+            if let (Some(file), Some(store)) = (file, self.store.get()) {
                 store.delete(&file);
             }
         }

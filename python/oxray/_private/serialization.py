@@ -143,8 +143,13 @@ def put(client, value: Any) -> str:
     if created is None:
         return client.put(_inline(meta, buffers), contained)
     object_id, path = _write_file(client, created, total, header, starts, meta, buffers)
-    where = {"boot": BOOT_ID, "path": path, "owner": client.owner_address(), "id": object_id}
-    return client.store_seal(object_id, STORED_AT + json.dumps(where).encode(), contained)
+    return client.store_seal(object_id, _stored_at(path, client.owner_address(), object_id), contained)
+
+
+def _stored_at(path: str, owner: str, object_id: str) -> bytes:
+    """What readers of a value in a store file get: where it is, and who serves it to other
+    machines."""
+    return STORED_AT + json.dumps({"boot": BOOT_ID, "path": path, "owner": owner, "id": object_id}).encode()
 
 
 def _write_file(client, created, total, header, starts, meta, buffers):
@@ -180,8 +185,7 @@ def dumps_result(value: Any, result_store: str, object_id: str) -> Tuple[bytes, 
         if created is not None:
             file_id, path = _write_file(client, created, total, header, starts, meta, buffers)
             client.store_give(file_id)
-            where = {"boot": BOOT_ID, "path": path, "owner": caller, "id": object_id}
-            return STORED_AT + json.dumps(where).encode(), refs
+            return _stored_at(path, caller, object_id), refs
     return _inline(meta, buffers), refs
 
 

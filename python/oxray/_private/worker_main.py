@@ -157,10 +157,10 @@ def _encode(name, result, num_returns, result_store="", task_id=""):
             raise ValueError(f"{name} returned {len(values)} values, but num_returns={num_returns}")
     else:
         values = [result]
-    if num_returns > 1 or not result_store:
+    if num_returns > 1:
         encoded = [serialization.dumps_with_refs(v) for v in values]
     else:
-        encoded = [serialization.dumps_result(values[0], result_store, task_id)]
+        encoded = [serialization.dumps_result(result, result_store, task_id)]
     nested = [(ref.hex(), index) for index, (_, refs) in enumerate(encoded) for ref in refs]
     contained = []
     if nested:
