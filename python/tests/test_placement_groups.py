@@ -99,6 +99,23 @@ def test_a_group_that_does_not_fit_waits_and_can_be_removed(private_cluster):
         oxray.get(ready, timeout=30)
 
 
+def test_a_group_is_usable_the_moment_it_is_created(private_cluster):
+    # Creation returns before the head has the group: every use right after must wait for it.
+    groups = [placement_group([{"CPU": 0.01}]) for _ in range(20)]
+    ids = {g.id.hex() for g in groups}
+    assert ids <= set(placement_group_table())
+    assert placement_group_table(groups[0])["bundles"] == {0: {"CPU": 0.01}}
+    work = [pid.options(num_cpus=0.01, scheduling_strategy=in_group(g)).remote() for g in groups[10:]]
+    for g in groups[:10]:
+        remove_placement_group(g)
+    assert all(isinstance(p, int) for p in oxray.get(work, timeout=30))
+    for g in groups[10:]:
+        assert g.wait(30)
+        remove_placement_group(g)
+    states = {e["state"] for i, e in placement_group_table().items() if i in ids}
+    assert states == {"REMOVED"}
+
+
 def test_reserved_resources_are_not_given_to_other_work(private_cluster):
     pg = placement_group([{"CPU": 2}])
     assert pg.wait(30)

@@ -130,8 +130,10 @@ pub struct PlacementGroups {
     changed: watch::Sender<u64>,
 }
 
+const ID_DIGITS: usize = 36;
+
 fn new_id() -> String {
-    let mut bytes = [0u8; 18];
+    let mut bytes = [0u8; ID_DIGITS / 2];
     getrandom::fill(&mut bytes).expect("the operating system has no random source");
     hex::encode(bytes)
 }
@@ -206,14 +208,22 @@ impl PlacementGroups {
         }
         let strategy = strategy_from(request.strategy)
             .ok_or_else(|| GroupError::Invalid(format!("unknown strategy {}", request.strategy)))?;
+        let id = match request.placement_group_id {
+            given if given.is_empty() => new_id(),
+            given if given.len() == ID_DIGITS && given.bytes().all(|b| b.is_ascii_hexdigit()) => given,
+            given => return Err(GroupError::Invalid(format!("{given:?} is not a placement group id"))),
+        };
         let mut table = self.lock();
         if !request.name.is_empty()
             && table.live.values().any(|g| g.name == request.name && g.namespace == request.namespace)
         {
             return Err(GroupError::Exists(request.name, request.namespace));
         }
+        if table.live.contains_key(&id) || table.removed.iter().any(|g| g.id == id) {
+            return Err(GroupError::Invalid(format!("placement group id {id} is taken")));
+        }
         let group = Group {
-            id: new_id(),
+            id,
             name: request.name,
             namespace: request.namespace,
             nodes: vec![None; bundles.len()],

@@ -211,17 +211,17 @@ impl Client {
 
     /// Every node as JSON (Python shapes it into Ray's `nodes()` dictionaries).
     fn nodes_json(&self, py: Python<'_>) -> PyResult<String> {
-        let nodes = py.detach(|| self.runtime.block_on(self.cluster.nodes())).map_err(to_py)?;
+        let nodes = py.detach(|| self.cluster.nodes()).map_err(to_py)?;
         serde_json::to_string(&nodes).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
     fn cluster_resources(&self, py: Python<'_>) -> PyResult<BTreeMap<String, f64>> {
-        let nodes = py.detach(|| self.runtime.block_on(self.cluster.nodes())).map_err(to_py)?;
+        let nodes = py.detach(|| self.cluster.nodes()).map_err(to_py)?;
         Ok(cluster_resources(&nodes))
     }
 
     fn available_resources(&self, py: Python<'_>) -> PyResult<BTreeMap<String, f64>> {
-        let nodes = py.detach(|| self.runtime.block_on(self.cluster.nodes())).map_err(to_py)?;
+        let nodes = py.detach(|| self.cluster.nodes()).map_err(to_py)?;
         Ok(available_resources(&nodes))
     }
 
@@ -358,7 +358,7 @@ impl Client {
             owner,
             max_task_retries,
         };
-        py.detach(|| self.runtime.block_on(self.cluster.register_actor(actor))).map_err(|s| match s.code() {
+        py.detach(|| self.cluster.register_actor(actor)).map_err(|s| match s.code() {
             tonic::Code::AlreadyExists => PyValueError::new_err(s.message().to_string()),
             _ => PyConnectionError::new_err(s.message().to_string()),
         })
@@ -373,9 +373,7 @@ impl Client {
         name: String,
         namespace: String,
     ) -> PyResult<(String, String, String, String, String, Vec<String>, String, i64)> {
-        let a = py.detach(|| self.runtime.block_on(self.cluster.get_actor(&name, &namespace))).map_err(|s| match s
-            .code()
-        {
+        let a = py.detach(|| self.cluster.get_actor(&name, &namespace)).map_err(|s| match s.code() {
             tonic::Code::NotFound => PyValueError::new_err(s.message().to_string()),
             _ => PyConnectionError::new_err(s.message().to_string()),
         })?;
@@ -392,7 +390,7 @@ impl Client {
     }
 
     fn remove_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<()> {
-        py.detach(|| self.runtime.block_on(self.cluster.remove_actor(&name, &namespace)))
+        py.detach(|| self.cluster.remove_actor(&name, &namespace))
             .map_err(|s| PyConnectionError::new_err(s.message().to_string()))
     }
 
@@ -615,40 +613,72 @@ impl Client {
             .map(oxray_types::ResourceSet::try_from)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let head = self.cluster.head();
         let owner = if detached { String::new() } else { self.owner_address(py)? };
-        let created = py.detach(|| {
-            self.runtime.block_on(pg::create(&head, &bundles, strategy, &name, &namespace, detached, &owner))
-        });
-        created.map(|g| g.placement_group_id).map_err(status_error)
+        let request = pg::create_request(&bundles, strategy, &name, &namespace, detached, &owner);
+        let id = request.placement_group_id.clone();
+        if name.is_empty() && !detached {
+            // Nothing left for the head to refuse (the bundles were checked here), and the
+            // group ends with this process anyway: the request goes on its own, later calls
+            // about the group wait for it.
+            self.cluster.groups().start(self.runtime.handle(), self.cluster.head(), request);
+            return Ok(id);
+        }
+        py.detach(|| self.cluster.call(|head| async move { pg::create(&head, request).await }))
+            .map_err(status_error)?;
+        Ok(id)
     }
 
     fn remove_placement_group(&self, py: Python<'_>, id: String) -> PyResult<()> {
-        let head = self.cluster.head();
-        py.detach(|| self.runtime.block_on(pg::remove(&head, &id))).map_err(status_error)
+        let groups = self.cluster.groups();
+        py.detach(|| {
+            self.cluster.call(|head| async move {
+                groups.settled(&id).await?;
+                pg::remove(&head, &id).await
+            })
+        })
+        .map_err(status_error)
     }
 
     /// One group as JSON, by id or by name in a namespace.
     fn placement_group_json(&self, py: Python<'_>, id: String, name: String, namespace: String) -> PyResult<String> {
-        let head = self.cluster.head();
-        let group =
-            py.detach(|| self.runtime.block_on(pg::get(&head, &id, &name, &namespace))).map_err(status_error)?;
+        let groups = self.cluster.groups();
+        let group = py
+            .detach(|| {
+                self.cluster.call(|head| async move {
+                    groups.settled(&id).await?;
+                    pg::get(&head, &id, &name, &namespace).await
+                })
+            })
+            .map_err(status_error)?;
         Ok(pg::to_json(&group).to_string())
     }
 
     /// Every group the head knows, as a JSON list.
     fn placement_groups_json(&self, py: Python<'_>) -> PyResult<String> {
-        let head = self.cluster.head();
-        let groups = py.detach(|| self.runtime.block_on(pg::list(&head))).map_err(status_error)?;
+        let creations = self.cluster.groups();
+        let groups = py
+            .detach(|| {
+                self.cluster.call(|head| async move {
+                    creations.all_settled().await;
+                    pg::list(&head).await
+                })
+            })
+            .map_err(status_error)?;
         Ok(serde_json::Value::Array(groups.iter().map(pg::to_json).collect()).to_string())
     }
 
     /// Whether the group is created, waiting up to `timeout` seconds (forever: None).
     #[pyo3(signature = (id, timeout=None))]
     fn wait_placement_group(&self, py: Python<'_>, id: String, timeout: Option<f64>) -> PyResult<bool> {
-        let head = self.cluster.head();
-        let group =
-            py.detach(|| self.runtime.block_on(pg::wait(&head, &id, deadline(timeout)))).map_err(status_error)?;
+        let groups = self.cluster.groups();
+        let group = py
+            .detach(|| {
+                self.cluster.call(|head| async move {
+                    groups.settled(&id).await?;
+                    pg::wait(&head, &id, deadline(timeout)).await
+                })
+            })
+            .map_err(status_error)?;
         Ok(group.state == oxray_worker::PlacementGroupState::Created as i32)
     }
 
@@ -657,8 +687,13 @@ impl Client {
     fn placement_group_ready(&self, id: String, value: Vec<u8>) -> String {
         let object = self.objects.pending();
         let (objects, head, target) = (self.objects.clone(), self.cluster.head(), object.clone());
+        let groups = self.cluster.groups().clone();
         self.runtime.spawn(async move {
-            let (data, outcome) = match pg::wait(&head, &id, None).await {
+            let waited = match groups.settled(&id).await {
+                Ok(()) => pg::wait(&head, &id, None).await,
+                Err(refused) => Err(refused),
+            };
+            let (data, outcome) = match waited {
                 Ok(g) if g.state == oxray_worker::PlacementGroupState::Created as i32 => (value, Outcome::Value),
                 Ok(_) => (format!("placement group {id} was removed before it was ready").into_bytes(), Outcome::Lost),
                 Err(s) => (format!("placement group {id}: {}", s.message()).into_bytes(), Outcome::Lost),
@@ -710,7 +745,7 @@ impl Client {
     }
 
     fn open_store(&self) -> Option<Arc<oxray_worker::NodeStore>> {
-        let nodes = self.runtime.block_on(self.cluster.nodes()).ok()?;
+        let nodes = self.cluster.nodes().ok()?;
         let (agent, _) = self.local_node().ok()?;
         let node = nodes.iter().find(|n| format!("{}:{}", n.node_ip, n.agent_port) == agent)?;
         let (memory, spill) = oxray_config::paths::object_store_dirs(node.agent_port);
@@ -735,7 +770,7 @@ impl Client {
         if let Some(node) = slot.as_ref() {
             return Ok(node.clone());
         }
-        let nodes = self.runtime.block_on(self.cluster.nodes()).map_err(to_py)?;
+        let nodes = self.cluster.nodes().map_err(to_py)?;
         let usable: Vec<_> = nodes.iter().filter(|n| n.is_alive() && n.agent_port != 0).collect();
         let node = usable
             .iter()
@@ -764,6 +799,7 @@ impl Client {
                 self.token.clone(),
                 self.python.clone(),
                 Some(self.cluster.head()),
+                self.cluster.groups().clone(),
                 self.links.clone(),
             )
             .map_err(PyRuntimeError::new_err)?,

@@ -1,34 +1,65 @@
+use crate::placement_groups::Creations;
 use crate::WorkerError;
 use oxray_proto::v1;
-use oxray_rpc::{connect_head, explain, HeadClient, Token};
+use oxray_rpc::{connect_head, connect_head_lazy, explain, HeadClient, Token};
 use oxray_types::NodeInfo;
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::runtime::{Builder, Runtime};
+
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection to a cluster's head.
 pub struct Cluster {
     address: String,
+    /// For work running on the core's runtime.
     client: HeadClient,
     info: v1::ClusterInfo,
+    /// Python's synchronous calls: a runtime that only the waiting caller drives, with a
+    /// connection of its own, so a call's request and reply cross no thread (on the core's
+    /// runtime each would wake another thread, which costs more than the call itself).
+    direct: Runtime,
+    direct_client: HeadClient,
+    groups: Arc<Creations>,
 }
 
 impl Cluster {
-    /// Connects and checks the token with one call, so a wrong one fails here.
+    /// Connects and checks the token with one call, so a wrong one fails here. Runs
+    /// inside the core's runtime.
     pub async fn connect(address: &str, token: &Token) -> Result<Self, WorkerError> {
-        let mut client = connect_head(address, token, Duration::from_secs(10))
-            .await
-            .map_err(|e| WorkerError::Connect(e.to_string()))?;
+        let mut client =
+            connect_head(address, token, CALL_TIMEOUT).await.map_err(|e| WorkerError::Connect(e.to_string()))?;
         let info = client
             .get_cluster_info(v1::GetClusterInfoRequest {})
             .await
             .map_err(|s| WorkerError::Connect(explain(address, &s)))?
             .into_inner();
-        Ok(Self { address: address.to_string(), client, info })
+        let direct =
+            Builder::new_current_thread().enable_all().build().map_err(|e| WorkerError::Connect(e.to_string()))?;
+        let direct_client = {
+            // The lazy channel's connection task belongs to the runtime entered here.
+            let _inside = direct.enter();
+            connect_head_lazy(address, token, CALL_TIMEOUT).map_err(|e| WorkerError::Connect(e.to_string()))?
+        };
+        Ok(Self { address: address.to_string(), client, info, direct, direct_client, groups: Arc::default() })
     }
 
-    /// A client of the head, for cluster-wide decisions (where a task can run).
+    /// A client of the head for the core's runtime (where a task can run, background waits).
     pub fn head(&self) -> HeadClient {
         self.client.clone()
+    }
+
+    /// The placement groups this process is creating.
+    pub fn groups(&self) -> &Arc<Creations> {
+        &self.groups
+    }
+
+    /// Makes a call to the head on the calling thread and waits for its answer. Not for
+    /// threads inside a runtime.
+    pub fn call<F: Future>(&self, call: impl FnOnce(HeadClient) -> F) -> F::Output {
+        self.direct.block_on(call(self.direct_client.clone()))
     }
 
     pub fn address(&self) -> &str {
@@ -43,26 +74,23 @@ impl Cluster {
         &self.info.session_name
     }
 
-    pub async fn register_actor(&self, actor: v1::NamedActor) -> Result<(), tonic::Status> {
-        self.client.clone().register_actor(actor).await.map(|_| ())
+    pub fn register_actor(&self, actor: v1::NamedActor) -> Result<(), tonic::Status> {
+        self.call(|mut head| async move { head.register_actor(actor).await.map(|_| ()) })
     }
 
-    pub async fn get_actor(&self, name: &str, namespace: &str) -> Result<v1::NamedActor, tonic::Status> {
+    pub fn get_actor(&self, name: &str, namespace: &str) -> Result<v1::NamedActor, tonic::Status> {
         let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
-        self.client.clone().get_actor(request).await.map(|r| r.into_inner())
+        self.call(|mut head| async move { head.get_actor(request).await.map(|r| r.into_inner()) })
     }
 
-    pub async fn remove_actor(&self, name: &str, namespace: &str) -> Result<(), tonic::Status> {
+    pub fn remove_actor(&self, name: &str, namespace: &str) -> Result<(), tonic::Status> {
         let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
-        self.client.clone().remove_actor(request).await.map(|_| ())
+        self.call(|mut head| async move { head.remove_actor(request).await.map(|_| ()) })
     }
 
-    pub async fn nodes(&self) -> Result<Vec<NodeInfo>, WorkerError> {
+    pub fn nodes(&self) -> Result<Vec<NodeInfo>, WorkerError> {
         let reply = self
-            .client
-            .clone()
-            .list_nodes(v1::ListNodesRequest {})
-            .await
+            .call(|mut head| async move { head.list_nodes(v1::ListNodesRequest {}).await })
             .map_err(|s| WorkerError::Connect(explain(&self.address, &s)))?;
         reply
             .into_inner()

@@ -240,7 +240,33 @@ impl ObjectTable {
 
     /// Drops one reference; the object goes with the last, and with it its holds.
     pub fn release(&self, id: &str) {
+        // Most releases leave other references: no allocation for those.
+        match self.lock().slots.get_mut(id) {
+            None => return,
+            Some(slot) if slot.refs > 1 => {
+                slot.refs -= 1;
+                return;
+            }
+            Some(_) => {}
+        }
         self.drop_holds(vec![Hold::Local(id.to_string())]);
+    }
+
+    /// The hold a task's result keeps on a reference inside it, which the task took at the
+    /// owner on this process's behalf. It becomes this process's own reference when there
+    /// is none yet, so refs read from the value cost their owner nothing more; otherwise it
+    /// stays counted at the owner. `this_process` is this process's object server address.
+    pub fn adopt(&self, id: String, owner: String, this_process: Option<&str>) -> Hold {
+        if this_process == Some(owner.as_str()) {
+            // The task's reference was added to this table already.
+            return Hold::Local(id);
+        }
+        let mut inner = self.lock();
+        if inner.slots.contains_key(&id) {
+            return Hold::Remote { id, owner };
+        }
+        inner.slots.insert(id.clone(), Slot { refs: 1, owner: Some(owner), ..Default::default() });
+        Hold::Local(id)
     }
 
     fn drop_holds(&self, mut holds: Vec<Hold>) {

@@ -4,31 +4,102 @@ use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, PlacementGroupState, PlacementStrategy};
 use oxray_rpc::HeadClient;
 use oxray_types::ResourceSet;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use tokio::sync::watch;
 use tokio::time::Instant;
+
+const ID_BYTES: usize = 18;
+
+/// A new group id, as the head would choose it.
+pub fn new_group_id() -> String {
+    let mut bytes = [0u8; ID_BYTES];
+    getrandom::fill(&mut bytes).expect("the operating system has no random source");
+    hex::encode(bytes)
+}
+
+type Outcome = Option<Result<(), tonic::Status>>;
+
+/// Groups whose creation is on its way to the head. Creating a group returns at once (as
+/// `placement_group()` does; the group is placed later anyway); whatever this process does
+/// next with the group waits until the head has it, and reports the head's refusal.
+#[derive(Default)]
+pub struct Creations {
+    pending: Mutex<HashMap<String, watch::Receiver<Outcome>>>,
+}
+
+impl Creations {
+    /// Sends the creation from `runtime`; the group's id is the request's.
+    pub fn start(
+        self: &std::sync::Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        head: HeadClient,
+        request: v1::CreatePlacementGroupRequest,
+    ) {
+        let (done, outcome) = watch::channel(None);
+        let id = request.placement_group_id.clone();
+        self.lock().insert(id.clone(), outcome);
+        let this = self.clone();
+        runtime.spawn(async move {
+            let created = head.clone().create_placement_group(request).await.map(|_| ());
+            if created.is_ok() {
+                this.lock().remove(&id);
+            }
+            // A refusal stays, so every later use of the group reports it.
+            let _ = done.send(Some(created));
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Receiver<Outcome>>> {
+        self.pending.lock().expect("group creations lock")
+    }
+
+    /// Once the head has the group (at once for groups created before or elsewhere).
+    pub async fn settled(&self, id: &str) -> Result<(), tonic::Status> {
+        let Some(mut outcome) = self.lock().get(id).cloned() else { return Ok(()) };
+        let settled = outcome.wait_for(Option::is_some).await;
+        match settled.as_deref() {
+            Ok(Some(Err(refused))) => Err(refused.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Once the head has every group created so far.
+    pub async fn all_settled(&self) {
+        let ids: Vec<String> = self.lock().keys().cloned().collect();
+        for id in ids {
+            let _ = self.settled(&id).await;
+        }
+    }
+}
 
 pub fn parse_strategy(name: &str) -> Result<PlacementStrategy, String> {
     PlacementStrategy::from_str_name(name)
         .ok_or_else(|| format!("unknown placement strategy {name:?}: use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"))
 }
 
-pub async fn create(
-    head: &HeadClient,
+/// A request for a new group with an id of its own.
+pub fn create_request(
     bundles: &[ResourceSet],
     strategy: PlacementStrategy,
     name: &str,
     namespace: &str,
     detached: bool,
     owner: &str,
-) -> Result<v1::PlacementGroup, tonic::Status> {
-    let request = v1::CreatePlacementGroupRequest {
+) -> v1::CreatePlacementGroupRequest {
+    v1::CreatePlacementGroupRequest {
         owner: owner.to_string(),
         bundles: bundles.iter().map(|b| v1::Bundle { resources: resources_to_proto(b) }).collect(),
         strategy: strategy as i32,
         name: name.to_string(),
         namespace: namespace.to_string(),
         detached,
-    };
-    head.clone().create_placement_group(request).await.map(|r| r.into_inner())
+        placement_group_id: new_group_id(),
+    }
+}
+
+pub async fn create(head: &HeadClient, request: v1::CreatePlacementGroupRequest) -> Result<(), tonic::Status> {
+    head.clone().create_placement_group(request).await.map(|_| ())
 }
 
 fn by_id(id: &str) -> v1::PlacementGroupRef {

@@ -1,7 +1,7 @@
 //! Submitting tasks: lease a worker from the local node agent, push the task straight to
 //! that worker, record the result as an object this process owns, give the lease back.
 
-use crate::objects::{Hold, ObjectTable, Outcome};
+use crate::objects::{ObjectTable, Outcome};
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, lease_service_client::LeaseServiceClient, worker_service_client::WorkerServiceClient};
 use oxray_rpc::{ClientAuth, Token};
@@ -109,6 +109,8 @@ pub struct Submitter {
     leases: LeaseServiceClient<Authed>,
     /// The cluster's view, to find another node when this one can never hold a task.
     head: Option<oxray_rpc::HeadClient>,
+    /// Placement groups this process is creating: a lease in one waits until the head has it.
+    groups: Arc<crate::placement_groups::Creations>,
     /// Other processes' object servers (actor owners among them).
     pub(crate) links: Arc<crate::OwnerLinks>,
     local_agent: String,
@@ -184,6 +186,7 @@ impl Submitter {
         token: Token,
         python: String,
         head: Option<oxray_rpc::HeadClient>,
+        groups: Arc<crate::placement_groups::Creations>,
         links: Arc<crate::OwnerLinks>,
     ) -> Result<Self, String> {
         let leases = LeaseServiceClient::with_interceptor(channel(agent)?, ClientAuth::new(&token));
@@ -191,6 +194,7 @@ impl Submitter {
             objects,
             leases,
             head,
+            groups,
             links,
             local_agent: agent.to_string(),
             remote_agents: Mutex::new(HashMap::new()),
@@ -381,9 +385,10 @@ impl Submitter {
     fn record(&self, ids: &[String], mut reply: v1::PushTaskReply) {
         show_output(&reply.output);
         let mut holds = vec![Vec::new(); ids.len()];
+        let this_process = self.object_address.get().map(String::as_str);
         for c in reply.contained.drain(..) {
             let at = (c.return_index as usize).min(ids.len() - 1);
-            holds[at].push(Hold::Remote { id: c.object_id, owner: c.owner });
+            holds[at].push(self.objects.adopt(c.object_id, c.owner, this_process));
         }
         let mut values: Vec<(Vec<u8>, Outcome)> = if reply.is_error {
             vec![(reply.result, Outcome::TaskError); ids.len()]
@@ -674,6 +679,7 @@ impl Submitter {
         let Some(head) = &self.head else { return Err("placement groups need the cluster's head".to_string().into()) };
         request.placement_group_id = group.to_string();
         request.bundle_index = index;
+        self.groups.settled(group).await.map_err(LeaseError::from)?;
         loop {
             let wait = v1::WaitPlacementGroupRequest { placement_group_id: group.to_string(), timeout_s: 5.0 };
             let pg = head.clone().wait_placement_group(wait).await.map_err(LeaseError::from)?.into_inner();

@@ -54,3 +54,27 @@ async fn groups_are_reserved_by_strategy_and_survive_a_head_restart() {
     let bad = head.create_placement_group(request(v1::PlacementStrategy::Pack, 0)).await.unwrap_err();
     assert!(bad.message().contains("at least one bundle"), "{bad:?}");
 }
+
+#[tokio::test]
+async fn a_creator_may_choose_the_id_but_not_a_taken_or_malformed_one() {
+    let c = cluster(1);
+    c.wait_for(WAIT, |n| count_states(n) == (1, 0)).await.unwrap();
+    let mut head = oxray_rpc::connect_head(&c.address(), c.token(), WAIT).await.unwrap();
+    let chosen = "ab".repeat(18);
+    let request = |id: &str| v1::CreatePlacementGroupRequest {
+        bundles: vec![one_cpu()],
+        namespace: "default".into(),
+        placement_group_id: id.to_string(),
+        ..Default::default()
+    };
+    let group = head.create_placement_group(request(&chosen)).await.unwrap().into_inner();
+    assert_eq!(group.placement_group_id, chosen);
+    wait_created(&mut head, &chosen).await;
+    let taken = head.create_placement_group(request(&chosen)).await.unwrap_err();
+    assert!(taken.message().contains("taken"), "{taken:?}");
+    head.remove_placement_group(by_id(&chosen)).await.unwrap();
+    let again = head.create_placement_group(request(&chosen)).await.unwrap_err();
+    assert!(again.message().contains("taken"), "a removed group's id stays taken: {again:?}");
+    let malformed = head.create_placement_group(request("../etc")).await.unwrap_err();
+    assert!(malformed.message().contains("is not a placement group id"), "{malformed:?}");
+}

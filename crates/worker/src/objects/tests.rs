@@ -127,3 +127,31 @@ async fn remote_holds_are_given_back_when_the_container_goes() {
     tokio::task::yield_now().await;
     assert_eq!(owners.changes.lock().unwrap().clone(), [("owner:4".into(), "z".into(), -1)]);
 }
+
+#[tokio::test]
+async fn refs_read_from_a_result_ride_on_the_hold_the_task_took() {
+    let (table, owners) = with_owners();
+    let result = table.pending();
+    table.add_ref(&result);
+    let hold = table.adopt("w".into(), "owner:5".into(), Some("me:1"));
+    assert_eq!(hold, Hold::Local("w".into()));
+    table.fulfil(&result, b"[ref]".to_vec(), Outcome::Value, vec![hold]);
+    assert!(!table.borrow("w", "owner:5"), "the result's hold already counts at the owner");
+    table.release("w");
+    table.announce().await;
+    tokio::task::yield_now().await;
+    assert!(owners.changes.lock().unwrap().is_empty());
+    table.release(&result);
+    tokio::task::yield_now().await;
+    assert_eq!(owners.changes.lock().unwrap().clone(), [("owner:5".into(), "w".into(), -1)]);
+}
+
+#[tokio::test]
+async fn a_result_holding_refs_owned_here_or_borrowed_already_counts_them_as_before() {
+    let (table, _owners) = with_owners();
+    let own = table.put(b"mine".to_vec(), &[]);
+    assert_eq!(table.adopt(own.clone(), "me:1".into(), Some("me:1")), Hold::Local(own));
+    table.borrow("b", "owner:6");
+    let again = table.adopt("b".into(), "owner:6".into(), Some("me:1"));
+    assert_eq!(again, Hold::Remote { id: "b".into(), owner: "owner:6".into() });
+}
