@@ -392,19 +392,24 @@ impl PlacementGroups {
         let nodes = self.alive();
         let mut free: Vec<Candidate> =
             nodes.iter().map(|n| Candidate { node: n.node_id.hex(), free: self.unreserved(n) }).collect();
+        let mut chosen_for = Vec::new();
         for group in waiting {
             let placed: Vec<Option<String>> = group.nodes.iter().map(|n| n.as_ref().map(|n| n.0.clone())).collect();
             let Some(chosen) = bundles::place(group.strategy, &group.bundles, &placed, &free) else { continue };
-            if self.reserve(&group, &chosen, &nodes).await {
-                for (i, node) in chosen.iter().enumerate() {
-                    if placed[i].is_none() {
-                        if let Some(c) = free.iter_mut().find(|c| c.node == *node) {
-                            c.free = c.free.iter().map(|(k, v)| (k.to_string(), v - group.bundles[i].get(k))).collect();
-                        }
+            // Counted as taken for this round even if the node then refuses: the groups
+            // after it wait for the next round rather than overbook.
+            for (i, node) in chosen.iter().enumerate() {
+                if placed[i].is_none() {
+                    if let Some(c) = free.iter_mut().find(|c| c.node == *node) {
+                        c.free = c.free.iter().map(|(k, v)| (k.to_string(), v - group.bundles[i].get(k))).collect();
                     }
                 }
             }
+            chosen_for.push((group, chosen));
         }
+        // The nodes are asked for all of them at once: one round trip per round, not per group.
+        let reserving = chosen_for.iter().map(|(group, chosen)| self.reserve(group, chosen, &nodes));
+        futures_util::future::join_all(reserving).await;
     }
 
     /// A node's total less the bundles placed on it.
