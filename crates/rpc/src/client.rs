@@ -29,14 +29,12 @@ fn endpoint(address: &str, call_timeout: Duration) -> Result<Endpoint, RpcError>
     Ok(Endpoint::from_shared(format!("http://{hostport}"))
         .map_err(|_| bad())?
         .connect_timeout(Duration::from_secs(3))
-        .timeout(call_timeout)
-        .tcp_nodelay(true))
+        .timeout(call_timeout))
 }
 
 /// Connects now, so an unreachable head is reported at once.
 pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
-    let channel = endpoint(address, call_timeout)?
-        .connect()
+    let channel = crate::local::connect(endpoint(address, call_timeout)?)
         .await
         .map_err(|e| RpcError::Unreachable { address: address.to_string(), reason: root_cause(&e) })?;
     Ok(HeadServiceClient::with_interceptor(channel, ClientAuth::new(token)))
@@ -44,20 +42,20 @@ pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) 
 
 /// Connects on first use and reconnects by itself after the head goes away and comes back.
 pub fn connect_head_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
-    let channel = endpoint(address, call_timeout)?.connect_lazy();
+    let channel = crate::local::connect_lazy(endpoint(address, call_timeout)?);
     Ok(HeadServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 
 /// A node agent's service, connected on first use.
 pub fn connect_agent_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<AgentClient, RpcError> {
-    let channel = endpoint(address, call_timeout)?.connect_lazy();
+    let channel = crate::local::connect_lazy(endpoint(address, call_timeout)?);
     Ok(AgentServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 
 /// A node agent's lease service (worker leases, placement group bundles), connected on
 /// first use.
 pub fn connect_leases_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<LeaseClient, RpcError> {
-    let channel = endpoint(address, call_timeout)?.connect_lazy();
+    let channel = crate::local::connect_lazy(endpoint(address, call_timeout)?);
     Ok(LeaseServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 

@@ -3,6 +3,7 @@
 
 mod auth;
 mod client;
+mod local;
 
 pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
 pub use client::{
@@ -10,18 +11,7 @@ pub use client::{
     HeadClient, LeaseClient, RpcError,
 };
 
-/// Accepted connections of a bound listener, with Nagle's algorithm off: RPCs are small
-/// request/response exchanges that must not wait for delayed ACKs.
-pub fn incoming(
-    listener: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
-        let conn = conn?;
-        conn.set_nodelay(true)?;
-        Ok(conn)
-    })
-}
+pub use local::{connect, connect_lazy, incoming, Conn};
 
 /// A gRPC server as every oxray process runs one. The stream limit is announced
 /// explicitly: without it, clients keep their initial guess of 100 concurrent calls per

@@ -171,11 +171,8 @@ struct Shape {
 }
 
 pub(crate) fn channel(address: &str) -> Result<Channel, String> {
-    Ok(Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .connect_lazy())
+    let endpoint = Endpoint::from_shared(format!("http://{address}")).map_err(|e| e.to_string())?;
+    Ok(oxray_rpc::connect_lazy(endpoint.connect_timeout(Duration::from_secs(5))))
 }
 
 impl Submitter {

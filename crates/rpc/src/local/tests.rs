@@ -1,0 +1,60 @@
+use super::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn listener() -> (TcpListener, u16) {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// Accepts one connection and echoes what it reads; tells whether it came over Unix.
+async fn serve_one(accepted: impl Stream<Item = io::Result<Conn>>) -> bool {
+    let mut accepted = Box::pin(accepted);
+    let mut conn = accepted.next().await.unwrap().unwrap();
+    let mut buf = [0u8; 4];
+    conn.read_exact(&mut buf).await.unwrap();
+    conn.write_all(&buf).await.unwrap();
+    matches!(conn.0, Either::Right(_))
+}
+
+async fn echo(io: Io) {
+    let mut io = io.into_inner();
+    io.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    io.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"ping");
+}
+
+#[tokio::test]
+async fn a_local_server_is_reached_over_its_unix_socket() {
+    let (listener, port) = listener().await;
+    let server = tokio::spawn(serve_one(incoming(listener)));
+    let io = dial("127.0.0.1".into(), port, is_here("127.0.0.1")).await.unwrap();
+    assert!(matches!(io.inner(), Either::Left(_)), "dialed over Unix");
+    echo(io).await;
+    assert!(server.await.unwrap(), "accepted over Unix");
+}
+
+#[tokio::test]
+async fn without_a_unix_socket_tcp_is_used() {
+    // A plain TCP server, as another program's.
+    let (listener, port) = listener().await;
+    let server = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 4];
+        conn.read_exact(&mut buf).await.unwrap();
+        conn.write_all(&buf).await.unwrap();
+    });
+    let io = dial("127.0.0.1".into(), port, true).await.unwrap();
+    assert!(matches!(io.inner(), Either::Right(_)), "fell back to TCP");
+    echo(io).await;
+    server.await.unwrap();
+}
+
+#[test]
+fn only_addresses_of_this_machine_are_here() {
+    assert!(is_here("127.0.0.1") && is_here("::1") && is_here("[::1]"));
+    // TEST-NET-1 (RFC 5737) is nobody's address.
+    assert!(!is_here("192.0.2.1"));
+    assert!(!is_here("head.example"));
+}
