@@ -577,7 +577,28 @@ impl Client {
     /// Where the first `num_returns` ready objects are in `ids`, once that many are ready
     /// (or fewer at the timeout).
     #[pyo3(signature = (ids, num_returns, timeout=None))]
-    fn wait(&self, py: Python<'_>, ids: Vec<String>, num_returns: usize, timeout: Option<f64>) -> PyResult<Vec<usize>> {
+    fn wait(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, pyo3::types::PyList>,
+        num_returns: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<usize>> {
+        // Mostly enough are ready already (the first of a thousand refs, say): the ids are
+        // looked at where they are, and only as far as needed.
+        let mut bad = None;
+        let looked_at = ids.iter().map_while(|id| id.extract::<String>().map_err(|e| bad = Some(e)).ok());
+        let now = {
+            let _inside = self.runtime.enter();
+            self.objects.ready_now(looked_at, num_returns).map_err(get_error)?
+        };
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        if let Some(ready) = now {
+            return Ok(ready);
+        }
+        let ids: Vec<String> = ids.extract()?;
         let ready = py
             .detach(|| self.runtime.block_on(self.objects.wait(&ids, num_returns, deadline(timeout))))
             .map_err(get_error)?;

@@ -366,9 +366,29 @@ impl ObjectTable {
         }
     }
 
+    /// The positions of the first `enough` objects that are ready now, if that many are
+    /// (fetching borrowed ones looked at that are not here yet); inside the runtime.
+    pub fn ready_now<S: AsRef<str>>(
+        self: &Arc<Self>,
+        ids: impl Iterator<Item = S>,
+        enough: usize,
+    ) -> Result<Option<Vec<usize>>, GetError> {
+        let mut ready = Vec::with_capacity(enough);
+        for (at, id) in ids.enumerate() {
+            if ready.len() >= enough {
+                break;
+            }
+            if self.peek(id.as_ref())?.is_some() {
+                ready.push(at);
+            }
+        }
+        Ok((ready.len() >= enough).then_some(ready))
+    }
+
     /// Fills `values` until `enough` are there (or `deadline` passes: a timeout naming the
-    /// first missing). Every missing object is asked for at once; after a change only those
-    /// still missing are looked at again.
+    /// first missing), the first ones in order when more are ready. Missing objects are
+    /// asked for as they are looked at; after a change only those still missing are looked
+    /// at again.
     async fn settle(
         self: &Arc<Self>,
         ids: &[String],
@@ -379,16 +399,28 @@ impl ObjectTable {
         let mut rx = self.changed.subscribe();
         let mut missing: Vec<usize> = (0..ids.len()).collect();
         loop {
+            let mut found = ids.len() - missing.len();
             let mut still = Vec::new();
-            for at in missing {
+            let mut unseen = missing.into_iter();
+            // `wait` for one of a thousand refs mostly finds the first ready: the rest of
+            // the list need not be looked at.
+            for at in unseen.by_ref() {
+                if found >= enough {
+                    still.push(at);
+                    break;
+                }
                 match self.peek(&ids[at])? {
-                    Some(ready) => values[at] = Some(ready),
+                    Some(ready) => {
+                        values[at] = Some(ready);
+                        found += 1;
+                    }
                     None => still.push(at),
                 }
             }
+            still.extend(unseen);
             missing = still;
             let Some(first) = missing.first() else { return Ok(()) };
-            if ids.len() - missing.len() >= enough {
+            if found >= enough {
                 return Ok(());
             }
             match deadline {

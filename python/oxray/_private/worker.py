@@ -2,6 +2,7 @@
 
 import atexit
 import json
+import operator
 import os
 import sys
 import threading
@@ -236,6 +237,9 @@ def get(refs, *, timeout: Optional[float] = None):
     return values[0] if single else values
 
 
+_ID = operator.attrgetter("_id")
+
+
 def wait(refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_local: bool = True):
     """Splits refs into (ready, not ready), once num_returns are ready or at the timeout."""
     from oxray.object_ref import ObjectRef
@@ -244,7 +248,7 @@ def wait(refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_l
     # Types and ids through C-level loops: waiting on a thousand refs again and again is common.
     if not set(map(type, refs)) <= {ObjectRef} and not all(isinstance(r, ObjectRef) for r in refs):
         raise TypeError("wait takes a list of ObjectRefs")
-    ids = [r._id for r in refs]
+    ids = list(map(_ID, refs))
     if len(set(ids)) != len(ids):
         raise ValueError("Wait requires a list of unique ObjectRefs")
     if not 0 <= num_returns <= len(refs):

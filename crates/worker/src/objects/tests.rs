@@ -30,7 +30,11 @@ async fn wait_returns_once_enough_are_ready() {
     let b = table.pending();
     assert_eq!(table.wait(&[a.clone(), b.clone()], 1, None).await.unwrap(), vec![true, false]);
     let soon = Some(Instant::now() + Duration::from_millis(30));
-    assert_eq!(table.wait(&[a, b], 2, soon).await.unwrap(), vec![true, false]);
+    assert_eq!(table.wait(&[a.clone(), b.clone()], 2, soon).await.unwrap(), vec![true, false]);
+    let c = table.put(b"c".to_vec(), &[]);
+    let first_ready = table.wait(&[b.clone(), a.clone(), c.clone()], 1, None).await.unwrap();
+    assert_eq!(first_ready, vec![false, true, false], "the first ready in order, and no more than asked");
+    assert_eq!(table.wait(&[b, c, a], 2, None).await.unwrap(), vec![false, true, true]);
 }
 
 #[tokio::test]
