@@ -67,6 +67,24 @@ def test_put_get_wait_and_timeouts(private_cluster):
     assert ready == [] and len(rest) == 1
 
 
+def test_wait_answers_the_first_ready_refs_in_order(private_cluster):
+    @oxray.remote
+    def slow():
+        import time
+        time.sleep(60)
+
+    running = slow.remote()
+    done = [oxray.put(i) for i in range(3)]
+    refs = [running] + done
+    ready, rest = oxray.wait(refs, num_returns=2)
+    assert ready == done[:2] and rest == [running, done[2]]
+    ready, rest = oxray.wait(refs, num_returns=4, timeout=0.2)
+    assert ready == done and rest == [running]
+    with pytest.raises(ValueError, match="unique"):
+        oxray.wait([done[0], done[0]])
+    oxray.cancel(running, force=True)
+
+
 def test_refs_are_awaitable(private_cluster):
     async def main():
         return await square.remote(5)
