@@ -650,25 +650,17 @@ impl Client {
     }
 
     fn remove_placement_group(&self, py: Python<'_>, id: String) -> PyResult<()> {
-        let groups = self.cluster.groups();
-        py.detach(|| {
-            self.cluster.call(|head| async move {
-                groups.settled(&id).await?;
-                pg::remove(&head, &id).await
-            })
-        })
-        .map_err(status_error)
+        let id = id.as_str();
+        py.detach(|| self.cluster.call_about_group(id, |head| async move { pg::remove(&head, id).await }))
+            .map_err(status_error)
     }
 
     /// One group as JSON, by id or by name in a namespace.
     fn placement_group_json(&self, py: Python<'_>, id: String, name: String, namespace: String) -> PyResult<String> {
-        let groups = self.cluster.groups();
         let group = py
             .detach(|| {
-                self.cluster.call(|head| async move {
-                    groups.settled(&id).await?;
-                    pg::get(&head, &id, &name, &namespace).await
-                })
+                let id = id.as_str();
+                self.cluster.call_about_group(id, |head| async move { pg::get(&head, id, &name, &namespace).await })
             })
             .map_err(status_error)?;
         Ok(pg::to_json(&group).to_string())
@@ -691,13 +683,10 @@ impl Client {
     /// Whether the group is created, waiting up to `timeout` seconds (forever: None).
     #[pyo3(signature = (id, timeout=None))]
     fn wait_placement_group(&self, py: Python<'_>, id: String, timeout: Option<f64>) -> PyResult<bool> {
-        let groups = self.cluster.groups();
         let group = py
             .detach(|| {
-                self.cluster.call(|head| async move {
-                    groups.settled(&id).await?;
-                    pg::wait(&head, &id, deadline(timeout)).await
-                })
+                let id = id.as_str();
+                self.cluster.call_about_group(id, |head| async move { pg::wait(&head, id, deadline(timeout)).await })
             })
             .map_err(status_error)?;
         Ok(group.state == oxray_worker::PlacementGroupState::Created as i32)

@@ -74,6 +74,17 @@ impl Cluster {
         &self.info.session_name
     }
 
+    /// As `call`, once the head has group `id` (this process may still be creating it).
+    pub fn call_about_group<T, F>(&self, id: &str, call: impl FnOnce(HeadClient) -> F) -> Result<T, tonic::Status>
+    where
+        F: Future<Output = Result<T, tonic::Status>>,
+    {
+        self.call(|head| async move {
+            self.groups.settled(id).await?;
+            call(head).await
+        })
+    }
+
     pub fn register_actor(&self, actor: v1::NamedActor) -> Result<(), tonic::Status> {
         self.call(|mut head| async move { head.register_actor(actor).await.map(|_| ()) })
     }
