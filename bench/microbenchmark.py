@@ -2,7 +2,7 @@
 """The workloads of `ray microbenchmark`, with Ray's names and shapes, for oxray and (with
 --ray, when `ray` imports here) for Ray on the same machine.
 
-Usage: .venv/bin/python bench/microbenchmark.py [--ray] [--seconds S]
+Usage: .venv/bin/python bench/microbenchmark.py [--ray] [--seconds S] [--trials N]
 Targets (ARCHITECTURE.md): at least 5x Ray per call, 2x on get calls.
 """
 
@@ -14,13 +14,21 @@ import tempfile
 import time
 
 
+TRIALS = 3
+
+
 def rate(fn, seconds, batch=1):
+    """The median rate of `TRIALS` runs of `seconds` each: on a shared machine one run can
+    land on a slow moment."""
     fn()  # warm up: workers started, functions shipped
-    count, began = 0, time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        fn()
-        count += batch
-    return count / (time.perf_counter() - began)
+    rates = []
+    for _ in range(TRIALS):
+        count, began = 0, time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            fn()
+            count += batch
+        rates.append(count / (time.perf_counter() - began))
+    return sorted(rates)[len(rates) // 2]
 
 
 def _zeros(n):
@@ -35,7 +43,8 @@ def _zeros(n):
 
 def workloads(rt, seconds):
     """Ray's `ray microbenchmark` rows (ray/_private/ray_perf.py), same names and shapes;
-    `rate` replaces Ray's `timeit` (a shorter run, the same per-second figure)."""
+    `rate` replaces Ray's `timeit` (the median of a few short trials rather than the mean of
+    four 2-second ones: the same per-second figure, less moved by a slow moment)."""
     import multiprocessing
 
     @rt.remote
@@ -175,10 +184,13 @@ def run(module, seconds, init_kwargs):
 
 
 def main():
+    global TRIALS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ray", action="store_true", help="run the same workloads on Ray")
-    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--seconds", type=float, default=1.0, help="length of one trial of a row")
+    parser.add_argument("--trials", type=int, default=TRIALS, help="trials per row; the median is shown")
     args = parser.parse_args()
+    TRIALS = max(1, args.trials)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("OXRAY_HOME", f"{tmp}/home")
         ox = run("oxray", args.seconds, {"address": "local", "num_cpus": os.cpu_count(), "resources": {"custom": 100}})
