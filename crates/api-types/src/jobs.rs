@@ -289,20 +289,9 @@ mod tests {
     #[test]
     fn details_have_rays_keys_in_order() {
         let job = JobRecord {
-            submission_id: "s1".into(),
-            entrypoint: "echo hi".into(),
             status: oxray_types::JobStatus::Running,
-            message: None,
-            error_type: None,
-            start_time: 5,
-            end_time: None,
-            metadata: BTreeMap::new(),
-            runtime_env: Map::new(),
-            resources: ResourceSet::new(),
-            driver_node_id: None,
             driver_pid: Some(42),
-            driver_exit_code: None,
-            stop_requested: false,
+            ..JobRecord::pending("s1".into(), "echo hi".into(), 5)
         };
         let text = serde_json::to_string(&JobDetails::new(&job, Some("10.0.0.1"))).unwrap();
         let keys = [

@@ -130,20 +130,10 @@ impl JobManager {
         }
         let id = request.submission_id.clone().unwrap_or_else(new_submission_id);
         let job = JobRecord {
-            submission_id: id.clone(),
-            entrypoint: request.entrypoint,
-            status: JobStatus::Pending,
-            message: None,
-            error_type: None,
-            start_time: now_ms(),
-            end_time: None,
             metadata: request.metadata,
             runtime_env: request.runtime_env,
             resources: request.resources,
-            driver_node_id: None,
-            driver_pid: None,
-            driver_exit_code: None,
-            stop_requested: false,
+            ..JobRecord::pending(id.clone(), request.entrypoint, now_ms())
         };
         {
             let mut table = self.lock();
@@ -531,21 +521,6 @@ pub(crate) mod tests {
     use super::*;
 
     pub fn sample_job(id: &str) -> JobRecord {
-        JobRecord {
-            submission_id: id.into(),
-            entrypoint: "echo hi".into(),
-            status: JobStatus::Pending,
-            message: None,
-            error_type: None,
-            start_time: now_ms(),
-            end_time: None,
-            metadata: Default::default(),
-            runtime_env: Default::default(),
-            resources: ResourceSet::new(),
-            driver_node_id: None,
-            driver_pid: None,
-            driver_exit_code: None,
-            stop_requested: false,
-        }
+        JobRecord::pending(id.into(), "echo hi".into(), now_ms())
     }
 }

@@ -62,6 +62,26 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
+    /// A job just submitted: pending, with nothing reserved or recorded yet.
+    pub fn pending(submission_id: String, entrypoint: String, start_time: u64) -> Self {
+        Self {
+            submission_id,
+            entrypoint,
+            status: JobStatus::Pending,
+            message: None,
+            error_type: None,
+            start_time,
+            end_time: None,
+            metadata: BTreeMap::new(),
+            runtime_env: serde_json::Map::new(),
+            resources: ResourceSet::new(),
+            driver_node_id: None,
+            driver_pid: None,
+            driver_exit_code: None,
+            stop_requested: false,
+        }
+    }
+
     /// Moves to a terminal status once; a terminal status never changes again.
     pub fn finish(&mut self, status: JobStatus, message: String, error_type: Option<&str>, now_ms: u64) -> bool {
         if self.status.is_terminal() || !status.is_terminal() {
@@ -102,22 +122,7 @@ mod tests {
     use super::*;
 
     fn job() -> JobRecord {
-        JobRecord {
-            submission_id: "s".into(),
-            entrypoint: "true".into(),
-            status: JobStatus::Pending,
-            message: None,
-            error_type: None,
-            start_time: 1,
-            end_time: None,
-            metadata: BTreeMap::new(),
-            runtime_env: Default::default(),
-            resources: ResourceSet::new(),
-            driver_node_id: None,
-            driver_pid: None,
-            driver_exit_code: None,
-            stop_requested: false,
-        }
+        JobRecord::pending("s".into(), "true".into(), 1)
     }
 
     #[test]
