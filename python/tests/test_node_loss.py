@@ -77,3 +77,40 @@ def test_work_survives_the_loss_of_a_node(three_nodes):
     assert (n, node) == (1, survivor), "the actor started again, fresh, on the surviving node"
     dead = [n for n in oxray.nodes() if not n["Alive"]]
     assert [n["NodeID"] for n in dead] == [actor_node]
+
+
+def test_the_driver_keeps_calling_the_head_across_its_restart(three_nodes):
+    # Last in the module: the restarted head is this test's to stop.
+    from oxray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+    cluster, _ = three_nodes
+    records = [json.loads(p.read_text()) for p in Path(cluster.env["OXRAY_HOME"], "procs").glob("*.json")]
+    head_pid = next(r["pid"] for r in records if r.get("role") == "head")
+    argv = [a.decode() for a in Path(f"/proc/{head_pid}/cmdline").read_bytes().split(b"\0") if a]
+    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
+    port = int(address.rsplit(":", 1)[1])
+    argv[argv.index("--port") + 1] = str(port)  # it was started on a free port
+    before = oxray.cluster_resources()
+    os.kill(head_pid, signal.SIGKILL)
+    head = subprocess.Popen(argv, env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        import socket
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the head did not come back"
+                time.sleep(0.1)
+        # The first calls after the restart find their connection gone: they are made again.
+        assert oxray.cluster_resources() == before
+        assert len(oxray.nodes()) == 3
+        pg = placement_group([{"CPU": 0.5}])
+        assert pg.wait(30) and placement_group_table(pg)["state"] == "CREATED"
+        remove_placement_group(pg)
+    finally:
+        head.kill()
+        head.wait(timeout=30)

@@ -659,8 +659,8 @@ impl Client {
     fn placement_group_json(&self, py: Python<'_>, id: String, name: String, namespace: String) -> PyResult<String> {
         let group = py
             .detach(|| {
-                let id = id.as_str();
-                self.cluster.call_about_group(id, |head| async move { pg::get(&head, id, &name, &namespace).await })
+                let (id, name, namespace) = (id.as_str(), name.as_str(), namespace.as_str());
+                self.cluster.read_about_group(id, |head| async move { pg::get(&head, id, name, namespace).await })
             })
             .map_err(status_error)?;
         Ok(pg::to_json(&group).to_string())
@@ -671,7 +671,8 @@ impl Client {
         let creations = self.cluster.groups();
         let groups = py
             .detach(|| {
-                self.cluster.call(|head| async move {
+                let creations = &creations;
+                self.cluster.read(|head| async move {
                     creations.all_settled().await;
                     pg::list(&head).await
                 })
@@ -685,8 +686,8 @@ impl Client {
     fn wait_placement_group(&self, py: Python<'_>, id: String, timeout: Option<f64>) -> PyResult<bool> {
         let group = py
             .detach(|| {
-                let id = id.as_str();
-                self.cluster.call_about_group(id, |head| async move { pg::wait(&head, id, deadline(timeout)).await })
+                let (id, until) = (id.as_str(), deadline(timeout));
+                self.cluster.read_about_group(id, |head| async move { pg::wait(&head, id, until).await })
             })
             .map_err(status_error)?;
         Ok(group.state == oxray_worker::PlacementGroupState::Created as i32)

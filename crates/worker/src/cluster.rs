@@ -74,6 +74,20 @@ impl Cluster {
         &self.info.session_name
     }
 
+    /// As `call`, for a call that changes nothing at the head: made again once if the
+    /// connection was found gone (after the head restarted, the first call on the old
+    /// connection fails before the channel reconnects).
+    pub fn read<T, F>(&self, call: impl Fn(HeadClient) -> F) -> Result<T, tonic::Status>
+    where
+        F: Future<Output = Result<T, tonic::Status>>,
+    {
+        match self.call(&call) {
+            // No answer came (the error is the client's own, not the head's).
+            Err(s) if std::error::Error::source(&s).is_some() => self.call(call),
+            done => done,
+        }
+    }
+
     /// As `call`, once the head has group `id` (this process may still be creating it).
     pub fn call_about_group<T, F>(&self, id: &str, call: impl FnOnce(HeadClient) -> F) -> Result<T, tonic::Status>
     where
@@ -85,13 +99,26 @@ impl Cluster {
         })
     }
 
+    /// As `read`, once the head has group `id`.
+    pub fn read_about_group<T, F>(&self, id: &str, call: impl Fn(HeadClient) -> F) -> Result<T, tonic::Status>
+    where
+        F: Future<Output = Result<T, tonic::Status>>,
+    {
+        let call = &call;
+        self.read(|head| async move {
+            self.groups.settled(id).await?;
+            call(head).await
+        })
+    }
+
     pub fn register_actor(&self, actor: v1::NamedActor) -> Result<(), tonic::Status> {
         self.call(|mut head| async move { head.register_actor(actor).await.map(|_| ()) })
     }
 
     pub fn get_actor(&self, name: &str, namespace: &str) -> Result<v1::NamedActor, tonic::Status> {
         let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
-        self.call(|mut head| async move { head.get_actor(request).await.map(|r| r.into_inner()) })
+        let request = &request;
+        self.read(|mut head| async move { head.get_actor(request.clone()).await.map(|r| r.into_inner()) })
     }
 
     pub fn remove_actor(&self, name: &str, namespace: &str) -> Result<(), tonic::Status> {
@@ -101,7 +128,7 @@ impl Cluster {
 
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, WorkerError> {
         let reply = self
-            .call(|mut head| async move { head.list_nodes(v1::ListNodesRequest {}).await })
+            .read(|mut head| async move { head.list_nodes(v1::ListNodesRequest {}).await })
             .map_err(|s| WorkerError::Connect(explain(&self.address, &s)))?;
         reply
             .into_inner()
