@@ -130,14 +130,6 @@ pub struct PlacementGroups {
     changed: watch::Sender<u64>,
 }
 
-const ID_DIGITS: usize = 36;
-
-fn new_id() -> String {
-    let mut bytes = [0u8; ID_DIGITS / 2];
-    getrandom::fill(&mut bytes).expect("the operating system has no random source");
-    hex::encode(bytes)
-}
-
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -209,8 +201,8 @@ impl PlacementGroups {
         let strategy = strategy_from(request.strategy)
             .ok_or_else(|| GroupError::Invalid(format!("unknown strategy {}", request.strategy)))?;
         let id = match request.placement_group_id {
-            given if given.is_empty() => new_id(),
-            given if given.len() == ID_DIGITS && given.bytes().all(|b| b.is_ascii_hexdigit()) => given,
+            given if given.is_empty() => oxray_types::new_placement_group_id(),
+            given if oxray_types::is_placement_group_id(&given) => given,
             given => return Err(GroupError::Invalid(format!("{given:?} is not a placement group id"))),
         };
         let mut table = self.lock();

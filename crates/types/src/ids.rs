@@ -3,6 +3,19 @@ use std::fmt;
 use std::str::FromStr;
 
 const NODE_ID_BYTES: usize = 28;
+const PLACEMENT_GROUP_ID_BYTES: usize = 18;
+
+/// A new placement group id: 18 random bytes as 36 hex characters, as in Ray. Chosen by the
+/// group's creator or, when it gives none, by the head.
+pub fn new_placement_group_id() -> String {
+    let mut bytes = [0u8; PLACEMENT_GROUP_ID_BYTES];
+    getrandom::fill(&mut bytes).expect("the operating system has no random source");
+    hex::encode(bytes)
+}
+
+pub fn is_placement_group_id(text: &str) -> bool {
+    text.len() == PLACEMENT_GROUP_ID_BYTES * 2 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum IdError {

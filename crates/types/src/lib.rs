@@ -5,7 +5,7 @@ mod job;
 mod node;
 mod resources;
 
-pub use ids::{IdError, NodeId};
+pub use ids::{is_placement_group_id, new_placement_group_id, IdError, NodeId};
 pub use job::{error_types, JobRecord, JobStatus};
 pub use node::{NodeInfo, NodeState};
 pub use resources::{ResourceError, ResourceSet};

@@ -9,15 +9,6 @@ use std::sync::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-const ID_BYTES: usize = 18;
-
-/// A new group id, as the head would choose it.
-pub fn new_group_id() -> String {
-    let mut bytes = [0u8; ID_BYTES];
-    getrandom::fill(&mut bytes).expect("the operating system has no random source");
-    hex::encode(bytes)
-}
-
 type Outcome = Option<Result<(), tonic::Status>>;
 
 /// Groups whose creation is on its way to the head. Creating a group returns at once (as
@@ -94,7 +85,7 @@ pub fn create_request(
         name: name.to_string(),
         namespace: namespace.to_string(),
         detached,
-        placement_group_id: new_group_id(),
+        placement_group_id: oxray_types::new_placement_group_id(),
     }
 }
 
