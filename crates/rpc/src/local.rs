@@ -19,6 +19,9 @@ use tokio_util::either::Either;
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+mod stream;
+pub use stream::LocalStream;
+
 fn socket_name(port: u16) -> String {
     format!("oxray-{port}")
 }
@@ -31,7 +34,7 @@ fn listen_beside(port: u16) -> io::Result<tokio::net::UnixListener> {
 }
 
 /// A connection a server accepted: over TCP, or over the Unix socket beside its port.
-pub struct Conn(Either<TcpStream, UnixStream>);
+pub struct Conn(Either<TcpStream, LocalStream>);
 
 impl AsyncRead for Conn {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
@@ -85,7 +88,8 @@ pub fn incoming(listener: TcpListener) -> impl Stream<Item = io::Result<Conn>> {
     });
     let nearby: Accepted = match port.and_then(listen_beside) {
         Ok(listener) => Box::pin(
-            tokio_stream::wrappers::UnixListenerStream::new(listener).map(|conn| Ok(Conn(Either::Right(conn?)))),
+            tokio_stream::wrappers::UnixListenerStream::new(listener)
+                .map(|conn| Ok(Conn(Either::Right(LocalStream::new(conn?)?)))),
         ),
         Err(e) => {
             tracing::warn!("no Unix socket beside the port; local clients use TCP: {e}");
@@ -102,13 +106,13 @@ fn is_here(host: &str) -> bool {
     ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
-type Io = TokioIo<Either<UnixStream, TcpStream>>;
+type Io = TokioIo<Either<LocalStream, TcpStream>>;
 
 async fn dial(host: String, port: u16, here: bool) -> io::Result<Io> {
     if here {
         // A leading NUL names an abstract socket.
         if let Ok(stream) = UnixStream::connect(format!("\0{}", socket_name(port))).await {
-            return Ok(TokioIo::new(Either::Left(stream)));
+            return Ok(TokioIo::new(Either::Left(LocalStream::new(stream)?)));
         }
     }
     let stream = TcpStream::connect((host.as_str(), port)).await?;

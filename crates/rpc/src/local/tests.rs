@@ -58,3 +58,21 @@ fn only_addresses_of_this_machine_are_here() {
     assert!(!is_here("192.0.2.1"));
     assert!(!is_here("head.example"));
 }
+
+#[tokio::test]
+async fn a_local_stream_waits_for_room_when_its_socket_is_full() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let (mut a, mut b) = (LocalStream::new(a).unwrap(), LocalStream::new(b).unwrap());
+    // Far more than a socket buffer holds: the writer must wait for the reader.
+    let sent: Vec<u8> = (0..8 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let expected = sent.clone();
+    let writer = tokio::spawn(async move {
+        a.write_all(&sent).await.unwrap();
+        a.shutdown().await.unwrap();
+    });
+    let mut received = Vec::new();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    b.read_to_end(&mut received).await.unwrap();
+    writer.await.unwrap();
+    assert!(received == expected, "every byte arrived in order");
+}
