@@ -3,7 +3,9 @@
 
 mod auth;
 mod client;
+pub mod frames;
 mod local;
+mod socket;
 
 pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
 pub use client::{
@@ -11,7 +13,8 @@ pub use client::{
     HeadClient, LeaseClient, RpcError,
 };
 
-pub use local::{connect, connect_lazy, incoming, Conn};
+pub use local::{connect, connect_lazy, dial_address, incoming, Conn};
+pub use socket::{Room, Socket, SocketStream, StdSocket};
 
 /// A gRPC server as every oxray process runs one. The stream limit is announced
 /// explicitly: without it, clients keep their initial guess of 100 concurrent calls per

@@ -15,12 +15,10 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio_stream::{Stream, StreamExt};
-use tokio_util::either::Either;
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-mod stream;
-pub use stream::LocalStream;
+use crate::socket::{Socket, SocketStream};
 
 fn socket_name(port: u16) -> String {
     format!("oxray-{port}")
@@ -34,7 +32,7 @@ fn listen_beside(port: u16) -> io::Result<tokio::net::UnixListener> {
 }
 
 /// A connection a server accepted: over TCP, or over the Unix socket beside its port.
-pub struct Conn(Either<TcpStream, LocalStream>);
+pub struct Conn(pub SocketStream);
 
 impl AsyncRead for Conn {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
@@ -84,12 +82,12 @@ pub fn incoming(listener: TcpListener) -> impl Stream<Item = io::Result<Conn>> {
     let tcp = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
         let conn = conn?;
         conn.set_nodelay(true)?;
-        Ok(Conn(Either::Left(conn)))
+        Ok(Conn(SocketStream::new(Socket::from_tokio_tcp(conn)?)))
     });
     let nearby: Accepted = match port.and_then(listen_beside) {
         Ok(listener) => Box::pin(
             tokio_stream::wrappers::UnixListenerStream::new(listener)
-                .map(|conn| Ok(Conn(Either::Right(LocalStream::new(conn?)?)))),
+                .map(|conn| Ok(Conn(SocketStream::new(Socket::from_tokio_unix(conn?)?)))),
         ),
         Err(e) => {
             tracing::warn!("no Unix socket beside the port; local clients use TCP: {e}");
@@ -106,18 +104,29 @@ fn is_here(host: &str) -> bool {
     ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
-type Io = TokioIo<Either<LocalStream, TcpStream>>;
+type Io = TokioIo<SocketStream>;
 
-async fn dial(host: String, port: u16, here: bool) -> io::Result<Io> {
+/// Connects to the server at `host:port`, over its Unix socket when `here`.
+async fn dial(host: &str, port: u16, here: bool) -> io::Result<Socket> {
     if here {
         // A leading NUL names an abstract socket.
         if let Ok(stream) = UnixStream::connect(format!("\0{}", socket_name(port))).await {
-            return Ok(TokioIo::new(Either::Left(LocalStream::new(stream)?)));
+            return Socket::from_tokio_unix(stream);
         }
     }
-    let stream = TcpStream::connect((host.as_str(), port)).await?;
+    let stream = TcpStream::connect((host, port)).await?;
     stream.set_nodelay(true)?;
-    Ok(TokioIo::new(Either::Right(stream)))
+    Socket::from_tokio_tcp(stream)
+}
+
+/// Connects to the server at `address` ("host:port"), over its Unix socket when it is on
+/// this machine.
+pub async fn dial_address(address: &str) -> io::Result<Socket> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("not a host:port address: {address}"));
+    let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+    let port = port.parse().map_err(|_| bad())?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    dial(host, port, is_here(host)).await
 }
 
 /// Dials a server's address, over its Unix socket when it is on this machine.
@@ -146,7 +155,8 @@ impl tower::Service<Uri> for Connector {
     }
 
     fn call(&mut self, _: Uri) -> Self::Future {
-        Box::pin(dial(self.host.clone(), self.port, self.here))
+        let (host, port, here) = (self.host.clone(), self.port, self.here);
+        Box::pin(async move { Ok(TokioIo::new(SocketStream::new(dial(&host, port, here).await?))) })
     }
 }
 

@@ -2,11 +2,15 @@
 //! which runs them one at a time and hands back the results. Calls to an actor run in each
 //! caller's order, and only after the actor was created.
 
+use crate::push::MAGIC;
 use oxray_proto::v1::{self, worker_service_server};
-use oxray_rpc::{ServerAuth, Token};
+use oxray_rpc::frames::{Receiver, Sender, HELLO_LIMIT};
+use oxray_rpc::{Conn, ServerAuth, Socket, Token};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 pub struct Incoming {
@@ -21,6 +25,9 @@ pub struct Incoming {
     /// Where a large result may go (`PushTaskRequest.result_store`).
     pub result_store: String,
 }
+
+/// How long a new connection may take to say what it is.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Actor calls held back until they may run.
 #[derive(Default)]
@@ -56,11 +63,9 @@ impl Order {
     }
 }
 
-type ReplySender = mpsc::UnboundedSender<Result<v1::PushTaskReply, Status>>;
-
-/// Where each task's reply goes: the stream of the caller that pushed it.
+/// Where each task's reply goes: the connection of the caller that pushed it.
 #[derive(Default)]
-struct Replies(Mutex<HashMap<String, ReplySender>>);
+struct Replies(Mutex<HashMap<String, Arc<Sender>>>);
 
 /// The task the Python loop runs now, and how to interrupt it.
 #[derive(Default)]
@@ -80,8 +85,9 @@ struct Service {
 }
 
 impl Service {
-    /// Takes a pushed task: its reply will go to `reply`; it runs once its turn came.
-    fn accept(&self, r: v1::PushTaskRequest, reply: &ReplySender) -> Result<(), Status> {
+    /// Takes a pushed task: its reply will go to `reply`; it runs once its turn came. False
+    /// once the worker is shutting down.
+    fn accept(&self, r: v1::PushTaskRequest, reply: &Arc<Sender>) -> bool {
         self.replies.0.lock().expect("replies lock").insert(r.task_id.clone(), reply.clone());
         let incoming = Incoming {
             task_id: r.task_id,
@@ -101,43 +107,58 @@ impl Service {
         };
         let delivered = !deliver.is_empty();
         for task in deliver {
-            self.queue.send(task).map_err(|_| Status::unavailable("the worker is shutting down"))?;
+            if self.queue.send(task).is_err() {
+                return false;
+            }
         }
         if delivered {
             if let Some(arrival) = self.current.arrival.lock().expect("arrival lock").as_ref() {
                 arrival();
             }
         }
-        Ok(())
+        true
+    }
+
+    /// A connection to the worker's port: a caller's task connection, or gRPC.
+    async fn sort(self, conn: Conn, grpc: mpsc::UnboundedSender<std::io::Result<Conn>>, token: Token) {
+        match tokio::time::timeout(HELLO_TIMEOUT, conn.0.socket().peek()).await {
+            Ok(Ok(Some(first))) if first == MAGIC[0] => self.serve_tasks(Arc::new(conn.0.into_socket()), &token).await,
+            Ok(Ok(Some(_))) => drop(grpc.send(Ok(conn))),
+            _ => {} // closed, broken or silent
+        }
+    }
+
+    /// Takes the tasks a caller pushes on its connection, once it showed the token.
+    async fn serve_tasks(&self, socket: Arc<Socket>, token: &Token) {
+        let replies = Sender::connected(tokio::runtime::Handle::current(), socket.clone());
+        let mut pushed = Receiver::new(socket);
+        let hello = tokio::time::timeout(HELLO_TIMEOUT, async {
+            let magic = pushed.exact(MAGIC.len()).await?;
+            match magic == MAGIC {
+                true => pushed.recv::<v1::TaskStreamHello>(HELLO_LIMIT).await,
+                false => Ok(None),
+            }
+        });
+        let refused = match hello.await {
+            Ok(Ok(Some(hello))) if token.matches(&hello.token) => String::new(),
+            Ok(Ok(Some(_))) => "the cluster token is wrong".to_string(),
+            _ => return,
+        };
+        let _ = replies.send(&v1::TaskStreamWelcome { refused: refused.clone() });
+        if !refused.is_empty() {
+            tracing::warn!("refused a task connection: {refused}");
+            return;
+        }
+        while let Ok(Some(task)) = pushed.recv::<v1::PushTaskRequest>(u64::MAX).await {
+            if !self.accept(task, &replies) {
+                return;
+            }
+        }
     }
 }
 
-type ReplyStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::PushTaskReply, Status>> + Send>>;
-
 #[tonic::async_trait]
 impl worker_service_server::WorkerService for Service {
-    type PushTasksStream = ReplyStream;
-
-    async fn push_tasks(
-        &self,
-        request: Request<tonic::Streaming<v1::PushTaskRequest>>,
-    ) -> Result<Response<ReplyStream>, Status> {
-        let mut pushed = request.into_inner();
-        let (reply, replies) = mpsc::unbounded_channel();
-        let this = self.clone();
-        // The reply stream ends once the caller stopped sending and every task it sent
-        // was answered (each waiting task holds a sender).
-        tokio::spawn(async move {
-            while let Ok(Some(task)) = pushed.message().await {
-                if let Err(status) = this.accept(task, &reply) {
-                    let _ = reply.send(Err(status));
-                    return;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(replies))))
-    }
-
     async fn cancel_task(
         &self,
         request: Request<v1::CancelTaskRequest>,
@@ -172,18 +193,30 @@ impl Executor {
         let (tx, rx) = mpsc::unbounded_channel();
         let replies = Arc::new(Replies::default());
         let current = Arc::new(Current::default());
-        let server = worker_service_server::WorkerServiceServer::new(Service {
-            queue: tx,
-            replies: replies.clone(),
-            order: Default::default(),
-            current: current.clone(),
-        })
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX);
+        let tasks =
+            Service { queue: tx, replies: replies.clone(), order: Default::default(), current: current.clone() };
+        let server = worker_service_server::WorkerServiceServer::new(tasks.clone());
         let service = tonic::service::interceptor::InterceptedService::new(server, ServerAuth(token.clone()));
+        let (grpc, grpc_conns) = mpsc::unbounded_channel();
         tokio::spawn(
-            tonic::transport::Server::builder().add_service(service).serve_with_incoming(oxray_rpc::incoming(listener)),
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::UnboundedReceiverStream::new(grpc_conns)),
         );
+        let accepting = token.clone();
+        tokio::spawn(async move {
+            let mut incoming = std::pin::pin!(oxray_rpc::incoming(listener));
+            while let Some(conn) = incoming.next().await {
+                match conn {
+                    Ok(conn) => drop(tokio::spawn(tasks.clone().sort(conn, grpc.clone(), accepting.clone()))),
+                    Err(e) => {
+                        // Out of descriptors, say: give it a moment rather than spin.
+                        tracing::warn!("accepting a connection failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{agent}"))
             .map_err(|e| e.to_string())?
             .connect()
@@ -236,8 +269,10 @@ impl Executor {
                 *current = None;
             }
         }
-        if let Some(tx) = self.replies.0.lock().expect("replies lock").remove(task_id) {
-            let _ = tx.send(Ok(v1::PushTaskReply { task_id: task_id.to_string(), ..reply }));
+        let caller = self.replies.0.lock().expect("replies lock").remove(task_id);
+        if let Some(caller) = caller {
+            // Written from this thread; a caller that went away takes no reply.
+            let _ = caller.send(&v1::PushTaskReply { task_id: task_id.to_string(), ..reply });
         }
     }
 }
@@ -262,6 +297,64 @@ mod tests {
 
     fn names(tasks: Vec<Incoming>) -> Vec<String> {
         tasks.into_iter().map(|t| t.name).collect()
+    }
+
+    /// A task connection served on one end of a socket pair; the caller's end, and the
+    /// service's queue.
+    fn task_connection(token: &str) -> (Arc<Socket>, Service, mpsc::UnboundedReceiver<Incoming>) {
+        let (caller, worker) = tokio::net::UnixStream::pair().unwrap();
+        let (queue, tasks) = mpsc::unbounded_channel();
+        let service =
+            Service { queue, replies: Default::default(), order: Default::default(), current: Default::default() };
+        let serving = service.clone();
+        let token = Token::parse(token).unwrap();
+        let worker = Arc::new(Socket::from_tokio_unix(worker).unwrap());
+        tokio::spawn(async move { serving.serve_tasks(worker, &token).await });
+        (Arc::new(Socket::from_tokio_unix(caller).unwrap()), service, tasks)
+    }
+
+    fn say_hello(caller: &Arc<Socket>, token: &str) -> Arc<Sender> {
+        let sender = Sender::pending(tokio::runtime::Handle::current(), MAGIC);
+        sender.send(&v1::TaskStreamHello { token: token.into() }).unwrap();
+        sender.connect(caller.clone());
+        sender
+    }
+
+    #[tokio::test]
+    async fn a_task_connection_with_a_wrong_token_is_refused_saying_why() {
+        let (caller, _service, mut tasks) = task_connection("right");
+        let sender = say_hello(&caller, "wrong");
+        sender.send(&v1::PushTaskRequest { task_id: "t".into(), ..Default::default() }).unwrap();
+        let mut replies = Receiver::new(caller);
+        let welcome = replies.recv::<v1::TaskStreamWelcome>(HELLO_LIMIT).await.unwrap().unwrap();
+        assert_eq!(welcome.refused, "the cluster token is wrong");
+        assert_eq!(replies.recv::<v1::PushTaskReply>(u64::MAX).await.unwrap(), None, "then closed");
+        assert!(tasks.try_recv().is_err(), "no task was taken");
+    }
+
+    #[tokio::test]
+    async fn a_pushed_task_is_queued_and_its_reply_goes_back_on_its_connection() {
+        let (caller, service, mut tasks) = task_connection("right");
+        let sender = say_hello(&caller, "right");
+        let push = v1::PushTaskRequest { task_id: "t1".into(), function_name: "f".into(), ..Default::default() };
+        sender.send(&push).unwrap();
+        let mut replies = Receiver::new(caller);
+        let welcome = replies.recv::<v1::TaskStreamWelcome>(HELLO_LIMIT).await.unwrap().unwrap();
+        assert!(welcome.refused.is_empty());
+        let task = tasks.recv().await.unwrap();
+        assert_eq!((task.task_id.as_str(), task.name.as_str()), ("t1", "f"));
+        let executor = Executor {
+            queue: tokio::sync::Mutex::new(mpsc::unbounded_channel().1),
+            replies: service.replies.clone(),
+            current: service.current.clone(),
+        };
+        // Finished from a thread outside the runtime, as a worker's Python thread does.
+        let finished = std::thread::spawn(move || {
+            executor.finish("t1", v1::PushTaskReply { result: b"ok".to_vec(), ..Default::default() })
+        });
+        finished.join().unwrap();
+        let reply = replies.recv::<v1::PushTaskReply>(u64::MAX).await.unwrap().unwrap();
+        assert_eq!((reply.task_id.as_str(), reply.result.as_slice()), ("t1", &b"ok"[..]));
     }
 
     #[test]

@@ -1,21 +1,28 @@
-//! Tasks pushed to workers: one long-lived gRPC stream per worker carries every task this
-//! process sends it, and the replies come back on it in any order. A unary call per task
-//! would cost a new HTTP/2 stream, headers and trailers, and a server task each time.
+//! Tasks pushed to workers: one long-lived connection per worker carries every task this
+//! process sends it, and the replies come back on it in any order. The frames (see
+//! `worker.proto`) are written by the thread that has them, with no hand-off to another
+//! thread, and read by a task of the runtime.
 //!
-//! Actor calls are numbered per stream (`Place`), and the worker runs each stream's calls in
-//! that order. A worker that died takes its stream with it, so calls to whatever listens
-//! at its address next (a restarted actor, or another worker given the same port) start a
-//! new count.
+//! Actor calls are numbered per connection (`Place`), and the worker runs each
+//! connection's calls in that order. A worker that died takes its connection with it, so
+//! calls to whatever listens at its address next (a restarted actor, or another worker
+//! given the same port) start a new count.
 
 use crate::tasks::Authed;
 use oxray_proto::v1::{self, worker_service_client::WorkerServiceClient};
+use oxray_rpc::frames::{Receiver, Sender, HELLO_LIMIT};
 use oxray_rpc::{ClientAuth, Token};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::{mpsc, oneshot};
+use std::time::Duration;
+use tokio::sync::oneshot;
 
-type Waiting = oneshot::Sender<Result<v1::PushTaskReply, String>>;
+/// What a connection to a worker starts with, before its frames.
+pub(crate) const MAGIC: &[u8; 8] = b"OXTASKS1";
+
+/// Told of a task's reply, or of why none will come.
+pub(crate) type Waiting = Box<dyn FnOnce(Result<v1::PushTaskReply, String>) + Send>;
 
 /// A worker's service, connected on first use.
 pub(crate) fn client(address: &str, token: &Token) -> Result<WorkerServiceClient<Authed>, String> {
@@ -35,7 +42,7 @@ const BROKEN: &str = "the connection to the worker broke";
 
 pub(crate) struct Pushes {
     token: Token,
-    /// Names this process's streams to workers (with a stream's number).
+    /// Names this process's connections to workers (with a connection's number).
     caller: String,
     streams: Arc<Mutex<HashMap<String, Arc<Stream>>>>,
 }
@@ -43,8 +50,8 @@ pub(crate) struct Pushes {
 struct Stream {
     id: u64,
     sequences: AtomicU64,
-    requests: mpsc::UnboundedSender<v1::PushTaskRequest>,
-    /// `None` once the stream broke: nothing more is sent on it.
+    sender: Arc<Sender>,
+    /// `None` once the connection broke: nothing more is sent on it.
     waiting: Mutex<Option<HashMap<String, Waiting>>>,
 }
 
@@ -53,8 +60,8 @@ impl Pushes {
         Self { token, caller, streams: Default::default() }
     }
 
-    /// The next place in order on the stream to the worker at `address` (opened if needed,
-    /// so inside the runtime).
+    /// The next place in order on the connection to the worker at `address` (opened if
+    /// needed, so inside the runtime).
     pub fn place(&self, address: &str) -> Result<Place, String> {
         let stream = self.stream(address)?;
         Ok(Place { stream: stream.id, sequence: stream.sequences.fetch_add(1, Ordering::Relaxed) })
@@ -66,8 +73,22 @@ impl Pushes {
         &self,
         address: &str,
         place: Option<Place>,
-        mut request: v1::PushTaskRequest,
+        request: v1::PushTaskRequest,
     ) -> Result<v1::PushTaskReply, String> {
+        let (tx, rx) = oneshot::channel();
+        self.send(address, place, request, Box::new(move |reply| drop(tx.send(reply))))?;
+        rx.await.unwrap_or_else(|_| Err(BROKEN.into()))
+    }
+
+    /// Sends a task from this thread; `waiting` is told of its reply (from the runtime).
+    /// Inside the runtime.
+    pub fn send(
+        &self,
+        address: &str,
+        place: Option<Place>,
+        mut request: v1::PushTaskRequest,
+        waiting: Waiting,
+    ) -> Result<(), String> {
         let stream = self.stream(address)?;
         if let Some(place) = place {
             if place.stream != stream.id {
@@ -76,14 +97,18 @@ impl Pushes {
             request.caller_id = format!("{}#{}", self.caller, stream.id);
             request.sequence = place.sequence;
         }
-        let (tx, rx) = oneshot::channel();
         match stream.waiting.lock().expect("waiting lock").as_mut() {
-            Some(waiting) => waiting.insert(request.task_id.clone(), tx),
+            Some(w) => w.insert(request.task_id.clone(), waiting),
             None => return Err(BROKEN.into()),
         };
-        // Sent under no lock: a broken stream fails what waits, this call included.
-        let _ = stream.requests.send(request);
-        rx.await.unwrap_or_else(|_| Err(BROKEN.into()))
+        // Sent under no lock: a broken connection fails what waits, this call included.
+        if let Err(reason) = stream.sender.send(&request) {
+            let ours = stream.waiting.lock().expect("waiting lock").as_mut().and_then(|w| w.remove(&request.task_id));
+            if ours.is_some() {
+                return Err(reason);
+            }
+        }
+        Ok(())
     }
 
     fn stream(&self, address: &str) -> Result<Arc<Stream>, String> {
@@ -91,52 +116,67 @@ impl Pushes {
         if let Some(stream) = streams.get(address) {
             return Ok(stream.clone());
         }
-        let mut worker = client(address, &self.token)?;
-        let (requests, outgoing) = mpsc::unbounded_channel();
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?;
+        let sender = Sender::pending(runtime, MAGIC);
+        sender.send(&v1::TaskStreamHello { token: self.token.as_str().to_string() })?;
         static STREAMS: AtomicU64 = AtomicU64::new(0);
         let stream = Arc::new(Stream {
             id: STREAMS.fetch_add(1, Ordering::Relaxed),
             sequences: AtomicU64::new(0),
-            requests,
+            sender,
             waiting: Mutex::new(Some(HashMap::new())),
         });
         streams.insert(address.to_string(), stream.clone());
         let (this, address, streams) = (stream.clone(), address.to_string(), self.streams.clone());
         tokio::spawn(async move {
-            let outgoing = tokio_stream::wrappers::UnboundedReceiverStream::new(outgoing);
-            let reason = match worker.push_tasks(outgoing).await {
-                Ok(replies) => this.receive(replies.into_inner()).await,
-                Err(status) => oxray_rpc::root_cause(&status),
-            };
+            let reason = this.serve(&address).await;
+            this.sender.close(&reason);
             {
-                // A newer stream may have taken its place already.
+                // A newer connection may have taken its place already.
                 let mut streams = streams.lock().expect("streams lock");
                 if streams.get(&address).is_some_and(|s| Arc::ptr_eq(s, &this)) {
                     streams.remove(&address);
                 }
             }
             let waiting = this.waiting.lock().expect("waiting lock").take().unwrap_or_default();
-            for (_, tx) in waiting {
-                let _ = tx.send(Err(reason.clone()));
+            for (_, waiting) in waiting {
+                waiting(Err(reason.clone()));
             }
         });
         Ok(stream)
     }
 }
 
+/// How long reaching a worker may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl Stream {
-    /// Hands each reply to its caller; returns why the stream ended.
-    async fn receive(&self, mut replies: tonic::Streaming<v1::PushTaskReply>) -> String {
+    /// Connects, then hands each reply to its caller; returns why the connection ended.
+    async fn serve(&self, address: &str) -> String {
+        let socket = match tokio::time::timeout(CONNECT_TIMEOUT, oxray_rpc::dial_address(address)).await {
+            Ok(Ok(socket)) => Arc::new(socket),
+            Ok(Err(e)) => return format!("cannot reach the worker at {address}: {e}"),
+            Err(_) => return format!("cannot reach the worker at {address}: no answer in {CONNECT_TIMEOUT:?}"),
+        };
+        self.sender.connect(socket.clone());
+        let mut replies = Receiver::new(socket);
+        match replies.recv::<v1::TaskStreamWelcome>(HELLO_LIMIT).await {
+            Ok(Some(welcome)) if welcome.refused.is_empty() => {}
+            Ok(Some(welcome)) => return format!("the worker at {address} refused this process: {}", welcome.refused),
+            Ok(None) => return "the worker closed the connection".into(),
+            Err(e) => return format!("{BROKEN}: {e}"),
+        }
         loop {
-            match replies.message().await {
+            match replies.recv::<v1::PushTaskReply>(u64::MAX).await {
                 Ok(Some(reply)) => {
-                    let tx = self.waiting.lock().expect("waiting lock").as_mut().and_then(|w| w.remove(&reply.task_id));
-                    if let Some(tx) = tx {
-                        let _ = tx.send(Ok(reply));
+                    let waiting =
+                        self.waiting.lock().expect("waiting lock").as_mut().and_then(|w| w.remove(&reply.task_id));
+                    if let Some(waiting) = waiting {
+                        waiting(Ok(reply));
                     }
                 }
                 Ok(None) => return "the worker closed the connection".into(),
-                Err(status) => return oxray_rpc::root_cause(&status),
+                Err(e) => return format!("{BROKEN}: {e}"),
             }
         }
     }

@@ -14,11 +14,11 @@ async fn serve_one(accepted: impl Stream<Item = io::Result<Conn>>) -> bool {
     let mut buf = [0u8; 4];
     conn.read_exact(&mut buf).await.unwrap();
     conn.write_all(&buf).await.unwrap();
-    matches!(conn.0, Either::Right(_))
+    conn.0.socket().is_unix()
 }
 
-async fn echo(io: Io) {
-    let mut io = io.into_inner();
+async fn echo(socket: Socket) {
+    let mut io = SocketStream::new(socket);
     io.write_all(b"ping").await.unwrap();
     let mut buf = [0u8; 4];
     io.read_exact(&mut buf).await.unwrap();
@@ -29,9 +29,9 @@ async fn echo(io: Io) {
 async fn a_local_server_is_reached_over_its_unix_socket() {
     let (listener, port) = listener().await;
     let server = tokio::spawn(serve_one(incoming(listener)));
-    let io = dial("127.0.0.1".into(), port, is_here("127.0.0.1")).await.unwrap();
-    assert!(matches!(io.inner(), Either::Left(_)), "dialed over Unix");
-    echo(io).await;
+    let socket = dial_address(&format!("127.0.0.1:{port}")).await.unwrap();
+    assert!(socket.is_unix(), "dialed over Unix");
+    echo(socket).await;
     assert!(server.await.unwrap(), "accepted over Unix");
 }
 
@@ -45,9 +45,9 @@ async fn without_a_unix_socket_tcp_is_used() {
         conn.read_exact(&mut buf).await.unwrap();
         conn.write_all(&buf).await.unwrap();
     });
-    let io = dial("127.0.0.1".into(), port, true).await.unwrap();
-    assert!(matches!(io.inner(), Either::Right(_)), "fell back to TCP");
-    echo(io).await;
+    let socket = dial("127.0.0.1", port, true).await.unwrap();
+    assert!(!socket.is_unix(), "fell back to TCP");
+    echo(socket).await;
     server.await.unwrap();
 }
 
@@ -60,9 +60,10 @@ fn only_addresses_of_this_machine_are_here() {
 }
 
 #[tokio::test]
-async fn a_local_stream_waits_for_room_when_its_socket_is_full() {
+async fn a_socket_stream_waits_for_room_when_its_socket_is_full() {
     let (a, b) = UnixStream::pair().unwrap();
-    let (mut a, mut b) = (LocalStream::new(a).unwrap(), LocalStream::new(b).unwrap());
+    let stream = |s| SocketStream::new(Socket::from_tokio_unix(s).unwrap());
+    let (mut a, mut b) = (stream(a), stream(b));
     // Far more than a socket buffer holds: the writer must wait for the reader.
     let sent: Vec<u8> = (0..8 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
     let expected = sent.clone();
