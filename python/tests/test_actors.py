@@ -37,6 +37,23 @@ def test_calls_run_in_order_on_one_process(private_cluster):  # noqa: F811
 
 
 @oxray.remote
+def later(value, seconds):
+    import time
+
+    time.sleep(seconds)
+    return value
+
+
+def test_calls_waiting_for_arguments_keep_their_place_before_later_calls(private_cluster):  # noqa: F811
+    counter = Counter.remote()
+    # The first call waits for its argument; the plain calls after it must not overtake it.
+    refs = [counter.incr.remote(later.remote(1, 0.5)), counter.incr.remote(), counter.incr.remote(oxray.put(5)),
+            counter.incr.remote()]
+    assert oxray.get(refs) == [1, 2, 7, 8]
+    assert oxray.get(counter.incr.remote()) == 9, "and calls made once the queue is empty follow"
+
+
+@oxray.remote
 def broken():
     raise ValueError("no value")
 

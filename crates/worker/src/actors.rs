@@ -79,23 +79,28 @@ impl ActorDirectory {
     pub async fn address(&self, actor_id: &str, hint: &str, owner: Option<&str>) -> Result<String, String> {
         let mut rx = self.changed.subscribe();
         loop {
-            {
-                let mut records = self.lock();
-                let record = records.entry(actor_id.to_string()).or_insert_with(|| Record {
-                    address: hint.to_string(),
-                    life: Life::Alive,
-                    lease: None,
-                    plan: None,
-                    creation: None,
-                    owner: owner.filter(|o| !o.is_empty()).map(str::to_string),
-                });
-                match &record.life {
-                    Life::Alive => return Ok(record.address.clone()),
-                    Life::Dead(reason) => return Err(reason.clone()),
-                    Life::Restarting => {}
-                }
+            if let Some(known) = self.address_now(actor_id, hint, owner) {
+                return known;
             }
             let _ = rx.changed().await;
+        }
+    }
+
+    /// As `address`, without waiting: `None` while the actor restarts.
+    pub fn address_now(&self, actor_id: &str, hint: &str, owner: Option<&str>) -> Option<Result<String, String>> {
+        let mut records = self.lock();
+        let record = records.entry(actor_id.to_string()).or_insert_with(|| Record {
+            address: hint.to_string(),
+            life: Life::Alive,
+            lease: None,
+            plan: None,
+            creation: None,
+            owner: owner.filter(|o| !o.is_empty()).map(str::to_string),
+        });
+        match &record.life {
+            Life::Alive => Some(Ok(record.address.clone())),
+            Life::Dead(reason) => Some(Err(reason.clone())),
+            Life::Restarting => None,
         }
     }
 

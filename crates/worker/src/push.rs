@@ -76,39 +76,36 @@ impl Pushes {
         request: v1::PushTaskRequest,
     ) -> Result<v1::PushTaskReply, String> {
         let (tx, rx) = oneshot::channel();
-        self.send(address, place, request, Box::new(move |reply| drop(tx.send(reply))))?;
+        self.send(address, place, request, Box::new(move |reply| drop(tx.send(reply))));
         rx.await.unwrap_or_else(|_| Err(BROKEN.into()))
     }
 
-    /// Sends a task from this thread; `waiting` is told of its reply (from the runtime).
-    /// Inside the runtime.
-    pub fn send(
-        &self,
-        address: &str,
-        place: Option<Place>,
-        mut request: v1::PushTaskRequest,
-        waiting: Waiting,
-    ) -> Result<(), String> {
-        let stream = self.stream(address)?;
+    /// Sends a task from this thread; `waiting` is told of its reply, or of why none will
+    /// come, once (from the runtime, or from this thread when it cannot be sent). Inside the
+    /// runtime.
+    pub fn send(&self, address: &str, place: Option<Place>, mut request: v1::PushTaskRequest, waiting: Waiting) {
+        let stream = match self.stream(address) {
+            Ok(stream) => stream,
+            Err(reason) => return waiting(Err(reason)),
+        };
         if let Some(place) = place {
             if place.stream != stream.id {
-                return Err(BROKEN.into());
+                return waiting(Err(BROKEN.into()));
             }
             request.caller_id = format!("{}#{}", self.caller, stream.id);
             request.sequence = place.sequence;
         }
         match stream.waiting.lock().expect("waiting lock").as_mut() {
             Some(w) => w.insert(request.task_id.clone(), waiting),
-            None => return Err(BROKEN.into()),
+            None => return waiting(Err(BROKEN.into())),
         };
         // Sent under no lock: a broken connection fails what waits, this call included.
         if let Err(reason) = stream.sender.send(&request) {
             let ours = stream.waiting.lock().expect("waiting lock").as_mut().and_then(|w| w.remove(&request.task_id));
-            if ours.is_some() {
-                return Err(reason);
+            if let Some(waiting) = ours {
+                waiting(Err(reason));
             }
         }
-        Ok(())
     }
 
     fn stream(&self, address: &str) -> Result<Arc<Stream>, String> {

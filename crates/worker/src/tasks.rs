@@ -9,9 +9,10 @@ use oxray_types::ResourceSet;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
+
+mod actor_calls;
 
 pub(crate) type Authed = InterceptedService<Channel, ClientAuth>;
 
@@ -130,7 +131,7 @@ pub struct Submitter {
     /// Cancelled tasks: never retried.
     cancelled: Mutex<std::collections::HashSet<String>>,
     /// Calls waiting to be sent, per actor.
-    actor_queues: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
+    actor_queues: Mutex<HashMap<String, Arc<actor_calls::ActorQueue>>>,
     pub(crate) actors: crate::actors::ActorDirectory,
     object_address: std::sync::OnceLock<String>,
     /// What `result_store` names, once it can.
@@ -141,9 +142,6 @@ type Reply = Result<v1::PushTaskReply, String>;
 
 /// How a value written to a node store file starts (see the Python `serialization`).
 const STORED_AT: &[u8] = b"OXRAYREF";
-
-/// Calls to one actor sent and not yet answered, per calling process.
-const CALLS_IN_FLIGHT: usize = 256;
 
 /// A submitted task and the objects that will hold its results.
 struct Job {
@@ -251,13 +249,7 @@ impl Submitter {
         }
         let job = Job { spec, ids: ids.clone(), contained };
         match &job.spec.route {
-            // Calls to an actor leave in the order they were made (see `actor_queue`).
-            Route::Actor(call) if !call.creation => {
-                let queue = self.actor_queue(runtime, &call.actor_id);
-                if let Err(refused) = queue.send(job) {
-                    runtime.spawn(self.clone().execute(refused.0, None));
-                }
-            }
+            Route::Actor(call) if !call.creation => self.call(runtime, job),
             _ => {
                 runtime.spawn(self.clone().execute(job, None));
             }
@@ -274,106 +266,28 @@ impl Submitter {
             _ => None,
         };
         let outcome = self.run(&ids[0], spec).await;
-        for nested in &contained {
+        if let (Err(Failure::Dependency(_)), Some(actor_id)) = (&outcome, created) {
+            let reason = format!("the actor {actor_id} was never created: an argument of its creation failed");
+            self.creation_failed(&actor_id, reason).await;
+        }
+        self.conclude(&ids, &contained, actor, outcome);
+    }
+
+    /// Records how a task or call ended in its result objects, and lets go of the refs its
+    /// arguments held.
+    fn conclude(&self, ids: &[String], contained: &[String], actor: bool, outcome: Result<v1::PushTaskReply, Failure>) {
+        for nested in contained {
             self.objects.release(nested);
         }
         let (data, outcome) = match outcome {
-            Ok(reply) => return self.record(&ids, reply),
-            Err(Failure::Dependency(ready)) => {
-                if let Some(actor_id) = created {
-                    let reason = format!("the actor {actor_id} was never created: an argument of its creation failed");
-                    self.creation_failed(&actor_id, reason).await;
-                }
-                (ready.data.to_vec(), ready.outcome)
-            }
+            Ok(reply) => return self.record(ids, reply),
+            Err(Failure::Dependency(ready)) => (ready.data.to_vec(), ready.outcome),
             Err(Failure::System(message)) if actor => (message.into_bytes(), Outcome::ActorDied),
             Err(Failure::System(message)) => (message.into_bytes(), Outcome::SystemError),
         };
         // Every return value of a failed task carries the failure.
-        for id in &ids {
+        for id in ids {
             self.objects.fulfil(id, data.clone(), outcome, Vec::new());
-        }
-    }
-
-    /// The queue of this process's calls to the actor at `address`. One task sends them in
-    /// sequence order, each once its arguments are ready, with at most `CALLS_IN_FLIGHT`
-    /// unanswered: the worker runs them strictly in order, so calls it holds back must never
-    /// crowd out the one it waits for.
-    fn actor_queue(self: &Arc<Self>, runtime: &tokio::runtime::Handle, actor_id: &str) -> mpsc::UnboundedSender<Job> {
-        let mut queues = self.actor_queues.lock().expect("actor queues lock");
-        if let Some(q) = queues.get(actor_id).filter(|q| !q.is_closed()) {
-            return q.clone();
-        }
-        let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
-        let this = self.clone();
-        runtime.spawn(async move {
-            let slots = Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT));
-            while let Some(mut job) = rx.recv().await {
-                // A call with a failed argument is never sent (`run` reports the failure), so
-                // it takes no place in the order.
-                let settled = this.objects.get(&job.spec.dependencies, None).await;
-                let sent = settled.is_ok_and(|values| values.iter().all(|v| v.outcome == Outcome::Value));
-                let Route::Actor(call) = &mut job.spec.route else { continue };
-                // A restarting actor holds its calls until it is back.
-                let address = this.actors.address(&call.actor_id, &call.address, call.owner.as_deref()).await;
-                let Ok(slot) = slots.clone().acquire_owned().await else { return };
-                match address {
-                    Ok(address) if sent => match this.pushes.place(&address) {
-                        Ok(place) => {
-                            call.place = Some(place);
-                            call.address = address;
-                        }
-                        Err(reason) => call.dead = Some(reason),
-                    },
-                    Ok(_) => {}
-                    Err(reason) => call.dead = Some(reason),
-                }
-                tokio::spawn(this.clone().execute(job, Some(slot)));
-            }
-        });
-        queues.insert(actor_id.to_string(), tx.clone());
-        tx
-    }
-
-    /// Sends an actor call; one broken by the actor's death goes to the restarted actor as
-    /// often as `max_task_retries` allows.
-    async fn call_actor(
-        self: &Arc<Self>,
-        mut push: v1::PushTaskRequest,
-        mut call: ActorCall,
-        name: &str,
-    ) -> Result<v1::PushTaskReply, Failure> {
-        if let Some(reason) = call.dead.take() {
-            return Err(Failure::System(reason));
-        }
-        push.actor_creation = call.creation;
-        push.actor_method = std::mem::take(&mut call.method);
-        let mut retries = call.max_task_retries;
-        loop {
-            if call.creation {
-                self.actors.remember_creation(&call.actor_id, &push);
-            }
-            let cause = match self.pushes.push(&call.address, call.place, push.clone()).await {
-                Ok(reply) => return Ok(reply),
-                Err(cause) => cause,
-            };
-            let broken = format!("the actor running {name} died or is unreachable: {cause}");
-            if call.creation {
-                return Err(Failure::System(broken));
-            }
-            match self.actor_failed(&call.actor_id, &call.address).await {
-                Ok(address) if retries != 0 => {
-                    retries -= 1;
-                    call.place = Some(self.pushes.place(&address).map_err(Failure::System)?);
-                    call.address = address;
-                }
-                Ok(_) => {
-                    return Err(Failure::System(format!(
-                        "{broken}; the actor was restarted, but the call is not retried (max_task_retries=0)"
-                    )))
-                }
-                Err(reason) => return Err(Failure::System(format!("{broken}; {reason}"))),
-            }
         }
     }
 
@@ -419,18 +333,13 @@ impl Submitter {
             }
             dependencies.push(v1::ObjectValue { object_id: id.clone(), data: ready.data.to_vec() });
         }
-        let push = v1::PushTaskRequest {
-            task_id: task_id.to_string(),
-            function: spec.function,
-            args: spec.args,
-            function_name: spec.name.clone(),
-            dependencies,
-            num_returns: spec.num_returns,
-            result_store: if spec.num_returns <= 1 { self.result_store() } else { String::new() },
-            ..Default::default()
-        };
+        let mut push =
+            self.push_request(task_id, spec.function, spec.args, spec.name.clone(), dependencies, spec.num_returns);
         let (resources, env, strategy) = match spec.route {
-            Route::Actor(call) => return self.call_actor(push, call, &spec.name).await,
+            Route::Actor(mut call) => {
+                actor_calls::prepare(&mut push, &mut call);
+                return self.call_actor(push, call, &spec.name, None).await;
+            }
             Route::Lease(resources, env, strategy) => (resources, env, strategy),
         };
         let mut attempt = 0;
@@ -456,6 +365,27 @@ impl Submitter {
                 // every retry on it at once.
                 tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt.min(8)))).await;
             }
+        }
+    }
+
+    fn push_request(
+        &self,
+        task_id: &str,
+        function: Vec<u8>,
+        args: Vec<u8>,
+        function_name: String,
+        dependencies: Vec<v1::ObjectValue>,
+        num_returns: u32,
+    ) -> v1::PushTaskRequest {
+        v1::PushTaskRequest {
+            task_id: task_id.to_string(),
+            function,
+            args,
+            function_name,
+            dependencies,
+            num_returns,
+            result_store: if num_returns <= 1 { self.result_store() } else { String::new() },
+            ..Default::default()
         }
     }
 

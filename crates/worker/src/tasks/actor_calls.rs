@@ -1,0 +1,174 @@
+//! Calls to actors. This process's calls to one actor leave in the order they were made,
+//! each once its arguments are ready, with at most `CALLS_IN_FLIGHT` unanswered: the worker
+//! runs them strictly in order, so calls it holds back must never crowd out the one it
+//! waits for. A call with no ObjectRef arguments, made while none waits before it, is
+//! written to the worker's connection by the calling thread itself (no hand-off to the
+//! runtime's thread); the others go through the actor's queue, which a task of the
+//! runtime works through.
+
+use super::{ActorCall, Failure, Job, Route, Submitter};
+use crate::objects::Outcome;
+use oxray_proto::v1;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::{mpsc, Semaphore};
+
+/// Calls to one actor sent and not yet answered, per calling process.
+const CALLS_IN_FLIGHT: usize = 256;
+
+pub(super) struct ActorQueue {
+    jobs: mpsc::UnboundedSender<Job>,
+    /// Calls in `jobs` not yet given their place in the order.
+    queued: AtomicUsize,
+    slots: Arc<Semaphore>,
+}
+
+impl Submitter {
+    /// Sends a call to an actor (not its creation), in this process's order of calls to it.
+    pub(super) fn call(self: &Arc<Self>, runtime: &tokio::runtime::Handle, job: Job) {
+        let Route::Actor(call) = &job.spec.route else { unreachable!("an actor call") };
+        let queue = self.actor_queue(runtime, &call.actor_id);
+        let Some(job) = self.call_now(runtime, &queue, job) else { return };
+        queue.queued.fetch_add(1, Ordering::SeqCst);
+        if let Err(refused) = queue.jobs.send(job) {
+            queue.queued.fetch_sub(1, Ordering::SeqCst);
+            runtime.spawn(self.clone().execute(refused.0, None));
+        }
+    }
+
+    /// Sends the call from this thread if nothing has to happen first: no argument to wait
+    /// for, no earlier call waiting for its place, the actor alive, a slot free. Gives the
+    /// job back otherwise.
+    fn call_now(self: &Arc<Self>, runtime: &tokio::runtime::Handle, queue: &ActorQueue, job: Job) -> Option<Job> {
+        let Route::Actor(call) = &job.spec.route else { return Some(job) };
+        if !job.spec.dependencies.is_empty() || queue.queued.load(Ordering::SeqCst) > 0 {
+            return Some(job);
+        }
+        let Some(Ok(address)) = self.actors.address_now(&call.actor_id, &call.address, call.owner.as_deref()) else {
+            return Some(job);
+        };
+        let Ok(slot) = queue.slots.clone().try_acquire_owned() else { return Some(job) };
+        let _runtime = runtime.enter();
+        let Ok(place) = self.pushes.place(&address) else { return Some(job) };
+        let Job { spec, ids, contained } = job;
+        let Route::Actor(mut call) = spec.route else { unreachable!("an actor call") };
+        call.place = Some(place);
+        call.address = address;
+        let mut push = self.push_request(&ids[0], spec.function, spec.args, spec.name.clone(), Vec::new(), 1);
+        prepare(&mut push, &mut call);
+        let (this, again) = (self.clone(), push.clone());
+        let address = call.address.clone();
+        self.pushes.send(
+            &address,
+            call.place,
+            push,
+            Box::new(move |reply| match reply {
+                Ok(reply) => {
+                    this.conclude(&ids, &contained, true, Ok(reply));
+                    drop(slot);
+                }
+                // Broken: the actor may come back; that takes the runtime.
+                Err(cause) => drop(tokio::spawn(async move {
+                    let outcome = this.call_actor(again, call, &spec.name, Some(cause)).await;
+                    this.conclude(&ids, &contained, true, outcome);
+                    drop(slot);
+                })),
+            }),
+        );
+        None
+    }
+
+    fn actor_queue(self: &Arc<Self>, runtime: &tokio::runtime::Handle, actor_id: &str) -> Arc<ActorQueue> {
+        let mut queues = self.actor_queues.lock().expect("actor queues lock");
+        if let Some(q) = queues.get(actor_id).filter(|q| !q.jobs.is_closed()) {
+            return q.clone();
+        }
+        let (jobs, mut rx) = mpsc::unbounded_channel::<Job>();
+        let queue = Arc::new(ActorQueue {
+            jobs,
+            queued: AtomicUsize::new(0),
+            slots: Arc::new(Semaphore::new(CALLS_IN_FLIGHT)),
+        });
+        let (this, working) = (self.clone(), queue.clone());
+        runtime.spawn(async move {
+            while let Some(mut job) = rx.recv().await {
+                // A call with a failed argument is never sent (`run` reports the failure), so
+                // it takes no place in the order.
+                let settled = this.objects.get(&job.spec.dependencies, None).await;
+                let sent = settled.is_ok_and(|values| values.iter().all(|v| v.outcome == Outcome::Value));
+                let Route::Actor(call) = &mut job.spec.route else { continue };
+                // A restarting actor holds its calls until it is back.
+                let address = this.actors.address(&call.actor_id, &call.address, call.owner.as_deref()).await;
+                let Ok(slot) = working.slots.clone().acquire_owned().await else { return };
+                match address {
+                    Ok(address) if sent => match this.pushes.place(&address) {
+                        Ok(place) => {
+                            call.place = Some(place);
+                            call.address = address;
+                        }
+                        Err(reason) => call.dead = Some(reason),
+                    },
+                    Ok(_) => {}
+                    Err(reason) => call.dead = Some(reason),
+                }
+                working.queued.fetch_sub(1, Ordering::SeqCst);
+                tokio::spawn(this.clone().execute(job, Some(slot)));
+            }
+        });
+        queues.insert(actor_id.to_string(), queue.clone());
+        queue
+    }
+
+    /// Sends an actor call (`push` as `prepare` made it), or carries on with one whose
+    /// connection `broke`: a call broken by the actor's death goes to the restarted actor
+    /// as often as `max_task_retries` allows.
+    pub(super) async fn call_actor(
+        self: &Arc<Self>,
+        push: v1::PushTaskRequest,
+        mut call: ActorCall,
+        name: &str,
+        mut broke: Option<String>,
+    ) -> Result<v1::PushTaskReply, Failure> {
+        if let Some(reason) = call.dead.take() {
+            return Err(Failure::System(reason));
+        }
+        let mut retries = call.max_task_retries;
+        loop {
+            let cause = match broke.take() {
+                Some(cause) => cause,
+                None => {
+                    if call.creation {
+                        self.actors.remember_creation(&call.actor_id, &push);
+                    }
+                    match self.pushes.push(&call.address, call.place, push.clone()).await {
+                        Ok(reply) => return Ok(reply),
+                        Err(cause) => cause,
+                    }
+                }
+            };
+            let broken = format!("the actor running {name} died or is unreachable: {cause}");
+            if call.creation {
+                return Err(Failure::System(broken));
+            }
+            match self.actor_failed(&call.actor_id, &call.address).await {
+                Ok(address) if retries != 0 => {
+                    retries -= 1;
+                    call.place = Some(self.pushes.place(&address).map_err(Failure::System)?);
+                    call.address = address;
+                }
+                Ok(_) => {
+                    return Err(Failure::System(format!(
+                        "{broken}; the actor was restarted, but the call is not retried (max_task_retries=0)"
+                    )))
+                }
+                Err(reason) => return Err(Failure::System(format!("{broken}; {reason}"))),
+            }
+        }
+    }
+}
+
+/// Marks a task's push as the actor call it is.
+pub(super) fn prepare(push: &mut v1::PushTaskRequest, call: &mut ActorCall) {
+    push.actor_creation = call.creation;
+    push.actor_method = std::mem::take(&mut call.method);
+}
