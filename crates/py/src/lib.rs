@@ -130,6 +130,9 @@ fn connect(
     })
 }
 
+/// How long `shutdown` waits for group removals still on their way (the head may be gone).
+const GROUP_CHANGES_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The core's own runtime: one thread, beside Python's.
 fn core_runtime() -> PyResult<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -649,10 +652,10 @@ impl Client {
         Ok(id)
     }
 
-    fn remove_placement_group(&self, py: Python<'_>, id: String) -> PyResult<()> {
-        let id = id.as_str();
-        py.detach(|| self.cluster.call_about_group(id, |head| async move { pg::remove(&head, id).await }))
-            .map_err(status_error)
+    /// Removes a group; returns at once (as Ray's removal does): later calls about the
+    /// group, and `shutdown`, wait for the removal to land.
+    fn remove_placement_group(&self, id: String) {
+        self.cluster.groups().remove(self.runtime.handle(), self.cluster.head(), id);
     }
 
     /// One group as JSON, by id or by name in a namespace.
@@ -716,6 +719,10 @@ impl Client {
 
     /// Stops the private cluster, if this client started one.
     fn shutdown(&mut self, py: Python<'_>) {
+        // Removals of groups still on their way reach the head before this process ends.
+        let groups = self.cluster.groups().clone();
+        let settled = async move { tokio::time::timeout(GROUP_CHANGES_AT_EXIT, groups.all_settled()).await };
+        let _ = py.detach(|| self.cluster.call(|_| settled));
         if let Some(Some(store)) = self.store.lock().expect("store lock").as_ref() {
             store.release_kept();
         }

@@ -88,17 +88,6 @@ impl Cluster {
         }
     }
 
-    /// As `call`, once the head has group `id` (this process may still be creating it).
-    pub fn call_about_group<T, F>(&self, id: &str, call: impl FnOnce(HeadClient) -> F) -> Result<T, tonic::Status>
-    where
-        F: Future<Output = Result<T, tonic::Status>>,
-    {
-        self.call(|head| async move {
-            self.groups.settled(id).await?;
-            call(head).await
-        })
-    }
-
     /// As `read`, once the head has group `id`.
     pub fn read_about_group<T, F>(&self, id: &str, call: impl Fn(HeadClient) -> F) -> Result<T, tonic::Status>
     where

@@ -11,9 +11,10 @@ use tokio::time::Instant;
 
 type Outcome = Option<Result<(), tonic::Status>>;
 
-/// Groups whose creation is on its way to the head. Creating a group returns at once (as
-/// `placement_group()` does; the group is placed later anyway); whatever this process does
-/// next with the group waits until the head has it, and reports the head's refusal.
+/// Groups whose creation or removal is on its way to the head. Creating a group returns at
+/// once (as `placement_group()` does; the group is placed later anyway), and so does removing
+/// one (Ray's removal is asynchronous too); whatever this process does next with the group
+/// waits until the head has the change, and reports the head's refusal.
 #[derive(Default)]
 pub struct Creations {
     pending: Mutex<HashMap<String, watch::Receiver<Outcome>>>,
@@ -27,17 +28,47 @@ impl Creations {
         head: HeadClient,
         request: v1::CreatePlacementGroupRequest,
     ) {
-        let (done, outcome) = watch::channel(None);
         let id = request.placement_group_id.clone();
-        self.lock().insert(id.clone(), outcome);
+        self.change(runtime, id, async move { head.clone().create_placement_group(request).await.map(|_| ()) });
+    }
+
+    /// Sends the removal from `runtime`, once a creation still on its way has landed.
+    pub fn remove(self: &std::sync::Arc<Self>, runtime: &tokio::runtime::Handle, head: HeadClient, id: String) {
+        let earlier = self.lock().get(&id).cloned();
+        let group = id.clone();
+        self.change(runtime, id, async move {
+            if let Some(mut earlier) = earlier {
+                let _ = earlier.wait_for(Option::is_some).await;
+            }
+            match remove(&head, &group).await {
+                // The head may have just restarted: its connection comes back on the next call.
+                Err(s) if s.code() == tonic::Code::Unavailable => remove(&head, &group).await,
+                removed => removed,
+            }
+        });
+    }
+
+    /// Makes `change` to group `id` from `runtime`; later uses of the group wait for it.
+    fn change(
+        self: &std::sync::Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        id: String,
+        change: impl std::future::Future<Output = Result<(), tonic::Status>> + Send + 'static,
+    ) {
+        let (done, outcome) = watch::channel(None);
+        self.lock().insert(id.clone(), outcome.clone());
         let this = self.clone();
         runtime.spawn(async move {
-            let created = head.clone().create_placement_group(request).await.map(|_| ());
-            if created.is_ok() {
-                this.lock().remove(&id);
+            let changed = change.await;
+            if changed.is_ok() {
+                let mut pending = this.lock();
+                // Unless a later change of the group took its place.
+                if pending.get(&id).is_some_and(|o| o.same_channel(&outcome)) {
+                    pending.remove(&id);
+                }
             }
             // A refusal stays, so every later use of the group reports it.
-            let _ = done.send(Some(created));
+            let _ = done.send(Some(changed));
         });
     }
 
