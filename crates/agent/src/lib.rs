@@ -214,12 +214,13 @@ impl JoinedAgent {
             workers::LeaseService(self.pool.clone()),
             oxray_rpc::ServerAuth(self.config.token.clone()),
         );
-        let server = tokio::spawn(
+        let server = tokio::spawn(oxray_rpc::serve_until(
             oxray_rpc::server()
                 .add_service(service)
                 .add_service(leases)
                 .serve_with_incoming_shutdown(oxray_rpc::incoming(listener), shutdown.clone().cancelled_owned()),
-        );
+            shutdown.clone(),
+        ));
         self.heartbeat(&shutdown).await;
         self.runner.stop_all().await;
         self.remove_object_store();

@@ -171,6 +171,8 @@ impl BoundHead {
         });
         let web = axum::serve(http, api).with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
+        let grpc = oxray_rpc::serve_until(grpc, shutdown.clone());
+        let web = oxray_rpc::serve_until(std::future::IntoFuture::into_future(web), shutdown.clone());
         let result = tokio::try_join!(
             async { grpc.await.map_err(|e| HeadError::Serve("control plane", e.to_string())) },
             async { web.await.map_err(|e| HeadError::Serve("dashboard", e.to_string())) },

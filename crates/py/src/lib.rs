@@ -727,7 +727,10 @@ impl Client {
             store.release_kept();
         }
         if let Some(mut local) = self.local.take() {
-            py.detach(|| local.stop());
+            // This thread's own head connection answers the stopping head's goodbye meanwhile,
+            // so the head need not wait for it to close.
+            let stopped = async move { tokio::task::spawn_blocking(move || local.stop()).await };
+            let _ = py.detach(|| self.cluster.call(|_| stopped));
         }
     }
 }

@@ -23,3 +23,24 @@ pub use socket::{Room, Socket, SocketStream, StdSocket};
 pub fn server() -> tonic::transport::Server {
     tonic::transport::Server::builder().max_concurrent_streams(1 << 20)
 }
+
+/// How long a stopping server waits for its open connections to finish.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Runs a server until it ends by itself, or until `SHUTDOWN_GRACE` after `shutdown`: a
+/// client that keeps a connection open without driving it (a process busy with other work
+/// never answers the server's goodbye) must not keep a stopping server alive.
+pub async fn serve_until<E>(
+    server: impl std::future::Future<Output = Result<(), E>>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(), E> {
+    let mut server = std::pin::pin!(server);
+    tokio::select! {
+        done = &mut server => return done,
+        _ = shutdown.cancelled() => {}
+    }
+    tokio::time::timeout(SHUTDOWN_GRACE, server).await.unwrap_or_else(|_| {
+        tracing::info!("connections still open after {SHUTDOWN_GRACE:?} are closed");
+        Ok(())
+    })
+}

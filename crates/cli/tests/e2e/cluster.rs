@@ -94,3 +94,35 @@ async fn a_wrong_token_is_refused_and_nothing_joins() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(c.nodes().await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_stopping_head_does_not_wait_for_a_client_that_never_answers() {
+    let c = cluster(1);
+    c.wait_for(WAIT, |n| count_states(n) == (1, 0)).await.unwrap();
+    // A client whose connection nobody drives after its first call (a driver's thread busy
+    // with other work): it never answers the stopping head's goodbye.
+    let (address, token) = (c.address(), c.token().clone());
+    let idle = std::thread::spawn(move || {
+        let idle = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut client = idle.block_on(oxray_rpc::connect_head(&address, &token, WAIT)).unwrap();
+        idle.block_on(client.list_nodes(oxray_proto::v1::ListNodesRequest {})).unwrap();
+        (idle, client)
+    })
+    .join()
+    .unwrap();
+
+    let head = nix::unistd::Pid::from_raw(c.head_pid().unwrap() as i32);
+    nix::sys::signal::kill(head, Signal::SIGTERM).unwrap();
+    let began = Instant::now();
+    let exited = loop {
+        match nix::sys::wait::waitpid(head, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            Ok(nix::sys::wait::WaitStatus::StillAlive) if began.elapsed() < Duration::from_secs(15) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(nix::sys::wait::WaitStatus::StillAlive) => break false,
+            _ => break true,
+        }
+    };
+    assert!(exited, "the head still runs 15 s after SIGTERM");
+    std::thread::spawn(move || drop(idle)).join().unwrap();
+}
