@@ -55,27 +55,33 @@ pub fn signal_group(pid: u32, signal: Signal) {
     }
 }
 
+/// Waits up to `limit` for the processes to exit and returns those still running. The pause
+/// between looks grows, so processes that stop in a few milliseconds are seen then.
+fn wait_for_exit(mut left: Vec<ProcRecord>, limit: Duration) -> Vec<ProcRecord> {
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        left.retain(procs::is_running);
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(25));
+    }
+}
+
 /// Stops the given processes: `first` signal to each group, then SIGKILL to whatever is left
 /// after `grace`. Returns how many were running.
 pub fn stop_all(records: &[ProcRecord], first: Signal, grace: Duration, home: &Path) -> usize {
     for r in records {
         signal_group(r.pid, first);
     }
-    let deadline = Instant::now() + grace;
-    let alive = |rs: &[ProcRecord]| rs.iter().filter(|r| procs::is_running(r)).cloned().collect::<Vec<_>>();
-    let mut left = alive(records);
-    while !left.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(25));
-        left = alive(&left);
-    }
+    let left = wait_for_exit(records.to_vec(), grace);
     for r in &left {
         tracing::warn!(pid = r.pid, role = %r.role, "did not stop in time; killing it");
         signal_group(r.pid, Signal::SIGKILL);
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !alive(&left).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    wait_for_exit(left, Duration::from_secs(5));
     for r in records {
         procs::unregister(home, r.pid);
     }

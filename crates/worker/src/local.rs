@@ -5,7 +5,7 @@ use crate::WorkerError;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Default)]
 pub struct LocalOptions {
@@ -37,6 +37,8 @@ pub fn find_oxray_binary(beside: Option<&Path>) -> Option<PathBuf> {
 }
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a stopping private cluster gets before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl LocalCluster {
     pub fn start(bin: &Path, options: &LocalOptions) -> Result<Self, WorkerError> {
@@ -119,11 +121,15 @@ impl LocalCluster {
         if self.stdin.take().is_none() {
             return;
         }
-        for _ in 0..300 {
+        // Polled with a growing pause: a cluster that stops in a few milliseconds is seen then.
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let mut pause = Duration::from_millis(1);
+        while Instant::now() < deadline {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

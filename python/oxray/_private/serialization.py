@@ -19,11 +19,8 @@ import os
 import pickle
 import struct
 import threading
-import traceback
 from contextlib import contextmanager
 from typing import Any, Dict, List, Tuple
-
-import cloudpickle
 
 from oxray.exceptions import RayTaskError
 from oxray.object_ref import ObjectRef
@@ -78,14 +75,22 @@ def note_borrowed() -> None:
     _local.borrowed = True
 
 
+def _cloudpickle():
+    """cloudpickle, imported by the first value that needs it: its imports cost a new process
+    ~20 ms, which a driver that only asks the cluster about itself never needs."""
+    import cloudpickle
+
+    return cloudpickle
+
+
 def dumps(value: Any) -> bytes:
-    return cloudpickle.dumps(value)
+    return _cloudpickle().dumps(value)
 
 
 def _pickle5(value: Any):
     """The pickle and the raw buffers it leaves out of band."""
     buffers = []
-    meta = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    meta = _cloudpickle().dumps(value, protocol=5, buffer_callback=buffers.append)
     return meta, [b.raw() for b in buffers]
 
 
@@ -241,7 +246,7 @@ def _unpack(view: memoryview) -> Any:
     spans = [struct.unpack_from("<QQ", view, len(STORED) + 16 + 16 * i) for i in range(count)]
     start = len(STORED) + 16 + 16 * count
     buffers = [view[at:at + size] for at, size in spans]
-    return cloudpickle.loads(view[start:start + meta_len], buffers=buffers)
+    return pickle.loads(view[start:start + meta_len], buffers=buffers)
 
 
 def loads(data: bytes) -> Any:
@@ -252,7 +257,7 @@ def loads(data: bytes) -> Any:
     elif head == STORED:
         value = _unpack(memoryview(data).toreadonly())
     else:
-        value = cloudpickle.loads(data)
+        value = pickle.loads(data)
     _announce()
     return value
 
@@ -299,8 +304,10 @@ def loads_args(data: bytes, values: Dict[str, Any]) -> Tuple[tuple, Dict[str, An
 
 
 def dumps_error(function_name: str, error: BaseException) -> bytes:
+    import traceback
+
     tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     try:
-        return cloudpickle.dumps(RayTaskError(function_name, tb, error))
+        return _cloudpickle().dumps(RayTaskError(function_name, tb, error))
     except Exception:  # the exception itself does not pickle: keep its text
-        return cloudpickle.dumps(RayTaskError(function_name, tb, RuntimeError(f"{type(error).__name__}: {error}")))
+        return _cloudpickle().dumps(RayTaskError(function_name, tb, RuntimeError(f"{type(error).__name__}: {error}")))
