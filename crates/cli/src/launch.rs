@@ -70,9 +70,16 @@ fn wait_for_exit(mut left: Vec<ProcRecord>, limit: Duration) -> Vec<ProcRecord> 
     }
 }
 
+/// Stops a machine's oxray processes, agents first so they can tell a head still running
+/// that they leave. Returns how many were running.
+pub fn stop_node(records: Vec<ProcRecord>, first: Signal, grace: Duration, home: &Path) -> usize {
+    let (agents, others): (Vec<_>, Vec<_>) = records.into_iter().partition(|r| r.role == "agent");
+    stop_all(&agents, first, grace, home) + stop_all(&others, first, grace, home)
+}
+
 /// Stops the given processes: `first` signal to each group, then SIGKILL to whatever is left
 /// after `grace`. Returns how many were running.
-pub fn stop_all(records: &[ProcRecord], first: Signal, grace: Duration, home: &Path) -> usize {
+fn stop_all(records: &[ProcRecord], first: Signal, grace: Duration, home: &Path) -> usize {
     for r in records {
         signal_group(r.pid, first);
     }

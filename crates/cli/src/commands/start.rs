@@ -1,5 +1,5 @@
 use crate::commands::roles::{positive_seconds, SessionArgs};
-use crate::launch::{spawn_role, stop_all, Launched};
+use crate::launch::{spawn_role, stop_node, Launched};
 use crate::resources::ResourceArgs;
 use crate::target::CurrentCluster;
 use anyhow::{bail, Result};
@@ -183,14 +183,14 @@ fn records(launched: &[Launched]) -> Vec<procs::ProcRecord> {
         .map(|l| procs::ProcRecord {
             pid: l.child.id(),
             start_ticks: procs::start_ticks(l.child.id()).unwrap_or(0),
-            role: String::new(),
+            role: if matches!(l.ready, Ready::Agent { .. }) { "agent" } else { "head" }.to_string(),
             session_dir: PathBuf::new(),
         })
         .collect()
 }
 
 fn stop_launched(launched: &[Launched]) {
-    stop_all(&records(launched), Signal::SIGTERM, Duration::from_secs(10), &paths::oxray_home());
+    stop_node(records(launched), Signal::SIGTERM, Duration::from_secs(10), &paths::oxray_home());
 }
 
 struct Signals {

@@ -1,4 +1,4 @@
-use crate::launch::stop_all;
+use crate::launch::stop_node;
 use anyhow::Result;
 use clap::Args;
 use nix::sys::signal::Signal;
@@ -24,11 +24,8 @@ pub fn run(args: StopArgs) -> Result<ExitCode> {
         let _ = std::fs::remove_file(paths::current_cluster_file(&home));
         return Ok(ExitCode::SUCCESS);
     }
-    // Agents first, so they can tell a still-running head that they leave.
-    let (agents, others): (Vec<_>, Vec<_>) = records.into_iter().partition(|r| r.role == "agent");
     let signal = if args.force { Signal::SIGKILL } else { Signal::SIGTERM };
-    let grace = Duration::from_secs(args.grace_period);
-    let stopped = stop_all(&agents, signal, grace, &home) + stop_all(&others, signal, grace, &home);
+    let stopped = stop_node(records, signal, Duration::from_secs(args.grace_period), &home);
     let _ = std::fs::remove_file(paths::current_cluster_file(&home));
     println!("Stopped {stopped} oxray process{}.", if stopped == 1 { "" } else { "es" });
     Ok(ExitCode::SUCCESS)
