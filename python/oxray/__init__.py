@@ -2,7 +2,7 @@
 
 `import oxray as ray` keeps a Ray script's names: `init`, `shutdown`, `is_initialized`,
 `cluster_resources`, `available_resources`, `nodes`, `get_runtime_context`, `remote`
-(functions), `get`, `put`, `wait`, and `oxray.job_submission`.
+(functions and classes), `method`, `get`, `put`, `wait`, and `oxray.job_submission`.
 """
 
 from oxray import exceptions, util
@@ -20,7 +20,7 @@ from oxray._private.worker import (
     shutdown,
     wait,
 )
-from oxray.actor import get_actor
+from oxray.actor import get_actor, method
 from oxray.object_ref import ObjectRef
 from oxray.runtime_context import get_runtime_context
 
@@ -35,6 +35,7 @@ __all__ = [
     "get",
     "get_actor",
     "kill",
+    "method",
     "put",
     "remote",
     "wait",

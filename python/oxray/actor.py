@@ -9,17 +9,36 @@ from oxray.remote_function import check_options, env_vars, resource_request
 from oxray.util import scheduling_strategies
 
 
+def method(*, num_returns: int = 1):
+    """As `ray.method`: how many ObjectRefs a call of the decorated actor method returns."""
+    check_options({"num_returns": num_returns})
+
+    def decorate(function):
+        function.__oxray_num_returns__ = num_returns
+        return function
+
+    return decorate
+
+
 class ActorMethod:
-    def __init__(self, handle: "ActorHandle", name: str):
+    def __init__(self, handle: "ActorHandle", name: str, num_returns: int):
         self._handle = handle
         self._name = name
+        self._num_returns = num_returns
+
+    def options(self, *, num_returns: int = None) -> "ActorMethod":
+        if num_returns is None:
+            return self
+        check_options({"num_returns": num_returns})
+        return ActorMethod(self._handle, self._name, num_returns)
 
     def remote(self, *args, **kwargs):
         h = self._handle
         payload, dependencies, contained = serialization.dumps_args(args, kwargs)
-        object_id = worker.client().call_actor(h._actor_id, h._address, h._owner, self._name, payload, dependencies,
-                                               contained, h._max_task_retries)
-        return worker.new_ref(object_id)
+        ids = worker.client().call_actor(h._actor_id, h._address, h._owner, self._name, payload, dependencies,
+                                         contained, h._max_task_retries, self._num_returns)
+        refs = [worker.new_ref(i) for i in ids]
+        return refs if self._num_returns > 1 else refs[0]
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actor method {self._name} cannot be called directly; use .{self._name}.remote(...)")
@@ -38,7 +57,8 @@ class ActorHandle:
         self._max_task_retries = max_task_retries
         self._address = address
         self._class_name = class_name
-        self._methods = frozenset(methods)
+        # Method names, as "name:N" for those that return N > 1 values.
+        self._methods = dict(_parse_method(m) for m in methods)
         # Where the actor's worker is leased: what `kill` needs, from any process.
         self._lease_id = lease_id
         self._agent_address = agent_address
@@ -50,14 +70,15 @@ class ActorHandle:
             raise AttributeError(name)
         if name not in self._methods:
             raise AttributeError(f"'{self._class_name}' actor has no method '{name}'")
-        return ActorMethod(self, name)
+        return ActorMethod(self, name, self._methods[name])
 
     def __repr__(self):
         return f"Actor({self._class_name}, {self._actor_id})"
 
     def __reduce__(self):
         owner = self._owner or worker.client().owner_address()
-        return (_restore_handle, (self._actor_id, self._address, self._class_name, self._methods, self._lease_id,
+        return (_restore_handle, (self._actor_id, self._address, self._class_name, _method_list(self._methods),
+                                  self._lease_id,
                                   self._agent_address, self._name, self._namespace, owner, self._max_task_retries))
 
     def __eq__(self, other):
@@ -73,7 +94,8 @@ class ActorClass:
         self._cls = cls
         self._options = options
         self.__name__ = cls.__name__
-        self._methods = [m for m in dir(cls) if callable(getattr(cls, m, None)) and not m.startswith("__")]
+        self._methods = _method_list({m: getattr(getattr(cls, m), "__oxray_num_returns__", 1) for m in dir(cls)
+                                      if callable(getattr(cls, m, None)) and not m.startswith("__")})
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actor class {self.__name__} cannot be instantiated directly; use {self.__name__}.remote(...)")
@@ -140,6 +162,15 @@ def _restore_handle(actor_id, address, class_name, methods, lease_id, agent, nam
         owner = None
     return ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner,
                        max_task_retries)
+
+
+def _parse_method(entry: str):
+    name, _, num_returns = entry.partition(":")
+    return name, int(num_returns or 1)
+
+
+def _method_list(methods: Dict[str, int]):
+    return sorted(name if n == 1 else f"{name}:{n}" for name, n in methods.items())
 
 
 def _retries_option(options, name):

@@ -173,6 +173,46 @@ def test_async_and_threaded_actors_run_calls_concurrently(private_cluster):  # n
         oxray.kill(actor)
 
 
+def test_actor_methods_return_several_values(private_cluster):  # noqa: F811
+    @oxray.remote
+    class Pairs:
+        @oxray.method(num_returns=2)
+        def split(self, a, b):
+            return a, b
+
+        def three(self):
+            return 1, 2, 3
+
+    @oxray.remote
+    class AsyncPairs:
+        @oxray.method(num_returns=2)
+        async def split(self, a, b):
+            return a, b
+
+    for kind, cls in enumerate((Pairs, Pairs.options(max_concurrency=2), AsyncPairs)):
+        actor = cls.options(name=f"pairs-{kind}").remote()
+        first, second = actor.split.remote("x", "y")
+        assert oxray.get([first, second]) == ["x", "y"]
+        found = oxray.get_actor(f"pairs-{kind}")
+        assert oxray.get(found.split.remote(1, 2)) == [1, 2], "a handle found by name knows num_returns"
+
+        @oxray.remote
+        def through_a_task(handle):
+            return oxray.get(handle.split.remote(3, 4))
+
+        assert oxray.get(through_a_task.remote(actor)) == [3, 4], "a passed handle knows num_returns"
+        oxray.kill(actor)
+    pairs = Pairs.remote()
+    assert oxray.get(pairs.three.options(num_returns=3).remote()) == [1, 2, 3]
+    assert oxray.get(pairs.three.remote()) == (1, 2, 3)
+    wrong = pairs.split.options(num_returns=3).remote(1, 2)
+    with pytest.raises(ValueError, match="returned 2 values, but num_returns=3"):
+        oxray.get(wrong[0])
+    with pytest.raises(ValueError, match="num_returns"):
+        pairs.three.options(num_returns=0)
+    oxray.kill(pairs)
+
+
 def test_runtime_context_names_the_task_and_the_actor(private_cluster):  # noqa: F811
     @oxray.remote
     def ids():

@@ -309,9 +309,10 @@ impl Client {
     }
 
     /// Calls a method; calls from this process run in the order they are made. `owner` is
-    /// the creator's object server when another process created the actor.
+    /// the creator's object server when another process created the actor. Returns the
+    /// ids of its `num_returns` results.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (actor_id, address, owner, method, args, dependencies, contained, max_task_retries=0))]
+    #[pyo3(signature = (actor_id, address, owner, method, args, dependencies, contained, max_task_retries=0, num_returns=1))]
     fn call_actor(
         &self,
         py: Python<'_>,
@@ -323,12 +324,16 @@ impl Client {
         dependencies: Vec<String>,
         contained: Vec<String>,
         max_task_retries: i64,
-    ) -> PyResult<String> {
+        num_returns: u32,
+    ) -> PyResult<Vec<String>> {
         let submitter = py.detach(|| self.submitter())?;
         self.take_results_in_store(py);
         let call = actor_call(&actor_id, &address, owner, method.clone(), false, max_task_retries);
-        let spec = TaskSpec::actor(method, Vec::new(), args.to_vec(), dependencies, contained, call);
-        Ok(submitter.submit(self.runtime.handle(), spec).swap_remove(0))
+        let spec = TaskSpec {
+            num_returns,
+            ..TaskSpec::actor(method, Vec::new(), args.to_vec(), dependencies, contained, call)
+        };
+        Ok(submitter.submit(self.runtime.handle(), spec))
     }
 
     /// Records a named actor in the head's directory; fails if the name is taken.

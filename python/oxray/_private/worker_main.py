@@ -175,8 +175,7 @@ def _encode(name, result, num_returns, result_store="", task_id=""):
 
 def _submit_concurrent(executor, runner, task, out, err):
     """Starts a call of a threaded or async actor and goes back for the next one."""
-    task_id, name, _function, args, dependencies, _creation, method = task[:7]
-    result_store = task[8]
+    task_id, name, _function, args, dependencies, _creation, method, num_returns, result_store = task[:9]
     try:
         values = {object_id: serialization.loads(data) for object_id, data in dependencies}
         call_args, call_kwargs, _ = serialization.loads_args(args, values)
@@ -192,8 +191,8 @@ def _submit_concurrent(executor, runner, task, out, err):
         output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
         if error is None:
             try:
-                data, is_error, _, contained = _encode(name, result, 1, result_store, task_id)
-                executor.finish(task_id, data, is_error, [], output, contained)
+                data, is_error, returns, contained = _encode(name, result, num_returns, result_store, task_id)
+                executor.finish(task_id, data, is_error, returns, output, contained)
                 return
             except BaseException as e:  # the result does not serialize
                 error = e

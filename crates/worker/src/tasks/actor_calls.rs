@@ -54,7 +54,8 @@ impl Submitter {
         let Route::Actor(mut call) = spec.route else { unreachable!("an actor call") };
         call.place = Some(place);
         call.address = address;
-        let mut push = self.push_request(&ids[0], spec.function, spec.args, spec.name.clone(), Vec::new(), 1);
+        let mut push =
+            self.push_request(&ids[0], spec.function, spec.args, spec.name.clone(), Vec::new(), spec.num_returns);
         prepare(&mut push, &mut call);
         let (this, again) = (self.clone(), push.clone());
         let address = call.address.clone();
