@@ -48,6 +48,24 @@ struct Lease {
     owner: Option<v1::ProcessIdentity>,
     /// The object server to tell when the worker dies (an actor's owner).
     notify: Option<String>,
+    /// The worker waits in `get`/`wait`: its CPUs are back in the pool meanwhile.
+    blocked: bool,
+}
+
+impl Lease {
+    /// What the lease holds of the node (or its bundle) now.
+    fn holding(&self) -> ResourceSet {
+        if self.blocked {
+            minus(&self.resources, &cpus_of(&self.resources))
+        } else {
+            self.resources.clone()
+        }
+    }
+}
+
+/// The CPUs of a request, alone.
+fn cpus_of(resources: &ResourceSet) -> ResourceSet {
+    resources.iter().filter(|(name, _)| *name == "CPU").map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// A placement group's bundle: `(group id, bundle index)`.
@@ -151,7 +169,7 @@ impl WorkerPool {
             worker_address: worker.address.clone(),
             worker_id: worker.id.clone(),
         };
-        self.lock().leases.insert(lease_id, Lease { worker, resources, bundle, owner, notify });
+        self.lock().leases.insert(lease_id, Lease { worker, resources, bundle, owner, notify, blocked: false });
         Ok(reply)
     }
 
@@ -212,6 +230,36 @@ impl WorkerPool {
                 }
             }
             freed.await;
+        }
+    }
+
+    /// A task's worker waits for objects (`blocked`) or goes on: as Ray's raylet does, its
+    /// CPUs go back to the node while it waits, so the tasks it waits for can run even on a
+    /// node with one CPU, and are taken again when it goes on, even past the node's total
+    /// for a moment. An actor keeps what it holds.
+    pub fn worker_blocked(&self, worker_id: &str, blocked: bool) {
+        let mut state = self.lock();
+        let Some(lease) = state.leases.values_mut().find(|l| l.worker.id == worker_id) else { return };
+        // Only actor leases ask to be told of their worker's exit.
+        if lease.notify.is_some() || lease.blocked == blocked {
+            return;
+        }
+        lease.blocked = blocked;
+        let cpus = cpus_of(&lease.resources);
+        let bundle = lease.bundle.clone();
+        let used = match &bundle {
+            Some(key) => match state.bundles.get_mut(key) {
+                Some(b) => &mut b.used,
+                None => return,
+            },
+            None => &mut state.used,
+        };
+        if blocked {
+            *used = minus(used, &cpus);
+            drop(state);
+            self.freed.notify_waiters();
+        } else {
+            used.add(&cpus);
         }
     }
 
@@ -319,6 +367,7 @@ impl WorkerPool {
 
     fn give_back(&self, lease_id: &str, disconnect: bool) {
         let Some(mut lease) = self.lock().leases.remove(lease_id) else { return };
+        let holding = lease.holding();
         let alive = matches!(lease.worker.child.try_wait(), Ok(None));
         if alive && !disconnect {
             self.lock().idle.push(lease.worker);
@@ -326,7 +375,7 @@ impl WorkerPool {
             // Dropping the child kills it (kill_on_drop).
             tracing::info!(worker = %lease.worker.id, "worker retired");
         }
-        self.release(&lease.resources, lease.bundle.as_ref());
+        self.release(&holding, lease.bundle.as_ref());
     }
 
     async fn spawn(&self, kind: &WorkerKind) -> Result<Worker, Status> {
@@ -472,6 +521,15 @@ impl lease_service_server::LeaseService for LeaseService {
         let request = request.into_inner();
         self.0.give_back(&request.lease_id, request.disconnect);
         Ok(Response::new(v1::ReturnWorkerReply {}))
+    }
+
+    async fn worker_blocked(
+        &self,
+        request: Request<v1::WorkerBlockedRequest>,
+    ) -> Result<Response<v1::WorkerBlockedReply>, Status> {
+        let request = request.into_inner();
+        self.0.worker_blocked(&request.worker_id, request.blocked);
+        Ok(Response::new(v1::WorkerBlockedReply {}))
     }
 
     async fn register_worker(

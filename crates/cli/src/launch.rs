@@ -18,8 +18,16 @@ pub struct Launched {
 
 /// Runs `oxray <args>` in a session of its own (it survives this terminal), with stderr in
 /// `log`, and waits for its readiness line. A server that fails or hangs is killed with its
-/// whole process group, so nothing half-started is left behind.
-pub fn spawn_role(args: &[String], envs: &[(&str, &str)], log: &Path, timeout: Duration) -> Result<Launched> {
+/// whole process group, so nothing half-started is left behind. With `fate_share` the
+/// server gets SIGTERM when this process ends in any way, SIGKILL included: a supervisor
+/// that kills a foreground `oxray start` stops the node.
+pub fn spawn_role(
+    args: &[String],
+    envs: &[(&str, &str)],
+    log: &Path,
+    timeout: Duration,
+    fate_share: bool,
+) -> Result<Launched> {
     let exe = std::env::current_exe().context("cannot find the oxray executable")?;
     let log_file = OpenOptions::new()
         .create(true)
@@ -28,9 +36,20 @@ pub fn spawn_role(args: &[String], envs: &[(&str, &str)], log: &Path, timeout: D
         .with_context(|| format!("cannot open log file {}", log.display()))?;
     let mut command = Command::new(exe);
     command.args(args).envs(envs.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log_file);
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    let parent = std::process::id();
+    // SAFETY: setsid, prctl and getppid are async-signal-safe and touch no memory of the parent.
     unsafe {
-        command.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
+        command.pre_exec(move || {
+            nix::unistd::setsid()?;
+            if fate_share {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
+                // The parent may have died before the line above: then nobody would signal.
+                if nix::unistd::getppid().as_raw() as u32 != parent {
+                    return Err(std::io::Error::other("the launching process is gone"));
+                }
+            }
+            Ok(())
+        });
     }
     let mut child = command.spawn().context("cannot start an oxray process")?;
     let stdout = child.stdout.take().expect("stdout is piped");

@@ -18,6 +18,14 @@ pub fn default_temp_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/tmp/oxray"))
 }
 
+/// The head's database when `--storage` is not given: one place per temp dir and control
+/// port, so a head started again with the same flags (after a crash or a reboot that kept
+/// the temp dir) finds its jobs, nodes, groups and named actors. A head on port 0 (any free
+/// port) has no stable identity: it gets none.
+pub fn stable_head_storage(temp_dir: &std::path::Path, port: u16) -> Option<PathBuf> {
+    (port != 0).then(|| temp_dir.join(format!("head-{port}")).join("head.redb"))
+}
+
 pub fn token_file(home: &std::path::Path) -> PathBuf {
     home.join("auth_token")
 }
@@ -33,4 +41,18 @@ pub fn object_store_dirs(agent_port: u16) -> (PathBuf, PathBuf) {
     let shm = std::path::Path::new("/dev/shm");
     let memory = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
     (memory.join(format!("oxray-objects-{agent_port}")), std::env::temp_dir().join(format!("oxray-spill-{agent_port}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn stable_storage_follows_temp_dir_and_port() {
+        let at = stable_head_storage(Path::new("/tmp/oxray"), 6379).unwrap();
+        assert_eq!(at, Path::new("/tmp/oxray/head-6379/head.redb"));
+        assert_ne!(Some(at), stable_head_storage(Path::new("/tmp/oxray"), 6380));
+        assert_eq!(stable_head_storage(Path::new("/tmp/oxray"), 0), None);
+    }
 }

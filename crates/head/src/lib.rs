@@ -42,6 +42,8 @@ pub struct HeadConfig {
     pub token: Token,
     /// A node silent this long is declared dead.
     pub node_death_timeout: Duration,
+    /// A dead node's record is forgotten this long after its death.
+    pub dead_node_retention: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,8 +147,13 @@ impl BoundHead {
             "head serving"
         );
 
-        let monitor =
-            tokio::spawn(watch_heartbeats(membership.clone(), jobs.clone(), groups.clone(), shutdown.clone()));
+        let monitor = tokio::spawn(watch_heartbeats(
+            membership.clone(),
+            jobs.clone(),
+            groups.clone(),
+            config.dead_node_retention,
+            shutdown.clone(),
+        ));
         let scheduler = tokio::spawn(jobs.clone().run(shutdown.clone()));
         let placer = tokio::spawn(groups.clone().run(shutdown.clone()));
 
@@ -205,11 +212,12 @@ impl HeadConfig {
 }
 
 /// Declares silent nodes dead; checks several times per timeout so death is noticed
-/// within a small fraction of it.
+/// within a small fraction of it. Forgets nodes dead for longer than `retention`.
 async fn watch_heartbeats(
     membership: Arc<Membership>,
     jobs: Arc<JobManager>,
     groups: Arc<placement_groups::PlacementGroups>,
+    retention: Duration,
     shutdown: CancellationToken,
 ) {
     let period = (membership.death_timeout() / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
@@ -226,6 +234,9 @@ async fn watch_heartbeats(
                     }
                     Ok(_) => {}
                     Err(e) => tracing::error!("cannot record dead nodes: {e}"),
+                }
+                if let Err(e) = membership.prune(oxray_types::now_ms(), retention) {
+                    tracing::error!("cannot forget long-dead nodes: {e}");
                 }
             }
         }

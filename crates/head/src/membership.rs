@@ -132,6 +132,23 @@ impl Membership {
         Ok(ids)
     }
 
+    /// Forgets nodes dead for longer than `retention` (wall-clock, so a head restart does
+    /// not reset the count); returns how many went.
+    pub fn prune(&self, now_ms: u64, retention: Duration) -> Result<usize, StoreError> {
+        let mut nodes = self.nodes.lock().expect("membership lock");
+        let infos: Vec<&NodeInfo> = nodes.values().map(|e| &e.info).collect();
+        let stale = dead_longer_than(&infos, now_ms, retention);
+        if stale.is_empty() {
+            return Ok(0);
+        }
+        self.store.delete_nodes(&stale)?;
+        for id in &stale {
+            nodes.remove(id);
+        }
+        tracing::info!(count = stale.len(), "forgot nodes dead for longer than {:?}", retention);
+        Ok(stale.len())
+    }
+
     pub fn get(&self, id: &NodeId) -> Option<NodeInfo> {
         self.nodes.lock().expect("membership lock").get(id).map(|e| e.info.clone())
     }
@@ -142,6 +159,12 @@ impl Membership {
         list.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         list
     }
+}
+
+/// The nodes dead since before `now_ms - retention`.
+fn dead_longer_than(nodes: &[&NodeInfo], now_ms: u64, retention: Duration) -> Vec<NodeId> {
+    let cutoff = now_ms.saturating_sub(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX));
+    nodes.iter().filter(|n| !n.is_alive() && n.end_time_ms < cutoff).map(|n| n.node_id.clone()).collect()
 }
 
 #[cfg(test)]
@@ -195,6 +218,34 @@ pub(crate) mod tests {
         assert!(dead.state_message.unwrap().contains("no heartbeat"));
         assert_eq!(m.heartbeat(&b.node_id, ResourceSet::new()), Verdict::NodeDead);
         assert!(matches!(m.register(b), Err(MembershipError::NodeDead(_))));
+    }
+
+    #[test]
+    fn only_nodes_dead_past_the_retention_are_stale() {
+        let alive = sample_node("alive");
+        let mut old = sample_node("old");
+        old.mark_dead("gone", 1_000);
+        let mut recent = sample_node("recent");
+        recent.mark_dead("gone", 9_500);
+        let nodes = [&alive, &old, &recent];
+        assert_eq!(dead_longer_than(&nodes, 10_000, Duration::from_secs(1)), vec![old.node_id.clone()]);
+        assert!(dead_longer_than(&nodes, 10_000, Duration::from_secs(10)).is_empty());
+        assert!(dead_longer_than(&nodes, 10_000, Duration::MAX).is_empty());
+    }
+
+    #[test]
+    fn pruned_nodes_are_gone_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (sample_node("a"), sample_node("b"));
+        {
+            let m = membership(&dir);
+            m.register(a.clone()).unwrap();
+            m.register(b.clone()).unwrap();
+            m.unregister(&b.node_id, "stopped").unwrap();
+            assert_eq!(m.prune(now_ms() + 120_000, Duration::from_secs(60)).unwrap(), 1);
+        }
+        let ids: Vec<NodeId> = membership(&dir).snapshot().into_iter().map(|n| n.node_id).collect();
+        assert_eq!(ids, vec![a.node_id]);
     }
 
     #[tokio::test(start_paused = true)]

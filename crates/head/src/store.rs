@@ -3,7 +3,7 @@
 //! Records are JSON values keyed by id, one table per kind.
 
 use oxray_api_types::Event;
-use oxray_types::{JobRecord, NodeInfo};
+use oxray_types::{JobRecord, NodeId, NodeInfo};
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -96,6 +96,17 @@ impl Store {
 
     pub fn put_nodes<'a>(&self, nodes: impl IntoIterator<Item = &'a NodeInfo>) -> Result<(), StoreError> {
         self.put_many(NODES, nodes.into_iter().map(|n| (n.node_id.hex(), n)))
+    }
+
+    pub fn delete_nodes(&self, ids: &[NodeId]) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut table = tx.open_table(NODES).map_err(db_err)?;
+            for id in ids {
+                table.remove(id.hex().as_str()).map_err(db_err)?;
+            }
+        }
+        tx.commit().map_err(db_err)
     }
 
     pub fn load_nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {

@@ -15,6 +15,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod waiting;
+
 fn to_py(e: WorkerError) -> PyErr {
     match e {
         WorkerError::NoCluster | WorkerError::Connect(_) => PyConnectionError::new_err(e.to_string()),
@@ -47,6 +49,8 @@ struct Client {
     creating: Mutex<HashMap<String, oxray_worker::StoredFile>>,
     /// Set once this process offers its node store for large results.
     results_in_store: std::sync::OnceLock<()>,
+    /// In a worker process, how it tells its agent that it waits (made on first wait).
+    blocked_notice: std::sync::OnceLock<Option<oxray_worker::BlockedNotice>>,
 }
 
 /// `get` and `wait` timeouts: seconds, or forever.
@@ -125,6 +129,7 @@ fn connect(
             store: Mutex::new(None),
             creating: Mutex::new(HashMap::new()),
             results_in_store: std::sync::OnceLock::new(),
+            blocked_notice: std::sync::OnceLock::new(),
             links,
         })
     })
@@ -577,7 +582,8 @@ impl Client {
         timeout: Option<f64>,
     ) -> PyResult<Vec<(Bound<'py, PyBytes>, u8)>> {
         let ready =
-            py.detach(|| self.runtime.block_on(self.objects.get(&ids, deadline(timeout)))).map_err(get_error)?;
+            waiting::wait_for(py, &self.runtime, self.blocked_notice(), self.objects.get(&ids, deadline(timeout)))?
+                .map_err(get_error)?;
         // The values' own references are taken by Python as it reads them.
         Ok(ready.into_iter().map(|r| (PyBytes::new(py, &r.data), r.outcome as u8)).collect())
     }
@@ -607,9 +613,8 @@ impl Client {
             return Ok(ready);
         }
         let ids: Vec<String> = ids.extract()?;
-        let ready = py
-            .detach(|| self.runtime.block_on(self.objects.wait(&ids, num_returns, deadline(timeout))))
-            .map_err(get_error)?;
+        let waited = self.objects.wait(&ids, num_returns, deadline(timeout));
+        let ready = waiting::wait_for(py, &self.runtime, self.blocked_notice(), waited)?.map_err(get_error)?;
         Ok(ready.iter().enumerate().filter(|(_, r)| **r).map(|(at, _)| at).take(num_returns).collect())
     }
 
@@ -741,6 +746,15 @@ impl Client {
 }
 
 impl Client {
+    fn blocked_notice(&self) -> Option<&oxray_worker::BlockedNotice> {
+        self.blocked_notice
+            .get_or_init(|| {
+                let _inside = self.runtime.enter();
+                oxray_worker::BlockedNotice::from_env(&self.token)
+            })
+            .as_ref()
+    }
+
     /// Opens the node store and starts serving objects (once), so workers on this node can
     /// hand large results over in the store rather than inline.
     fn take_results_in_store(&self, py: Python<'_>) {

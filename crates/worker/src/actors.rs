@@ -127,6 +127,8 @@ impl ActorDirectory {
 pub trait ActorOwner: Send + Sync + 'static {
     async fn failed(&self, actor_id: &str, address: &str) -> Result<String, String>;
     async fn kill(&self, actor_id: &str, no_restart: bool) -> Result<(), String>;
+    /// Cancels a task this process submitted (see `Submitter::cancel`).
+    async fn cancel(&self, task_id: &str, force: bool) -> bool;
 }
 
 impl Submitter {
@@ -304,5 +306,9 @@ impl ActorOwner for Arc<Submitter> {
 
     async fn kill(&self, actor_id: &str, no_restart: bool) -> Result<(), String> {
         self.kill_actor(actor_id, no_restart).await
+    }
+
+    async fn cancel(&self, task_id: &str, force: bool) -> bool {
+        Submitter::cancel(self, task_id, force).await
     }
 }

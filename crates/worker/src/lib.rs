@@ -4,6 +4,7 @@
 
 mod actors;
 mod address;
+mod blocked;
 mod cluster;
 mod drive;
 mod executor;
@@ -18,6 +19,7 @@ mod tasks;
 
 pub use actors::{ActorOwner, Life, RestartPlan};
 pub use address::{resolve, Target};
+pub use blocked::BlockedNotice;
 pub use cluster::{available_resources, cluster_resources, Cluster};
 pub use drive::SharedDriver;
 pub use executor::{Executor, Incoming};

@@ -69,6 +69,15 @@ impl object_service_server::ObjectService for Service {
         self.actors.kill(&r.actor_id, r.no_restart).await.map_err(Status::failed_precondition)?;
         Ok(Response::new(v1::KillActorReply {}))
     }
+
+    async fn cancel_task(
+        &self,
+        request: Request<v1::CancelTaskRequest>,
+    ) -> Result<Response<v1::CancelTaskReply>, Status> {
+        let r = request.into_inner();
+        let was_running = self.actors.cancel(&r.task_id, r.force).await;
+        Ok(Response::new(v1::CancelTaskReply { was_running }))
+    }
 }
 
 /// Serves the table, and the actors this process owns, on a free port of every interface;

@@ -152,11 +152,13 @@ impl ObjectTable {
     }
 
     /// Gives a pending object its value; what it would hold goes at once if the object
-    /// was freed meanwhile.
+    /// was freed meanwhile, or already has a value (a task cancelled while it ran is
+    /// cancelled for good, whatever its worker answers later).
     fn settle_value(&self, id: &str, value: Ready, holds: Vec<Hold>, file: Option<StoredFile>) {
         let orphaned = {
             let mut inner = self.lock();
             match inner.slots.get_mut(id) {
+                Some(slot) if slot.value.is_some() => Some((holds, file)),
                 Some(slot) => {
                     slot.value = Some(value);
                     slot.holds = holds;
@@ -344,10 +346,13 @@ impl ObjectTable {
         Ok(None)
     }
 
-    /// Waits for every object, up to `deadline`.
+    /// Waits for every object, up to `deadline`; as soon as one holds an error (in any
+    /// position), answers that one alone, as Ray's `get` raises the first error at once.
     pub async fn get(self: &Arc<Self>, ids: &[String], deadline: Option<Instant>) -> Result<Vec<Ready>, GetError> {
         let mut values: Vec<Option<Ready>> = vec![None; ids.len()];
-        self.settle(ids, &mut values, ids.len(), deadline).await?;
+        if let Some(failed) = self.settle(ids, &mut values, ids.len(), deadline, true).await? {
+            return Ok(vec![values[failed].take().expect("settled")]);
+        }
         values.into_iter().zip(ids).map(|(v, id)| v.ok_or_else(|| GetError::Timeout(id.clone()))).collect()
     }
 
@@ -360,8 +365,8 @@ impl ObjectTable {
     ) -> Result<Vec<bool>, GetError> {
         let mut values: Vec<Option<Ready>> = vec![None; ids.len()];
         // Only `get` reports a timeout: `wait` answers with what is ready by then.
-        match self.settle(ids, &mut values, num_returns, deadline).await {
-            Ok(()) | Err(GetError::Timeout(_)) => Ok(values.iter().map(Option::is_some).collect()),
+        match self.settle(ids, &mut values, num_returns, deadline, false).await {
+            Ok(_) | Err(GetError::Timeout(_)) => Ok(values.iter().map(Option::is_some).collect()),
             Err(e) => Err(e),
         }
     }
@@ -388,14 +393,16 @@ impl ObjectTable {
     /// Fills `values` until `enough` are there (or `deadline` passes: a timeout naming the
     /// first missing), the first ones in order when more are ready. Missing objects are
     /// asked for as they are looked at; after a change only those still missing are looked
-    /// at again.
+    /// at again. With `stop_on_error`, stops at the first value found that holds an error
+    /// and answers its position.
     async fn settle(
         self: &Arc<Self>,
         ids: &[String],
         values: &mut [Option<Ready>],
         enough: usize,
         deadline: Option<Instant>,
-    ) -> Result<(), GetError> {
+        stop_on_error: bool,
+    ) -> Result<Option<usize>, GetError> {
         let mut rx = self.changed.subscribe();
         let mut missing: Vec<usize> = (0..ids.len()).collect();
         loop {
@@ -411,7 +418,11 @@ impl ObjectTable {
                 }
                 match self.peek(&ids[at])? {
                     Some(ready) => {
+                        let failed = stop_on_error && ready.outcome != Outcome::Value;
                         values[at] = Some(ready);
+                        if failed {
+                            return Ok(Some(at));
+                        }
                         found += 1;
                     }
                     None => still.push(at),
@@ -419,9 +430,9 @@ impl ObjectTable {
             }
             still.extend(unseen);
             missing = still;
-            let Some(first) = missing.first() else { return Ok(()) };
+            let Some(first) = missing.first() else { return Ok(None) };
             if found >= enough {
-                return Ok(());
+                return Ok(None);
             }
             match deadline {
                 Some(d) => {

@@ -130,6 +130,8 @@ pub struct Submitter {
     running: Mutex<HashMap<String, String>>,
     /// Cancelled tasks: never retried.
     cancelled: Mutex<std::collections::HashSet<String>>,
+    /// Leased tasks submitted here that have not ended: those `cancel` can end.
+    unfinished: Mutex<std::collections::HashSet<String>>,
     /// Calls waiting to be sent, per actor.
     actor_queues: Mutex<HashMap<String, Arc<actor_calls::ActorQueue>>>,
     pub(crate) actors: crate::actors::ActorDirectory,
@@ -210,6 +212,7 @@ impl Submitter {
             shapes: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             cancelled: Mutex::new(Default::default()),
+            unfinished: Mutex::new(Default::default()),
             actor_queues: Mutex::new(HashMap::new()),
             actors: Default::default(),
             object_address: std::sync::OnceLock::new(),
@@ -250,7 +253,11 @@ impl Submitter {
         let job = Job { spec, ids: ids.clone(), contained };
         match &job.spec.route {
             Route::Actor(call) if !call.creation => self.call(runtime, job),
-            _ => {
+            Route::Lease(..) => {
+                self.unfinished.lock().expect("unfinished lock").insert(ids[0].clone());
+                runtime.spawn(self.clone().execute(job, None));
+            }
+            Route::Actor(_) => {
                 runtime.spawn(self.clone().execute(job, None));
             }
         }
@@ -276,6 +283,10 @@ impl Submitter {
     /// Records how a task or call ended in its result objects, and lets go of the refs its
     /// arguments held.
     fn conclude(&self, ids: &[String], contained: &[String], actor: bool, outcome: Result<v1::PushTaskReply, Failure>) {
+        if !actor {
+            self.unfinished.lock().expect("unfinished lock").remove(&ids[0]);
+            self.cancelled.lock().expect("cancelled lock").remove(&ids[0]);
+        }
         for nested in contained {
             self.objects.release(nested);
         }
@@ -344,11 +355,15 @@ impl Submitter {
         };
         let mut attempt = 0;
         loop {
+            // Cancelled while it waited for its arguments or for a retry.
+            if self.is_cancelled(task_id) {
+                return Err(Failure::System(format!("task {} failed: {CANCELLED}", spec.name)));
+            }
             let (tx, rx) = tokio::sync::oneshot::channel();
             let queued = Queued { push: push.clone(), reply: tx };
             self.enqueue(resources.clone(), env.clone(), strategy.clone(), queued);
             let reply = rx.await.unwrap_or_else(|_| Err("the submitter stopped".into()));
-            let cancelled = self.cancelled.lock().expect("cancelled lock").remove(task_id);
+            let cancelled = self.is_cancelled(task_id);
             let retry = !cancelled
                 && match &reply {
                     Err(_) => true,
@@ -492,17 +507,25 @@ impl Submitter {
         if more {
             self.spawn_drive(key.clone(), want.clone());
         }
+        // SPREAD chooses a node per lease, so each of its leases runs one task: a kept lease
+        // would keep the queued tasks on one node.
+        let one_task = want.strategy == Strategy::Spread;
+        let mut ran = false;
         loop {
-            let next = self.shapes().get_mut(&key).and_then(|s| s.waiting.pop_front());
+            let next =
+                if one_task && ran { None } else { self.shapes().get_mut(&key).and_then(|s| s.waiting.pop_front()) };
             let Some(queued) = next else {
-                // SPREAD chooses a node per lease: a kept lease would keep its tasks on one.
-                if want.strategy != Strategy::Spread && self.linger(&key).await {
+                if !one_task && self.linger(&key).await {
                     continue;
                 }
                 // Losing this call only delays the worker's reuse.
                 let _ = self.give_back(&lease, false).await;
+                if one_task {
+                    self.request_more(&key, &want);
+                }
                 return;
             };
+            ran = true;
             let task_id = queued.push.task_id.clone();
             self.running.lock().expect("running lock").insert(task_id.clone(), lease.reply.worker_address.clone());
             let reply = (self.pushes.push(&lease.reply.worker_address, None, queued.push).await)
@@ -512,16 +535,21 @@ impl Submitter {
             let _ = queued.reply.send(reply);
             if broken {
                 let _ = self.give_back(&lease, true).await;
-                let again = {
-                    let mut shapes = self.shapes();
-                    let shape = shapes.entry(key.clone()).or_default();
-                    !shape.waiting.is_empty() && !std::mem::replace(&mut shape.requesting, true)
-                };
-                if again {
-                    self.spawn_drive(key, want);
-                }
+                self.request_more(&key, &want);
                 return;
             }
+        }
+    }
+
+    /// Asks for another lease of the shape if tasks wait and none is being asked for.
+    fn request_more(self: &Arc<Self>, key: &str, want: &Want) {
+        let again = {
+            let mut shapes = self.shapes();
+            let shape = shapes.entry(key.to_string()).or_default();
+            !shape.waiting.is_empty() && !std::mem::replace(&mut shape.requesting, true)
+        };
+        if again {
+            self.spawn_drive(key.to_string(), want.clone());
         }
     }
 
@@ -545,11 +573,33 @@ impl Submitter {
         !shape.waiting.is_empty()
     }
 
-    /// Cancels a task: a waiting one is dropped, a running one interrupted (or, with
-    /// `force`, its worker ended). A cancelled task is not retried. Returns whether it was
-    /// still waiting or running.
+    fn is_cancelled(&self, task_id: &str) -> bool {
+        self.cancelled.lock().expect("cancelled lock").contains(task_id)
+    }
+
+    /// Cancels a task: its result reads as cancelled at once (and so do the results of
+    /// tasks that take it as an argument); a waiting one is dropped, a running one
+    /// interrupted (or, with `force`, its worker ended). A cancelled task is not retried.
+    /// A task another process submitted (`task_id` borrowed from it) is cancelled there.
+    /// Returns whether it had not ended.
     pub async fn cancel(&self, task_id: &str, force: bool) -> bool {
+        if let Some(owner) = self.objects.owner_of(task_id) {
+            let request = v1::CancelTaskRequest { task_id: task_id.to_string(), force };
+            return match self.links.client(&owner) {
+                Ok(mut c) => c.cancel_task(request).await.is_ok_and(|r| r.into_inner().was_running),
+                Err(_) => false,
+            };
+        }
+        if !self.unfinished.lock().expect("unfinished lock").contains(task_id) {
+            return false;
+        }
         self.cancelled.lock().expect("cancelled lock").insert(task_id.to_string());
+        self.objects.fulfil(
+            task_id,
+            format!("the task {task_id} failed: {CANCELLED}").into_bytes(),
+            Outcome::SystemError,
+            Vec::new(),
+        );
         let waiting = {
             let mut shapes = self.shapes();
             shapes.values_mut().find_map(|s| {
@@ -562,10 +612,8 @@ impl Submitter {
             return true;
         }
         let worker = self.running.lock().expect("running lock").get(task_id).cloned();
-        let Some(address) = worker else {
-            self.cancelled.lock().expect("cancelled lock").remove(task_id);
-            return false;
-        };
+        // Still waiting for its arguments: `run` stops it before it is queued.
+        let Some(address) = worker else { return true };
         let request = v1::CancelTaskRequest { task_id: task_id.to_string(), force };
         match self.worker(&address) {
             Ok(mut client) => client.cancel_task(request).await.map(|r| r.into_inner().was_running).unwrap_or(force),

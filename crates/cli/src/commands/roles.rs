@@ -35,6 +35,52 @@ pub struct HeadArgs {
     /// Seconds without a heartbeat before a node is declared dead
     #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     pub node_death_timeout_s: f64,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+/// What the head keeps across restarts, shared by `start` and the `head` role.
+#[derive(Args, Debug, Clone)]
+pub struct StateArgs {
+    /// Seconds a dead node's record is kept before it is forgotten
+    #[arg(long, default_value_t = 86_400.0, value_parser = positive_seconds)]
+    pub dead_node_retention_s: f64,
+    /// Start the head with an empty database; the previous one is kept beside it as
+    /// `<storage>.previous`
+    #[arg(long)]
+    pub fresh: bool,
+}
+
+impl StateArgs {
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = vec!["--dead-node-retention-s".to_string(), self.dead_node_retention_s.to_string()];
+        if self.fresh {
+            v.push("--fresh".into());
+        }
+        v
+    }
+}
+
+/// Moves a database (and its packages) aside so the head starts empty; the one set aside
+/// before is replaced.
+fn set_aside(storage: &Path) -> Result<()> {
+    for from in [storage.to_path_buf(), storage.with_extension("packages")] {
+        if !from.exists() {
+            continue;
+        }
+        let mut to = from.clone().into_os_string();
+        to.push(".previous");
+        let to = PathBuf::from(to);
+        if to.is_dir() {
+            std::fs::remove_dir_all(&to)
+        } else {
+            std::fs::remove_file(&to)
+                .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
+        }
+        .with_context(|| format!("cannot remove {}", to.display()))?;
+        std::fs::rename(&from, &to).with_context(|| format!("cannot move {} aside", from.display()))?;
+    }
+    Ok(())
 }
 
 #[derive(Args, Debug, Clone)]
@@ -147,16 +193,21 @@ pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
         let session = args.dirs.open()?;
         let explicit = std::env::var("OXRAY_AUTH_TOKEN").ok().filter(|t| !t.is_empty());
         let token = head_token(explicit.as_deref(), &home, &session)?;
+        let storage = args.storage.clone().unwrap_or_else(|| session.default_storage());
+        if args.state.fresh {
+            set_aside(&storage)?;
+        }
         Ok(oxray_head::HeadConfig {
             bind_host: args.bind_host.clone(),
             port: args.port,
             node_ip: args.node_ip_address.clone().unwrap_or_else(crate::resources::detect_node_ip),
             dashboard_host: args.dashboard_host.clone(),
             dashboard_port: args.dashboard_port,
-            storage: args.storage.clone().unwrap_or_else(|| session.default_storage()),
+            storage,
             session,
             token,
             node_death_timeout: Duration::from_secs_f64(args.node_death_timeout_s),
+            dead_node_retention: Duration::from_secs_f64(args.state.dead_node_retention_s),
         })
     };
     let config = match setup() {

@@ -1,4 +1,4 @@
-use crate::commands::roles::{positive_seconds, SessionArgs};
+use crate::commands::roles::{positive_seconds, SessionArgs, StateArgs};
 use crate::launch::{spawn_role, stop_node, Launched};
 use crate::resources::ResourceArgs;
 use crate::target::CurrentCluster;
@@ -37,16 +37,19 @@ pub struct StartArgs {
     /// Where session directories (logs, token copy, default database) go [default: /tmp/oxray]
     #[arg(long, env = "OXRAY_TEMP_DIR")]
     pub temp_dir: Option<PathBuf>,
-    /// The head's database, kept across restarts [default: in the session directory]
+    /// The head's database, kept across restarts [default: <temp-dir>/head-<port>/head.redb]
     #[arg(long)]
     pub storage: Option<PathBuf>,
+    #[command(flatten)]
+    pub state: StateArgs,
     /// Seconds without a heartbeat before a node is declared dead
     #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     pub node_death_timeout_s: f64,
     /// The cluster token [default: $OXRAY_AUTH_TOKEN, else the token file]
     #[arg(long, env = "OXRAY_AUTH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Stay in the foreground; stop everything on Ctrl-C or when a process exits
+    /// Stay in the foreground; stop everything on Ctrl-C, SIGTERM or when a process exits.
+    /// The node's processes die with this one however it ends (SIGKILL included)
     #[arg(long)]
     pub block: bool,
     /// With --block, also stop when standard input closes: a program that starts a private
@@ -74,10 +77,11 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
     let mut launched = Vec::new();
     let (address, dashboard_url) = if args.head {
         let head = spawn_role(
-            &head_args(&args, &session_args),
+            &head_args(&args, &temp_dir, &session_args),
             &token_env,
             &session.logs().join("head.log"),
             HEAD_READY_TIMEOUT,
+            args.block,
         )?;
         let Ready::Head { node_ip, port, dashboard_host, dashboard_port, .. } = head.ready.clone() else {
             bail!("the head answered with an unexpected readiness message");
@@ -96,6 +100,7 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         &token_env,
         &session.logs().join("agent.log"),
         AGENT_READY_TIMEOUT,
+        args.block,
     );
     let agent = match agent {
         Ok(a) => a,
@@ -137,7 +142,7 @@ fn validate_address(address: &str) -> Result<()> {
     }
 }
 
-fn head_args(args: &StartArgs, session: &SessionArgs) -> Vec<String> {
+fn head_args(args: &StartArgs, temp_dir: &std::path::Path, session: &SessionArgs) -> Vec<String> {
     let mut v = vec![
         "head".to_string(),
         "--port".into(),
@@ -153,9 +158,11 @@ fn head_args(args: &StartArgs, session: &SessionArgs) -> Vec<String> {
     if let Some(ip) = &args.resources.node_ip_address {
         v.extend(["--node-ip-address".into(), ip.clone()]);
     }
-    if let Some(storage) = &args.storage {
+    let storage = args.storage.clone().or_else(|| paths::stable_head_storage(temp_dir, args.port));
+    if let Some(storage) = storage {
         v.extend(["--storage".into(), storage.display().to_string()]);
     }
+    v.extend(args.state.to_args());
     v
 }
 

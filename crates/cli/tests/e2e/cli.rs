@@ -167,6 +167,69 @@ fn block_stays_in_the_foreground_until_sigterm() {
 }
 
 #[test]
+fn a_killed_block_takes_its_node_with_it() {
+    let m = Machine::new();
+    let mut child = m
+        .command(&["start", "--head", "--block", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    assert!(lines.any(|l| l.unwrap().contains("--block")), "start --block announced itself");
+    let pids = m.server_pids();
+    assert_eq!(pids.len(), 2);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_gone(&pids);
+}
+
+fn free_port() -> String {
+    std::net::TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port().to_string()
+}
+
+fn job_ids(m: &Machine) -> Vec<String> {
+    let list: serde_json::Value = serde_json::from_str(&ok(&m.run(&["job", "list", "--format", "json"]))).unwrap();
+    list.as_array().unwrap().iter().map(|j| j["submission_id"].as_str().unwrap().to_string()).collect()
+}
+
+fn node_ids(m: &Machine) -> Vec<String> {
+    let rows: serde_json::Value = serde_json::from_str(&ok(&m.run(&["list", "nodes", "--format", "json"]))).unwrap();
+    rows.as_array().unwrap().iter().map(|n| n["node_id"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn a_plain_restart_after_a_crash_keeps_the_heads_state() {
+    let m = Machine::new();
+    let port = free_port();
+    let start = ["start", "--head", "--port", port.as_str(), "--dashboard-port", "0", "--num-cpus", "1"];
+    ok(&m.run(&start));
+    ok(&m.run(&["job", "submit", "--submission-id", "before-crash", "--", "true"]));
+    let first_nodes = node_ids(&m);
+    let pids = m.server_pids();
+    for pid in &pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), nix::sys::signal::Signal::SIGKILL);
+    }
+    wait_gone(&pids);
+
+    ok(&m.run(&start));
+    assert_eq!(job_ids(&m), vec!["before-crash"], "the same flags find the same database");
+    let nodes = node_ids(&m);
+    assert!(first_nodes.iter().all(|n| nodes.contains(n)), "{first_nodes:?} in {nodes:?}");
+    assert_eq!(nodes.len(), 2, "the old node and the new one");
+    ok(&m.run(&["stop"]));
+
+    let mut fresh = start.to_vec();
+    fresh.push("--fresh");
+    ok(&m.run(&fresh));
+    assert!(job_ids(&m).is_empty(), "--fresh starts empty");
+    assert_eq!(node_ids(&m).len(), 1);
+    let kept = m.dir.path().join(format!("tmp/head-{port}/head.redb.previous"));
+    assert!(kept.is_file(), "the old database is kept aside");
+}
+
+#[test]
 fn bad_flags_get_one_line_errors_and_start_nothing() {
     let m = Machine::new();
     fails(&m.run(&["start", "--head", "--bogus"]), 2, "unexpected argument '--bogus'");

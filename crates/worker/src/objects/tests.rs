@@ -24,6 +24,36 @@ async fn get_waits_for_values_and_times_out() {
 }
 
 #[tokio::test]
+async fn get_answers_the_first_error_without_waiting_for_the_rest() {
+    let table = Arc::new(ObjectTable::default());
+    let slow = table.pending();
+    let failed = table.pending();
+    let t = table.clone();
+    let failing = failed.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        t.fulfil(&failing, b"boom".to_vec(), Outcome::TaskError, Vec::new());
+    });
+    let got = table.get(&[slow.clone(), failed], Some(Instant::now() + Duration::from_secs(10))).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].data.as_slice(), got[0].outcome), (&b"boom"[..], Outcome::TaskError));
+    table.fulfil(&slow, b"v".to_vec(), Outcome::Value, Vec::new());
+    assert_eq!(table.get(&[slow], None).await.unwrap()[0].data.as_slice(), b"v");
+}
+
+#[tokio::test]
+async fn a_value_given_twice_keeps_the_first() {
+    let table = Arc::new(ObjectTable::default());
+    let id = table.pending();
+    table.fulfil(&id, CANCELLED_FOR_TEST.to_vec(), Outcome::SystemError, Vec::new());
+    table.fulfil(&id, b"late".to_vec(), Outcome::Value, Vec::new());
+    let got = table.get(std::slice::from_ref(&id), None).await.unwrap();
+    assert_eq!((got[0].data.as_slice(), got[0].outcome), (CANCELLED_FOR_TEST, Outcome::SystemError));
+}
+
+const CANCELLED_FOR_TEST: &[u8] = b"cancelled";
+
+#[tokio::test]
 async fn wait_returns_once_enough_are_ready() {
     let table = Arc::new(ObjectTable::default());
     let a = table.put(b"a".to_vec(), &[]);

@@ -1,0 +1,56 @@
+"""SPREAD spreads every task and actor over the nodes that fit, as Ray's does, even when
+the tasks are short and queued together."""
+
+import collections
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import oxray
+
+from conftest import OXRAY_BIN, Cluster
+
+
+@pytest.fixture(scope="module")
+def four_nodes(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("four-nodes"))
+    cluster.start()
+    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
+    for n in range(3):
+        subprocess.run([OXRAY_BIN, "start", "--address", address, "--num-cpus", "1", "--node-ip-address", "127.0.0.1",
+                        "--node-name", f"node-{n}"], env=cluster.env, check=True, capture_output=True, timeout=60)
+    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME")
+    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
+    os.environ["OXRAY_HOME"] = cluster.env["OXRAY_HOME"]
+    oxray.init()
+    yield [n["NodeID"] for n in oxray.nodes()]
+    oxray.shutdown()
+    os.environ.pop("OXRAY_HOME", None)
+    os.environ.update(saved)
+    cluster.stop()
+
+
+@oxray.remote(scheduling_strategy="SPREAD")
+def where():
+    return os.environ["OXRAY_NODE_ID"]
+
+
+@oxray.remote(scheduling_strategy="SPREAD")
+class Placed:
+    def where(self):
+        return os.environ["OXRAY_NODE_ID"]
+
+
+def test_short_tasks_queued_together_land_on_every_node(four_nodes):
+    assert len(four_nodes) == 4
+    counts = collections.Counter(oxray.get([where.remote() for _ in range(8)], timeout=60))
+    assert sorted(counts.values()) == [2, 2, 2, 2], counts
+    assert set(counts) == set(four_nodes)
+
+
+def test_actors_spread_too(four_nodes):
+    actors = [Placed.remote() for _ in range(4)]
+    assert sorted(oxray.get([a.where.remote() for a in actors], timeout=60)) == sorted(four_nodes)
