@@ -2,6 +2,7 @@
 (holding its resources while it lives); calls go straight to it and run one at a time, in
 the order each caller made them."""
 
+import os
 from typing import Any, Dict
 
 from oxray._private import serialization, worker
@@ -77,9 +78,11 @@ class ActorHandle:
 
     def __reduce__(self):
         owner = self._owner or worker.client().owner_address()
+        # The creation object travels with the handle: the process it goes to borrows it, so
+        # the actor lives while a handle to it does anywhere.
         return (_restore_handle, (self._actor_id, self._address, self._class_name, _method_list(self._methods),
-                                  self._lease_id,
-                                  self._agent_address, self._name, self._namespace, owner, self._max_task_retries))
+                                  self._lease_id, self._agent_address, self._name, self._namespace, owner,
+                                  self._max_task_retries, getattr(self, "_created", None)))
 
     def __eq__(self, other):
         return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
@@ -126,23 +129,32 @@ class ActorClass:
         max_concurrency = self._options.get("max_concurrency")
         if max_concurrency is not None and (not isinstance(max_concurrency, int) or max_concurrency < 1):
             raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
-        blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency,
+        actor_id = os.urandom(16).hex()
+        blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency, "actor_id": actor_id,
                                                      "placement_group": scheduling_strategies.placement(chosen)}))
-        actor_id, address, lease_id, created, agent = client.create_actor(
-            self.__name__, blueprint, payload, dependencies, contained, resources, env_vars(self._options),
-            scheduling_strategies.native(chosen), lifetime == "detached",
-            max_restarts, max_task_retries)
-        handle = ActorHandle(actor_id, address, self.__name__, self._methods, lease_id, agent,
-                             name, namespace if name else None, None, max_task_retries)
-        handle._created = worker.new_ref(created)
+        # As in Ray, the handle comes back at once: the actor is placed when resources allow.
+        # A named actor is in the head's directory with its worker, so it waits for one.
+        created = client.create_actor(
+            actor_id, self.__name__, blueprint, payload, dependencies, contained, resources,
+            env_vars(self._options), scheduling_strategies.native(chosen), lifetime == "detached",
+            max_restarts, max_task_retries, not name)
+        created = worker.new_ref(created)
+        address = lease_id = agent = None
         if name:
+            try:
+                address, lease_id, agent = client.actor_placement(actor_id)
+            except RuntimeError as e:
+                raise ValueError(f"cannot place actor {self.__name__}: {e}") from None
             try:
                 client.register_actor(name, namespace, actor_id, address, agent, lease_id, self.__name__,
                                       sorted(self._methods), lifetime == "detached", max_task_retries)
             except ValueError:
                 client.kill_actor_at(agent, lease_id)
                 raise
-        worker.own_actor(handle, detached=lifetime == "detached")
+            worker.own_actor(actor_id, name, namespace, detached=lifetime == "detached")
+        handle = ActorHandle(actor_id, address or "", self.__name__, self._methods, lease_id, agent,
+                             name, namespace if name else None, None, max_task_retries)
+        handle._created = created
         return handle
 
 
@@ -156,12 +168,15 @@ def get_actor(name: str, namespace: str = None) -> ActorHandle:
 
 
 def _restore_handle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner,
-                    max_task_retries):
+                    max_task_retries, created=None):
     """A handle read from bytes; in its owner's own process it is the owner's handle."""
     if owner and worker.client().is_owner(owner):
         owner = None
-    return ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner,
-                       max_task_retries)
+    handle = ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner,
+                         max_task_retries)
+    if created is not None:
+        handle._created = created
+    return handle
 
 
 def _parse_method(entry: str):

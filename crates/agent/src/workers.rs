@@ -46,8 +46,9 @@ struct Lease {
     bundle: Option<BundleKey>,
     /// Taken back when this process is gone (a driver killed before it returned its leases).
     owner: Option<v1::ProcessIdentity>,
-    /// The object server to tell when the worker dies (an actor's owner).
+    /// The object server to tell when the worker dies (an actor's owner), and the actor.
     notify: Option<String>,
+    actor_id: String,
     /// The worker waits in `get`/`wait`: its CPUs are back in the pool meanwhile.
     blocked: bool,
 }
@@ -138,7 +139,7 @@ impl WorkerPool {
         kind: WorkerKind,
         owner: Option<v1::ProcessIdentity>,
         bundle: Option<InBundle>,
-        notify: Option<String>,
+        notify: Option<(String, String)>,
     ) -> Result<v1::LeaseReply, Status> {
         let bundle = match bundle {
             None => {
@@ -169,7 +170,13 @@ impl WorkerPool {
             worker_address: worker.address.clone(),
             worker_id: worker.id.clone(),
         };
-        self.lock().leases.insert(lease_id, Lease { worker, resources, bundle, owner, notify, blocked: false });
+        let (notify, actor_id) = match notify {
+            Some((owner, actor)) => (Some(owner), actor),
+            None => (None, String::new()),
+        };
+        self.lock()
+            .leases
+            .insert(lease_id, Lease { worker, resources, bundle, owner, notify, actor_id, blocked: false });
         Ok(reply)
     }
 
@@ -333,7 +340,7 @@ impl WorkerPool {
             .filter_map(|(id, l)| {
                 let owner = l.notify.clone()?;
                 let exited = !matches!(l.worker.child.try_wait(), Ok(None));
-                exited.then(|| (id.clone(), l.worker.id.clone(), l.worker.address.clone(), owner))
+                exited.then(|| (id.clone(), l.actor_id.clone(), l.worker.address.clone(), owner))
             })
             .collect();
         for (lease_id, actor_id, address, owner) in dead {
@@ -486,7 +493,7 @@ impl lease_service_server::LeaseService for LeaseService {
         let owner = request.owner.filter(|_| !request.detached);
         let bundle = (!request.placement_group_id.is_empty())
             .then_some(InBundle { group: request.placement_group_id, index: request.bundle_index });
-        let notify = Some(request.notify_on_exit).filter(|n| !n.is_empty());
+        let notify = Some(request.notify_on_exit).filter(|n| !n.is_empty()).map(|n| (n, request.actor_id));
         self.0.lease(resources, WorkerKind { python, env_vars }, owner, bundle, notify).await.map(Response::new)
     }
 

@@ -271,12 +271,15 @@ impl Client {
         Ok(submitter.submit(self.runtime.handle(), spec))
     }
 
-    /// Leases a worker for the actor's life and sends the creation call; returns
-    /// `(actor_id, worker_address, lease_id, creation_object_id, agent_address)`.
+    /// Creates an actor (`actor_id` chosen by the caller) without waiting for a node: it is
+    /// placed, and its creation call sent, in the background; calls wait for it. Returns
+    /// the creation call's object. With `ends_with_handles`, the actor ends once that
+    /// object goes: when no handle to it is left in any process.
     #[allow(clippy::too_many_arguments)]
     fn create_actor(
         &self,
         py: Python<'_>,
+        actor_id: String,
         name: String,
         class: &[u8],
         args: &[u8],
@@ -288,29 +291,43 @@ impl Client {
         detached: bool,
         max_restarts: i64,
         max_task_retries: i64,
-    ) -> PyResult<(String, String, String, String, String)> {
+        ends_with_handles: bool,
+    ) -> PyResult<String> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let strategy = parse_strategy(strategy)?;
         let submitter = py.detach(|| self.submitter())?;
         // The agent tells this process's object server when the actor's worker dies.
         self.owner_address(py)?;
-        let holder = oxray_worker::LeaseFor::Actor { detached };
-        let lease = py
-            .detach(|| {
-                self.runtime.block_on(submitter.lease_with(resources.clone(), env_vars.clone(), &strategy, holder))
-            })
-            .map_err(|e| PyRuntimeError::new_err(format!("cannot place actor {name}: {e}")))?;
-        // A worker hosts at most one actor, for its whole life: its id names the actor.
-        let actor_id = lease.reply.worker_id.clone();
-        let (address, lease_id) = (lease.reply.worker_address.clone(), lease.reply.lease_id.clone());
-        let agent = lease.agent_address.clone();
         let plan = RestartPlan { resources, env: env_vars, strategy, detached, restarts_left: max_restarts };
-        submitter.adopt_actor(&actor_id, lease, plan);
-        let call = actor_call(&actor_id, &address, None, String::new(), true, max_task_retries);
+        let call = actor_call(&actor_id, "", None, String::new(), true, max_task_retries);
         let spec = TaskSpec::actor(name, class.to_vec(), args.to_vec(), dependencies, contained, call);
-        let created = submitter.submit(self.runtime.handle(), spec).swap_remove(0);
-        Ok((actor_id, address, lease_id, created, agent))
+        let created = submitter.create_actor(self.runtime.handle(), &actor_id, spec, plan);
+        if ends_with_handles {
+            let (owner, runtime) = (Arc::downgrade(&submitter), self.runtime.handle().clone());
+            let end = move || {
+                if let Some(submitter) = owner.upgrade() {
+                    runtime.spawn(submitter.end_out_of_scope(actor_id));
+                }
+            };
+            self.objects.on_free(&created, Box::new(end));
+        }
+        Ok(created)
+    }
+
+    /// `(worker_address, lease_id, agent_address)` of an actor this process created, once
+    /// it is placed; an error if it never can be.
+    fn actor_placement(&self, py: Python<'_>, actor_id: String) -> PyResult<(String, String, String)> {
+        let submitter = py.detach(|| self.submitter())?;
+        waiting::wait_for(py, &self.runtime, None, submitter.actor_placement(&actor_id))?
+            .map_err(PyRuntimeError::new_err)
+    }
+
+    /// Ends the actors this process created that do not outlive it.
+    fn end_owned_actors(&self, py: Python<'_>) -> PyResult<()> {
+        let submitter = py.detach(|| self.submitter())?;
+        py.detach(|| self.runtime.block_on(submitter.end_owned_actors()));
+        Ok(())
     }
 
     /// Calls a method; calls from this process run in the order they are made. `owner` is

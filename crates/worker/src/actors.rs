@@ -37,6 +37,9 @@ struct Record {
     creation: Option<v1::PushTaskRequest>,
     /// The owner's object server, for actors created elsewhere.
     owner: Option<String>,
+    /// For an actor known here by id alone (a handle passed on before the actor was placed):
+    /// whether its owner was asked where it runs.
+    looked_up: bool,
 }
 
 #[derive(Default)]
@@ -54,17 +57,59 @@ impl ActorDirectory {
         self.changed.send_modify(|v| *v += 1);
     }
 
-    /// An actor this process just created on `lease`.
-    pub fn adopt(&self, actor_id: &str, lease: Lease, plan: RestartPlan) {
+    /// An actor this process creates, not placed yet: its calls wait until it is.
+    pub fn expect(&self, actor_id: &str, plan: RestartPlan) {
         let record = Record {
-            address: lease.reply.worker_address.clone(),
-            life: Life::Alive,
-            lease: Some(lease),
+            address: String::new(),
+            life: Life::Restarting,
+            lease: None,
             plan: Some(plan),
             creation: None,
             owner: None,
+            looked_up: true,
         };
         self.lock().insert(actor_id.to_string(), record);
+    }
+
+    fn plan(&self, actor_id: &str) -> Option<RestartPlan> {
+        self.lock().get(actor_id).and_then(|r| r.plan.clone())
+    }
+
+    /// The actor got its worker; gives the lease back when it was killed meanwhile.
+    fn placed(&self, actor_id: &str, lease: Lease) -> Result<(), (Box<Lease>, String)> {
+        let address = lease.reply.worker_address.clone();
+        {
+            let mut records = self.lock();
+            let Some(record) = records.get_mut(actor_id) else {
+                return Err((Box::new(lease), format!("the actor {actor_id} is not known here")));
+            };
+            if let Life::Dead(reason) = &record.life {
+                return Err((Box::new(lease), reason.clone()));
+            }
+            record.lease = Some(lease);
+        }
+        self.set_address(actor_id, &address);
+        Ok(())
+    }
+
+    /// Actors this process owns that end with it (not detached) and still live.
+    fn owned_to_end(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, r)| r.plan.as_ref().is_some_and(|p| !p.detached) && !matches!(r.life, Life::Dead(_)))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// The owner to ask where an actor known here by id alone runs, the first time only.
+    fn claim_lookup(&self, actor_id: &str) -> Option<String> {
+        let mut records = self.lock();
+        let record = records.get_mut(actor_id)?;
+        if record.looked_up || record.life != Life::Restarting {
+            return None;
+        }
+        record.looked_up = true;
+        record.owner.clone()
     }
 
     /// Keeps the creation call, to send again on a restart.
@@ -89,13 +134,16 @@ impl ActorDirectory {
     /// As `address`, without waiting: `None` while the actor restarts.
     pub fn address_now(&self, actor_id: &str, hint: &str, owner: Option<&str>) -> Option<Result<String, String>> {
         let mut records = self.lock();
+        // A handle passed on before its actor was placed has no address: the owner has it.
+        let life = if hint.is_empty() { Life::Restarting } else { Life::Alive };
         let record = records.entry(actor_id.to_string()).or_insert_with(|| Record {
             address: hint.to_string(),
-            life: Life::Alive,
+            life,
             lease: None,
             plan: None,
             creation: None,
             owner: owner.filter(|o| !o.is_empty()).map(str::to_string),
+            looked_up: !hint.is_empty(),
         });
         match &record.life {
             Life::Alive => Some(Ok(record.address.clone())),
@@ -140,14 +188,96 @@ impl Submitter {
         }
     }
 
-    /// Records an actor this process created on `lease`, to restart by `plan`.
-    pub fn adopt_actor(&self, actor_id: &str, lease: Lease, plan: RestartPlan) {
-        self.actors.adopt(actor_id, lease, plan);
+    /// Creates an actor this process owns, placed by `plan`, without waiting for a node:
+    /// `creation` is its creation call, sent once the actor has a worker; calls made
+    /// meanwhile wait for it. Returns the creation call's object. An actor no node could
+    /// ever hold is dead with the reason, which its calls raise.
+    pub fn create_actor(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        actor_id: &str,
+        creation: crate::TaskSpec,
+        plan: RestartPlan,
+    ) -> String {
+        self.actors.expect(actor_id, plan);
+        self.submit(runtime, creation).swap_remove(0)
     }
 
-    /// Where the actor runs now (see `ActorDirectory::address`).
+    /// Leases the worker of a new actor, then sends its creation call.
+    pub(crate) async fn place_actor(self: Arc<Self>, mut job: crate::tasks::Job) {
+        let crate::tasks::Route::Actor(call) = &mut job.spec.route else { unreachable!("an actor's creation") };
+        let actor_id = call.actor_id.clone();
+        let placed = match self.actors.plan(&actor_id) {
+            Some(plan) => {
+                let holder = crate::tasks::LeaseFor::Actor { detached: plan.detached, actor_id: actor_id.clone() };
+                self.lease_patiently(&plan.resources, &plan.env, &plan.strategy, holder, false)
+                    .await
+                    .map_err(|e| format!("the actor {actor_id} ({}) cannot be placed: {e}", job.spec.name))
+            }
+            None => Err(format!("the actor {actor_id} is not known here")),
+        };
+        let placed = placed.and_then(|lease| {
+            let address = lease.reply.worker_address.clone();
+            // The creation call takes its place before any call can.
+            let place = self.pushes.place(&address);
+            match self.actors.placed(&actor_id, lease) {
+                Ok(()) => Ok((address, place)),
+                Err((lease, reason)) => {
+                    let this = self.clone();
+                    tokio::spawn(async move { this.give_back(&lease, true).await });
+                    Err(reason)
+                }
+            }
+        });
+        match placed {
+            Ok((address, Ok(place))) => {
+                call.address = address;
+                call.place = Some(place);
+            }
+            Ok((_, Err(reason))) | Err(reason) => {
+                self.actors.set_dead(&actor_id, reason.clone());
+                call.dead = Some(reason);
+            }
+        }
+        self.execute(job, None).await;
+    }
+
+    /// Where the actor runs now (see `ActorDirectory::address`). An actor known here by id
+    /// alone is looked up at its owner first.
     pub async fn actor_address(&self, actor_id: &str, hint: &str, owner: Option<&str>) -> Result<String, String> {
+        let _ = self.actors.address_now(actor_id, hint, owner);
+        if let Some(owner) = self.actors.claim_lookup(actor_id) {
+            let request = v1::ActorFailedRequest { actor_id: actor_id.to_string(), address: String::new() };
+            let reply = match self.links.client(&owner) {
+                Ok(mut c) => c.actor_failed(request).await.map(|r| r.into_inner()).map_err(|s| s.message().to_string()),
+                Err(e) => Err(e),
+            };
+            match reply {
+                Ok(r) if !r.address.is_empty() => self.actors.set_address(actor_id, &r.address),
+                Ok(r) => drop(self.actors.set_dead(actor_id, r.dead_reason)),
+                Err(e) => {
+                    drop(self.actors.set_dead(actor_id, format!("the owner of actor {actor_id} is unreachable: {e}")))
+                }
+            }
+        }
         self.actors.address(actor_id, hint, owner).await
+    }
+
+    /// Where an actor this process owns was placed: `(worker address, lease id, agent)`,
+    /// waiting until it is; why it never will be.
+    pub async fn actor_placement(&self, actor_id: &str) -> Result<(String, String, String), String> {
+        let address = self.actors.address(actor_id, "", None).await?;
+        let records = self.actors.lock();
+        let lease = records.get(actor_id).and_then(|r| r.lease.as_ref());
+        let lease = lease.ok_or_else(|| format!("the actor {actor_id} is not owned here"))?;
+        Ok((address, lease.reply.lease_id.clone(), lease.agent_address.clone()))
+    }
+
+    /// Ends the actors this process owns that do not outlive it.
+    pub async fn end_owned_actors(self: &Arc<Self>) {
+        for actor_id in self.actors.owned_to_end() {
+            let _ = self.kill_actor(&actor_id, true).await;
+        }
     }
 
     /// A call to the worker at `address` broke: where the actor runs now, once restarted
@@ -235,7 +365,7 @@ impl Submitter {
             if let Some(r) = self.actors.lock().get_mut(&actor_id) {
                 r.plan = Some(plan.clone());
             }
-            let holder = crate::tasks::LeaseFor::Actor { detached: plan.detached };
+            let holder = crate::tasks::LeaseFor::Actor { detached: plan.detached, actor_id: actor_id.clone() };
             let lease = match self.lease_patiently(&plan.resources, &plan.env, &plan.strategy, holder, true).await {
                 Ok(lease) => lease,
                 Err(e) => {

@@ -95,6 +95,8 @@ struct Inner {
     slots: HashMap<String, Slot>,
     /// Borrowed objects whose owner has not yet been told, by owner.
     unannounced: HashMap<String, Vec<String>>,
+    /// What to do when these objects go (an actor's creation object: its last handle).
+    on_free: HashMap<String, Box<dyn FnOnce() + Send>>,
 }
 
 /// Objects live while references to them do: the Python `ObjectRef`s of this process, the
@@ -207,6 +209,16 @@ impl ObjectTable {
         id
     }
 
+    /// Runs `then` once the object goes (at once if it is not here).
+    pub fn on_free(&self, id: &str, then: Box<dyn FnOnce() + Send>) {
+        let mut inner = self.lock();
+        if !inner.slots.contains_key(id) {
+            drop(inner);
+            return then();
+        }
+        inner.on_free.insert(id.to_string(), then);
+    }
+
     pub fn add_ref(&self, id: &str) {
         if let Some(slot) = self.lock().slots.get_mut(id) {
             slot.refs += 1;
@@ -274,6 +286,7 @@ impl ObjectTable {
     fn drop_holds(&self, mut holds: Vec<Hold>) {
         let mut remote: HashMap<String, Vec<(String, i32)>> = HashMap::new();
         let mut files = Vec::new();
+        let mut freed = Vec::new();
         {
             let mut inner = self.lock();
             while let Some(hold) = holds.pop() {
@@ -290,6 +303,9 @@ impl ObjectTable {
                     continue;
                 }
                 let slot = inner.slots.remove(&id).expect("present");
+                if !inner.on_free.is_empty() {
+                    freed.extend(inner.on_free.remove(&id));
+                }
                 holds.extend(slot.holds);
                 files.extend(slot.file);
                 if let Some(owner) = slot.owner {
@@ -300,6 +316,9 @@ impl ObjectTable {
                     }
                 }
             }
+        }
+        for then in freed {
+            then();
         }
         if let Some(store) = self.store.get() {
             for file in &files {

@@ -146,8 +146,8 @@ type Reply = Result<v1::PushTaskReply, String>;
 const STORED_AT: &[u8] = b"OXRAYREF";
 
 /// A submitted task and the objects that will hold its results.
-struct Job {
-    spec: TaskSpec,
+pub(crate) struct Job {
+    pub(crate) spec: TaskSpec,
     ids: Vec<String>,
     contained: Vec<String>,
 }
@@ -241,15 +241,6 @@ impl Submitter {
         for nested in &contained {
             self.objects.add_ref(nested);
         }
-        if let Route::Actor(call) = &mut spec.route {
-            if call.creation {
-                let _runtime = runtime.enter();
-                match self.pushes.place(&call.address) {
-                    Ok(place) => call.place = Some(place),
-                    Err(reason) => call.dead = Some(reason),
-                }
-            }
-        }
         let job = Job { spec, ids: ids.clone(), contained };
         match &job.spec.route {
             Route::Actor(call) if !call.creation => self.call(runtime, job),
@@ -258,14 +249,14 @@ impl Submitter {
                 runtime.spawn(self.clone().execute(job, None));
             }
             Route::Actor(_) => {
-                runtime.spawn(self.clone().execute(job, None));
+                runtime.spawn(self.clone().place_actor(job));
             }
         }
         ids
     }
 
     /// Runs a task or call and records its outcome; `_slot` is held until it ends.
-    async fn execute(self: Arc<Self>, job: Job, _slot: Option<tokio::sync::OwnedSemaphorePermit>) {
+    pub(crate) async fn execute(self: Arc<Self>, job: Job, _slot: Option<tokio::sync::OwnedSemaphorePermit>) {
         let Job { spec, ids, contained } = job;
         let actor = matches!(spec.route, Route::Actor(_));
         let created = match &spec.route {
@@ -469,7 +460,7 @@ impl Submitter {
     ) -> Result<Lease, LeaseError> {
         let give_up = tokio::time::Instant::now() + LEASE_PATIENCE;
         loop {
-            match self.lease_with(resources.clone(), env.clone(), strategy, holder).await {
+            match self.lease_with(resources.clone(), env.clone(), strategy, holder.clone()).await {
                 Err(e) if (e.transient || refusals) && tokio::time::Instant::now() < give_up => {
                     tracing::debug!("no lease yet: {e}");
                     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -630,7 +621,11 @@ impl Submitter {
     fn request(&self, resources: &ResourceSet, env: Env, holder: LeaseFor) -> v1::LeaseRequest {
         let (detached, notify_on_exit) = match holder {
             LeaseFor::Task => (false, String::new()),
-            LeaseFor::Actor { detached } => (detached, self.object_address.get().cloned().unwrap_or_default()),
+            LeaseFor::Actor { detached, .. } => (detached, self.object_address.get().cloned().unwrap_or_default()),
+        };
+        let actor_id = match holder {
+            LeaseFor::Actor { actor_id, .. } => actor_id,
+            LeaseFor::Task => String::new(),
         };
         v1::LeaseRequest {
             resources: resources_to_proto(resources),
@@ -639,6 +634,7 @@ impl Submitter {
             owner: Some(self.owner.clone()),
             detached,
             notify_on_exit,
+            actor_id,
             ..Default::default()
         }
     }
@@ -838,12 +834,13 @@ fn fits(node: &v1::Node, resources: &ResourceSet) -> bool {
 }
 
 /// What a lease is for: a task (returned when the shape's queue is empty) or an actor's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseFor {
     Task,
     /// `detached`: the lease outlives this process.
     Actor {
         detached: bool,
+        actor_id: String,
     },
 }
 

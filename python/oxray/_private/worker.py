@@ -6,7 +6,6 @@ import operator
 import os
 import sys
 import threading
-import weakref
 from typing import Any, Dict, List, Optional
 
 from oxray import _native
@@ -15,12 +14,13 @@ _lock = threading.Lock()
 _client: Optional["_native.Client"] = None
 _namespace: Optional[str] = None
 _runtime_env: Optional[Dict[str, Any]] = None
-# Actors and placement groups this process created: they end with it, as non-detached
-# ones do in Ray.
-_owned_actors: List[Any] = []
+# Named actors this process created that are not detached (their names leave the head's
+# directory when this process shuts down; the core ends every actor this process owns), and
+# placement groups: they end with it, as in Ray.
+_owned_actors: Dict[str, Any] = {}
 _owned_groups: List[Any] = []
-# Every actor this process created, detached ones too: it owns them.
-_created_here: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# Every named actor this process created, detached ones too: it owns them.
+_created_here: set = set()
 
 
 def _home_file(name: str) -> str:
@@ -115,15 +115,19 @@ def shutdown() -> None:
     global _client, _namespace
     with _lock:
         client, _client, _namespace = _client, None, None
-        actors, groups = list(_owned_actors), list(_owned_groups)
+        actors, groups = list(_owned_actors.values()), list(_owned_groups)
         _owned_actors.clear()
         _owned_groups.clear()
     if client is not None:
-        for handle in actors:
+        for name, namespace in actors:
             try:
-                _kill(client, handle)
+                client.remove_actor(name, namespace)
             except Exception:  # the cluster may already be gone
                 pass
+        try:
+            client.end_owned_actors()
+        except Exception:  # the cluster may already be gone
+            pass
         for group in groups:
             try:
                 client.remove_placement_group(group.id.hex())
@@ -296,12 +300,12 @@ def cancel(ref, *, force: bool = False, recursive: bool = True) -> None:
     client().cancel(ref.hex(), force)
 
 
-def own_actor(handle, detached: bool) -> None:
-    """An actor this process created; unless detached, it ends with this process."""
+def own_actor(actor_id: str, name: str, namespace: str, detached: bool) -> None:
+    """A named actor this process created; unless detached, its name goes with this process."""
     with _lock:
-        _created_here.add(handle)
+        _created_here.add(actor_id)
         if not detached:
-            _owned_actors.append(handle)
+            _owned_actors[actor_id] = (name, namespace)
 
 
 def own_placement_group(group) -> None:
@@ -322,15 +326,15 @@ def kill(actor, *, no_restart: bool = True) -> None:
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill takes an actor handle, got {type(actor).__name__}")
     with _lock:
-        if actor in _owned_actors and no_restart:
-            _owned_actors.remove(actor)
+        if no_restart:
+            _owned_actors.pop(actor._actor_id, None)
     _kill(client(), actor, no_restart)
 
 
 def _kill(client, actor, no_restart: bool = True) -> None:
     if actor._name and no_restart:
         client.remove_actor(actor._name, actor._namespace)
-    if actor._owner is not None or actor in _created_here:
+    if actor._owner is not None or actor._actor_id in _created_here or actor._lease_id is None:
         try:
             client.kill_actor(actor._actor_id, actor._address, actor._owner, no_restart)
             return

@@ -57,7 +57,7 @@ def _run(task, state):
             current_context["placement_group"] = options.get("placement_group")
             state["actor"] = cls(*call_args, **call_kwargs)
             state["runner"] = ActorRunner(state["actor"], options.get("max_concurrency"))
-            current_context["actor_id"] = os.environ["OXRAY_WORKER_ID"]
+            current_context["actor_id"] = options.get("actor_id")
         except BaseException as error:
             state["creation_error"] = error
             raise

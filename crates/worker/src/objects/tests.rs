@@ -54,6 +54,34 @@ async fn a_value_given_twice_keeps_the_first() {
 const CANCELLED_FOR_TEST: &[u8] = b"cancelled";
 
 #[tokio::test]
+async fn on_free_runs_when_the_last_reference_goes() {
+    let table = Arc::new(ObjectTable::default());
+    let id = table.put(b"v".to_vec(), &[]);
+    table.add_ref(&id);
+    table.add_ref(&id);
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = ran.clone();
+    table.on_free(
+        &id,
+        Box::new(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }),
+    );
+    table.release(&id);
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0, "one reference is left");
+    table.release(&id);
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let counter = ran.clone();
+    table.on_free(
+        "gone",
+        Box::new(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }),
+    );
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 2, "an object not here runs it at once");
+}
+
+#[tokio::test]
 async fn wait_returns_once_enough_are_ready() {
     let table = Arc::new(ObjectTable::default());
     let a = table.put(b"a".to_vec(), &[]);

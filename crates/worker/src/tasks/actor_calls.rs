@@ -11,13 +11,22 @@ use crate::objects::Outcome;
 use oxray_proto::v1;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Calls to one actor sent and not yet answered, per calling process.
 const CALLS_IN_FLIGHT: usize = 256;
 
+/// What an actor's queue carries: calls, and the end of this process's use of the actor.
+/// Calls are not boxed: they are nearly all that passes, the end comes once.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Next {
+    Call(Job),
+    /// Answered once every call made before it is answered.
+    End(oneshot::Sender<()>),
+}
+
 pub(super) struct ActorQueue {
-    jobs: mpsc::UnboundedSender<Job>,
+    jobs: mpsc::UnboundedSender<Next>,
     /// Calls in `jobs` not yet given their place in the order.
     queued: AtomicUsize,
     slots: Arc<Semaphore>,
@@ -30,10 +39,25 @@ impl Submitter {
         let queue = self.actor_queue(runtime, &call.actor_id);
         let Some(job) = self.call_now(runtime, &queue, job) else { return };
         queue.queued.fetch_add(1, Ordering::SeqCst);
-        if let Err(refused) = queue.jobs.send(job) {
+        if let Err(refused) = queue.jobs.send(Next::Call(job)) {
             queue.queued.fetch_sub(1, Ordering::SeqCst);
-            runtime.spawn(self.clone().execute(refused.0, None));
+            if let Next::Call(job) = refused.0 {
+                runtime.spawn(self.clone().execute(job, None));
+            }
         }
+    }
+
+    /// The last handle to an actor this process owns is gone (here and in every process it
+    /// was lent to): once the calls made before have been answered, the actor ends, as in
+    /// Ray.
+    pub async fn end_out_of_scope(self: Arc<Self>, actor_id: String) {
+        let queue = self.actor_queue(&tokio::runtime::Handle::current(), &actor_id);
+        let (done, answered) = oneshot::channel();
+        if queue.jobs.send(Next::End(done)).is_ok() {
+            let _ = answered.await;
+        }
+        tracing::debug!(actor = %actor_id, "no handle is left; ending the actor");
+        let _ = self.kill_actor(&actor_id, true).await;
     }
 
     /// Sends the call from this thread if nothing has to happen first: no argument to wait
@@ -84,7 +108,7 @@ impl Submitter {
         if let Some(q) = queues.get(actor_id).filter(|q| !q.jobs.is_closed()) {
             return q.clone();
         }
-        let (jobs, mut rx) = mpsc::unbounded_channel::<Job>();
+        let (jobs, mut rx) = mpsc::unbounded_channel::<Next>();
         let queue = Arc::new(ActorQueue {
             jobs,
             queued: AtomicUsize::new(0),
@@ -92,14 +116,23 @@ impl Submitter {
         });
         let (this, working) = (self.clone(), queue.clone());
         runtime.spawn(async move {
-            while let Some(mut job) = rx.recv().await {
+            while let Some(next) = rx.recv().await {
+                let mut job = match next {
+                    Next::Call(job) => job,
+                    Next::End(done) => {
+                        // Every call sent before holds a slot until it is answered.
+                        let _all = working.slots.clone().acquire_many_owned(CALLS_IN_FLIGHT as u32).await;
+                        let _ = done.send(());
+                        return;
+                    }
+                };
                 // A call with a failed argument is never sent (`run` reports the failure), so
                 // it takes no place in the order.
                 let settled = this.objects.get(&job.spec.dependencies, None).await;
                 let sent = settled.is_ok_and(|values| values.iter().all(|v| v.outcome == Outcome::Value));
                 let Route::Actor(call) = &mut job.spec.route else { continue };
                 // A restarting actor holds its calls until it is back.
-                let address = this.actors.address(&call.actor_id, &call.address, call.owner.as_deref()).await;
+                let address = this.actor_address(&call.actor_id, &call.address, call.owner.as_deref()).await;
                 let Ok(slot) = working.slots.clone().acquire_owned().await else { return };
                 match address {
                     Ok(address) if sent => match this.pushes.place(&address) {
