@@ -118,6 +118,18 @@ def workloads(rt, seconds):
     yield "single client tasks and get batch", rate(lambda: rt.get([small_value.remote() for _ in range(1000)]),
                                                     seconds)
     yield "multi client put gigabytes", rate(lambda: rt.get([do_put.remote() for _ in range(10)]), seconds, 8)
+    # Large values at three sizes: each put in a loop, the previous ref dropped as the
+    # next is made (as `ref = put(x)` in a loop does), and each read back where it lies.
+    for label, size in (("1 MB", 1 << 20), ("100 MB", 100 << 20), ("800 MB", 800 << 20)):
+        arr = _zeros(size // 8)
+        held = [None]
+
+        def put_again(arr=arr, held=held):
+            held[0] = rt.put(arr)
+
+        yield f"single client put gigabytes {label}", rate(put_again, seconds, size / 1e9)
+        yield f"single client get gigabytes {label}", rate(lambda held=held: rt.get(held[0]), seconds, size / 1e9)
+        del arr, held
     containing = create_object_containing_ref.remote()
     yield "single client get object containing 10k refs", rate(lambda: rt.get(containing), seconds)
 
