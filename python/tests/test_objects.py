@@ -199,3 +199,19 @@ def test_objects_spill_to_disk_when_the_store_is_full(tmp_path):
     env.update(OXRAY_HOME=str(tmp_path / "home"), OXRAY_BIN=OXRAY_BIN)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert "spilled and read back" in done.stdout, done.stderr
+
+
+def test_values_put_again_into_reused_files_read_back_right(private_cluster):
+    np = pytest.importorskip("numpy")
+    from oxray._private import serialization
+
+    held = []
+    for i in range(8):
+        size = (1 << 20) if i % 2 else (3 << 20)  # two sizes, so files are reused and replaced
+        held.append(oxray.put(np.full(size // 8, i, dtype=np.int64)))
+        held = held[-2:]  # as `ref = put(x)` in a loop: the one before is still alive
+        for ref in held:
+            value = oxray.get(ref)
+            assert value[0] == value[-1] and len(set(np.unique(value))) == 1
+        assert oxray.get(held[-1])[0] == i
+    assert serialization._mappings._held, "the writer keeps its mappings for the next value"

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 const USAGE_FILE: &str = ".usage";
 /// Freed files a process keeps for reuse, and their total size as a share of the capacity.
 const KEPT_FILES: usize = 4;
-const KEPT_SHARE: u64 = 8;
+const KEPT_SHARE: u64 = 4;
 const KEPT_PREFIX: &str = ".kept-";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,11 +157,21 @@ impl NodeStore {
     /// among the kept ones, removed otherwise. Processes that mapped it keep their view
     /// until they let go of it.
     pub fn delete(&self, file: &StoredFile) {
-        if file.in_memory && self.unmapped(&file.path) {
+        let budget = self.capacity / KEPT_SHARE;
+        if file.in_memory && file.size <= budget && self.unmapped(&file.path) {
             let mut kept = self.kept.lock().expect("kept lock");
+            // The newest freed file is the likeliest to fit the next object (a loop putting
+            // values of one size): older kept files make room for it.
+            while !kept.is_empty()
+                && (kept.len() >= KEPT_FILES || kept.iter().map(|f| f.size).sum::<u64>() + file.size > budget)
+            {
+                let old = kept.remove(0);
+                self.kept_counter().fetch_sub(old.size, Ordering::AcqRel);
+                self.remove(&old);
+            }
             let total: u64 = kept.iter().map(|f| f.size).sum::<u64>() + file.size;
             let at = (0..KEPT_FILES).find(|n| kept.iter().all(|f| f.path != self.kept_path(*n)));
-            if let Some(at) = at.filter(|_| total <= self.capacity / KEPT_SHARE) {
+            if let Some(at) = at.filter(|_| total <= budget) {
                 let path = self.kept_path(at);
                 if std::fs::rename(&file.path, &path).is_ok() {
                     self.kept_counter().fetch_add(file.size, Ordering::AcqRel);
@@ -288,5 +298,28 @@ mod tests {
         assert!(store.create("d", 7500, false).unwrap().in_memory);
         assert!(!orphan.exists());
         assert_eq!(store.used(), 7700);
+    }
+
+    #[test]
+    fn the_newest_freed_file_pushes_older_kept_ones_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = NodeStore::open(&tmp.path().join("shm"), &tmp.path().join("spill"), 80_000).unwrap();
+        let small: Vec<StoredFile> =
+            (0..KEPT_FILES).map(|n| store.create(&format!("s{n}"), 100, false).unwrap()).collect();
+        for f in &small {
+            store.delete(f);
+        }
+        assert_eq!(store.kept.lock().unwrap().len(), KEPT_FILES);
+        let big = store.create("big", 9_000, false).unwrap();
+        store.delete(&big);
+        let kept: Vec<u64> = store.kept.lock().unwrap().iter().map(|f| f.size).collect();
+        assert!(kept.contains(&9_000), "kept despite the full slots: {kept:?}");
+        assert_eq!(kept.iter().sum::<u64>(), store.kept_counter().load(Ordering::Acquire));
+        let again = store.create("again", 9_000, false).unwrap();
+        assert_eq!(store.kept.lock().unwrap().iter().filter(|f| f.size == 9_000).count(), 0, "reused");
+        assert!(again.in_memory);
+        let too_big = store.create("too-big", 20_000, false).unwrap();
+        store.delete(&too_big);
+        assert!(store.kept.lock().unwrap().iter().all(|f| f.size != 20_000), "past the budget: removed");
     }
 }
