@@ -6,11 +6,13 @@
 """
 
 from oxray import exceptions, util
+from oxray._as_ray import install_as_ray
 from oxray._private.worker import (
     available_resources,
     cancel,
     cluster_resources,
     get,
+    get_gpu_ids,
     init,
     is_initialized,
     kill,
@@ -21,12 +23,13 @@ from oxray._private.worker import (
     wait,
 )
 from oxray.actor import get_actor, method
-from oxray.object_ref import ObjectRef
+from oxray.object_ref import ObjectID, ObjectRef
 from oxray.runtime_context import get_runtime_context
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ObjectID",
     "ObjectRef",
     "available_resources",
     "cancel",
@@ -34,6 +37,8 @@ __all__ = [
     "util",
     "get",
     "get_actor",
+    "get_gpu_ids",
+    "install_as_ray",
     "kill",
     "method",
     "put",

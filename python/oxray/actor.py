@@ -2,11 +2,13 @@
 (holding its resources while it lives); calls go straight to it and run one at a time, in
 the order each caller made them."""
 
+import functools
+import inspect
 import os
 from typing import Any, Dict
 
 from oxray._private import serialization, worker
-from oxray.remote_function import check_options, env_vars, resource_request
+from oxray.remote_function import check_arguments, check_options, env_vars, resource_request, signature_of
 from oxray.util import scheduling_strategies
 
 
@@ -19,6 +21,11 @@ def method(*, num_returns: int = 1):
         return function
 
     return decorate
+
+
+# Methods every actor has, as in Ray: `__ray_ready__` answers once the actor is created,
+# `__ray_call__(fn, *args)` runs `fn(actor, *args)` in the actor.
+_BUILT_IN = frozenset(("__ray_ready__", "__ray_call__"))
 
 
 class ActorMethod:
@@ -35,6 +42,9 @@ class ActorMethod:
 
     def remote(self, *args, **kwargs):
         h = self._handle
+        signatures = h.__dict__.get("_signatures")
+        if signatures:
+            check_arguments(signatures.get(self._name), self._name, args, kwargs)
         payload, dependencies, contained = serialization.dumps_args(args, kwargs)
         ids = worker.client().call_actor(h._actor_id, h._address, h._owner, self._name, payload, dependencies,
                                          contained, h._max_task_retries, self._num_returns)
@@ -67,6 +77,8 @@ class ActorHandle:
         self._namespace = namespace
 
     def __getattr__(self, name):
+        if name in _BUILT_IN:
+            return ActorMethod(self, name, 1)
         if name.startswith("_") and name not in self._methods:
             raise AttributeError(name)
         if name not in self._methods:
@@ -99,6 +111,10 @@ class ActorClass:
         self.__name__ = cls.__name__
         self._methods = _method_list({m: getattr(getattr(cls, m), "__oxray_num_returns__", 1) for m in dir(cls)
                                       if callable(getattr(cls, m, None)) and not m.startswith("__")})
+        # Arguments are checked at the call, as Ray does: the constructor's here, the
+        # methods' by the handles this process makes (`self` bound away).
+        self._signature = signature_of(cls)
+        self._method_signatures = {m: _method_signature(cls, m) for m in _names(self._methods)}
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actor class {self.__name__} cannot be instantiated directly; use {self.__name__}.remote(...)")
@@ -107,14 +123,13 @@ class ActorClass:
         return ActorClass(self._cls, {**self._options, **options})
 
     def remote(self, *args, **kwargs) -> ActorHandle:
+        check_arguments(self._signature, self.__name__, args, kwargs)
         client = worker.client()
         name = self._options.get("name")
         namespace = self._options.get("namespace") or worker.namespace() or "default"
         lifetime = self._options.get("lifetime")
         if lifetime not in (None, "detached", "non_detached"):
             raise ValueError(f"lifetime must be 'detached' or None, got {lifetime!r}")
-        if lifetime == "detached" and not name:
-            raise ValueError("a detached actor needs a name, to be found again")
         if name and self._options.get("get_if_exists"):
             try:
                 return get_actor(name, namespace)
@@ -131,13 +146,15 @@ class ActorClass:
             raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
         actor_id = os.urandom(16).hex()
         blueprint = serialization.dumps((self._cls, {"max_concurrency": max_concurrency, "actor_id": actor_id,
+                                                     "name": name,
                                                      "placement_group": scheduling_strategies.placement(chosen)}))
         # As in Ray, the handle comes back at once: the actor is placed when resources allow.
-        # A named actor is in the head's directory with its worker, so it waits for one.
+        # A named actor is in the head's directory with its worker, so it waits for one. An
+        # actor that is neither named nor detached ends with its last handle.
         created = client.create_actor(
             actor_id, self.__name__, blueprint, payload, dependencies, contained, resources,
             env_vars(self._options), scheduling_strategies.native(chosen), lifetime == "detached",
-            max_restarts, max_task_retries, not name)
+            max_restarts, max_task_retries, not name and lifetime != "detached")
         created = worker.new_ref(created)
         address = lease_id = agent = None
         if name:
@@ -155,6 +172,7 @@ class ActorClass:
         handle = ActorHandle(actor_id, address or "", self.__name__, self._methods, lease_id, agent,
                              name, namespace if name else None, None, max_task_retries)
         handle._created = created
+        handle._signatures = self._method_signatures
         return handle
 
 
@@ -177,6 +195,22 @@ def _restore_handle(actor_id, address, class_name, methods, lease_id, agent, nam
     if created is not None:
         handle._created = created
     return handle
+
+
+def _method_signature(cls, name: str):
+    """A method's signature as its callers see it (no `self`)."""
+    attr = inspect.getattr_static(cls, name, None)
+    if isinstance(attr, staticmethod):
+        return signature_of(attr.__func__)
+    if isinstance(attr, classmethod):
+        return signature_of(getattr(cls, name))
+    if inspect.isfunction(attr):
+        return signature_of(functools.partial(attr, None))
+    return None
+
+
+def _names(methods: list):
+    return [_parse_method(m)[0] for m in methods]
 
 
 def _parse_method(entry: str):

@@ -63,5 +63,22 @@ class TaskCancelledError(RayError):
     """The task was cancelled with `cancel` before or while it ran."""
 
 
-class ActorDiedError(RayError):
-    """The actor a call went to is dead (killed, crashed, or its creation failed)."""
+class RayActorError(RayError):
+    """An actor could not run a call (Ray's base of actor failures)."""
+
+
+class ActorDiedError(RayActorError):
+    """The actor a call went to is dead (killed, crashed, or its creation failed).
+    `actor_id` names it when the reason does."""
+
+    def __init__(self, message: str = "", actor_id: str = None):
+        super().__init__(message)
+        if actor_id is None:
+            import re
+
+            found = re.search(r"\bactor ([0-9a-f]{16,})\b", str(message))
+            actor_id = found.group(1) if found else None
+        self.actor_id = actor_id
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.actor_id))

@@ -40,16 +40,30 @@ class ObjectRef:
         owner = self._owner or (self._client or worker.client()).owner_address()
         return (_restore, (self._id, owner))
 
+    def job_id(self) -> str:
+        """The job of the process that made the object (its submission id, when in a job)."""
+        import os
+
+        return os.environ.get("OXRAY_JOB_ID", "")
+
+    def task_id(self) -> str:
+        """The task that makes the object: a task's first result shares its id."""
+        return self._id
+
     def future(self):
+        """A `concurrent.futures.Future` that gets the value (or the error) once ready."""
+        from oxray._private import futures
+
+        return futures.of(self)
+
+    def as_future(self):
+        """An asyncio future of the running loop, for the value."""
         import asyncio  # only awaiting needs it, and importing it costs a new process 20 ms
 
-        from oxray._private import worker
-
-        loop = asyncio.get_event_loop()
-        return loop.run_in_executor(None, worker.get, self)
+        return asyncio.wrap_future(self.future())
 
     def __await__(self):
-        return self.future().__await__()
+        return self.as_future().__await__()
 
 
 def _restore(object_id: str, owner: str) -> ObjectRef:
@@ -78,3 +92,7 @@ def _bind():
     from oxray._private import serialization, worker
 
     _client, _note_borrowed = worker.client, serialization.note_borrowed
+
+
+# Ray's older name for an object's id.
+ObjectID = ObjectRef

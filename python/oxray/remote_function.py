@@ -1,4 +1,5 @@
-from typing import Any, Dict
+import inspect
+from typing import Any, Dict, Optional
 
 from oxray._private import serialization, worker
 from oxray.util import scheduling_strategies
@@ -42,6 +43,24 @@ def env_vars(options: Dict[str, Any]) -> Dict[str, str]:
     return merged
 
 
+def signature_of(function) -> Optional[inspect.Signature]:
+    """What `.remote()` checks its arguments against, as Ray does at the call; `None` for
+    callables whose signature Python cannot tell."""
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_arguments(signature: Optional[inspect.Signature], name: str, args, kwargs) -> None:
+    if signature is None:
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{name}() got arguments that do not fit its signature {signature}: {e}") from None
+
+
 def check_options(options: Dict[str, Any]) -> None:
     unknown = set(options) - _OPTIONS
     if unknown:
@@ -59,6 +78,7 @@ class RemoteFunction:
         self._function = function
         self._options = options
         self._pickled = None
+        self._signature = signature_of(function)
         self.__name__ = getattr(function, "__name__", "remote_function")
         self.__doc__ = function.__doc__
 
@@ -71,6 +91,7 @@ class RemoteFunction:
         return merged
 
     def remote(self, *args, **kwargs):
+        check_arguments(self._signature, self.__name__, args, kwargs)
         client = worker.client()
         if self._pickled is None:
             self._pickled = serialization.dumps(self._function)

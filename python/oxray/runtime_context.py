@@ -8,7 +8,7 @@ from oxray._private import worker
 
 # Set by the worker loop for the task it runs (and for the actor it is).
 # `placement_group`: (group id, capture child tasks) of the task or actor, when in a group.
-_current = {"task_id": None, "actor_id": None, "placement_group": None}
+_current = {"task_id": None, "task_name": None, "actor_id": None, "actor_name": None, "placement_group": None}
 
 
 class RuntimeContext:
@@ -24,6 +24,20 @@ class RuntimeContext:
 
     def get_actor_id(self) -> Optional[str]:
         return _current["actor_id"]
+
+    def get_actor_name(self) -> Optional[str]:
+        """The name the current actor was given, if any."""
+        return _current["actor_name"]
+
+    def get_task_name(self) -> Optional[str]:
+        return _current["task_name"]
+
+    def get_task_function_name(self) -> Optional[str]:
+        return _current["task_name"]
+
+    @property
+    def namespace(self) -> Optional[str]:
+        return self.get_namespace()
 
     def get_placement_group_id(self) -> Optional[str]:
         """The placement group the current task or actor runs in, if any."""

@@ -52,6 +52,15 @@ impl Actors {
         named.get(&key(name, namespace)).cloned().ok_or_else(|| ActorError::Missing(name.into(), namespace.into()))
     }
 
+    /// The named actors of `namespace` (of every one when `None`), by namespace and name.
+    pub fn list(&self, namespace: Option<&str>) -> Vec<v1::NamedActor> {
+        let named = self.named.lock().expect("actors lock");
+        let mut found: Vec<v1::NamedActor> =
+            named.values().filter(|a| namespace.is_none_or(|ns| a.namespace == ns)).cloned().collect();
+        found.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        found
+    }
+
     pub fn remove(&self, name: &str, namespace: &str) -> Result<(), ActorError> {
         let k = key(name, namespace);
         self.store.delete_actor(&k)?;
@@ -78,6 +87,9 @@ mod tests {
             let actors = Actors::open(Arc::new(Store::open(&path).unwrap())).unwrap();
             actors.register(actor("counter", "ml")).unwrap();
             actors.register(actor("counter", "other")).unwrap();
+            let names = |ns| actors.list(ns).into_iter().map(|a| a.namespace).collect::<Vec<_>>();
+            assert_eq!(names(Some("ml")), vec!["ml"]);
+            assert_eq!(names(None), vec!["ml", "other"]);
             assert_eq!(actors.register(actor("counter", "ml")), Err(ActorError::Exists("counter".into(), "ml".into())));
             actors.register(actor("gone", "ml")).unwrap();
             actors.remove("gone", "ml").unwrap();

@@ -89,6 +89,15 @@ impl head_service_server::HeadService for HeadService {
         self.actors.get(&r.name, &r.namespace).map(Response::new).map_err(actor_status)
     }
 
+    async fn list_actors(
+        &self,
+        request: Request<v1::ListActorsRequest>,
+    ) -> Result<Response<v1::ListActorsReply>, Status> {
+        let namespace = request.into_inner().namespace;
+        let actors = self.actors.list(Some(namespace.as_str()).filter(|ns| !ns.is_empty()));
+        Ok(Response::new(v1::ListActorsReply { actors }))
+    }
+
     async fn remove_actor(
         &self,
         request: Request<v1::GetActorRequest>,

@@ -419,6 +419,12 @@ impl Client {
         ))
     }
 
+    /// `(name, namespace)` of the named actors of `namespace` (of every one when empty).
+    fn list_actors(&self, py: Python<'_>, namespace: String) -> PyResult<Vec<(String, String)>> {
+        let actors = py.detach(|| self.cluster.list_actors(&namespace)).map_err(status_error)?;
+        Ok(actors.into_iter().map(|a| (a.name, a.namespace)).collect())
+    }
+
     fn remove_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<()> {
         py.detach(|| self.cluster.remove_actor(&name, &namespace))
             .map_err(|s| PyConnectionError::new_err(s.message().to_string()))

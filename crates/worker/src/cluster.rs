@@ -110,6 +110,13 @@ impl Cluster {
         self.read(|mut head| async move { head.get_actor(request.clone()).await.map(|r| r.into_inner()) })
     }
 
+    /// Named actors of `namespace` (of every one when empty).
+    pub fn list_actors(&self, namespace: &str) -> Result<Vec<v1::NamedActor>, tonic::Status> {
+        let request = v1::ListActorsRequest { namespace: namespace.into() };
+        let request = &request;
+        self.read(|mut head| async move { head.list_actors(request.clone()).await.map(|r| r.into_inner().actors) })
+    }
+
     pub fn remove_actor(&self, name: &str, namespace: &str) -> Result<(), tonic::Status> {
         let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
         self.call(|mut head| async move { head.remove_actor(request).await.map(|_| ()) })

@@ -7,6 +7,16 @@ import inspect
 from concurrent.futures import ThreadPoolExecutor
 
 
+def method_of(instance, name: str):
+    """The callable behind a call: the actor's method, or one of the methods every actor has
+    (`__ray_ready__`, `__ray_call__(fn, *args)` running `fn(actor, *args)`)."""
+    if name == "__ray_ready__":
+        return lambda: True
+    if name == "__ray_call__":
+        return lambda fn, *args, **kwargs: fn(instance, *args, **kwargs)
+    return getattr(instance, name)
+
+
 class ActorRunner:
     def __init__(self, instance, max_concurrency):
         self.instance = instance
@@ -29,7 +39,7 @@ class ActorRunner:
     def submit(self, method, args, kwargs, done):
         """Runs a call without waiting; `done(result, error)` is called when it ends. An
         async actor's calls are submitted from its loop's thread."""
-        target = getattr(self.instance, method)
+        target = method_of(self.instance, method)
         if self.is_async:
             async def call():
                 if self.slots is None:

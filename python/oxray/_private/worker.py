@@ -77,6 +77,7 @@ def init(
     namespace: Optional[str] = None,
     runtime_env: Optional[Dict[str, Any]] = None,
     ignore_reinit_error: bool = False,
+    job_config: Any = None,
     **kwargs: Any,
 ) -> RayContext:
     """Connects this process to a cluster.
@@ -86,6 +87,9 @@ def init(
     process, stopped when it exits. "auto" only joins; "local" always starts a new one.
     """
     global _client, _namespace, _runtime_env
+    if job_config is not None:
+        namespace = namespace or job_config.ray_namespace
+        runtime_env = runtime_env if runtime_env is not None else job_config.runtime_env
     with _lock:
         if _client is not None:
             if ignore_reinit_error:
@@ -174,6 +178,12 @@ def nodes() -> List[Dict[str, Any]]:
     return out
 
 
+def get_gpu_ids() -> List[int]:
+    """The GPUs this worker may use (its CUDA_VISIBLE_DEVICES), as Ray's `get_gpu_ids`."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return [int(g) if g.strip().isdigit() else g.strip() for g in visible.split(",") if g.strip()]
+
+
 def cluster_resources() -> Dict[str, float]:
     return dict(client().cluster_resources())
 
@@ -251,15 +261,23 @@ def wait(refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_l
     """Splits refs into (ready, not ready), once num_returns are ready or at the timeout."""
     from oxray.object_ref import ObjectRef
 
+    from oxray.object_ref import ObjectRef as _Ref
+
+    if isinstance(refs, _Ref):
+        raise TypeError("wait takes a list of ObjectRefs, got a single ObjectRef")
     refs = list(refs)
+    if not refs:
+        return [], []
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"The 'timeout' argument must be nonnegative. Received {timeout}")
     # Types and ids through C-level loops: waiting on a thousand refs again and again is common.
     if not set(map(type, refs)) <= {ObjectRef} and not all(isinstance(r, ObjectRef) for r in refs):
         raise TypeError("wait takes a list of ObjectRefs")
     ids = list(map(_ID, refs))
     if len(set(ids)) != len(ids):
         raise ValueError("Wait requires a list of unique ObjectRefs")
-    if not 0 <= num_returns <= len(refs):
-        raise ValueError(f"num_returns must be between 0 and {len(refs)}, got {num_returns}")
+    if not 1 <= num_returns <= len(refs):
+        raise ValueError(f"num_returns must be between 1 and {len(refs)}, got {num_returns}")
     chosen = client().wait(ids, num_returns, timeout)
     rest, start = [], 0
     for at in chosen:

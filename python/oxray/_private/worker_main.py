@@ -10,7 +10,7 @@ import threading
 
 from oxray import _native
 from oxray._private import serialization
-from oxray._private.actor_runner import ActorRunner
+from oxray._private.actor_runner import ActorRunner, method_of
 from oxray.exceptions import ActorDiedError, TaskCancelledError
 from oxray.runtime_context import _current as current_context
 
@@ -58,6 +58,7 @@ def _run(task, state):
             state["actor"] = cls(*call_args, **call_kwargs)
             state["runner"] = ActorRunner(state["actor"], options.get("max_concurrency"))
             current_context["actor_id"] = options.get("actor_id")
+            current_context["actor_name"] = options.get("name")
         except BaseException as error:
             state["creation_error"] = error
             raise
@@ -65,7 +66,7 @@ def _run(task, state):
     if actor_method:
         if state.get("actor") is None:
             raise ActorDiedError(f"the actor could not be created: {state.get('creation_error')!r}")
-        return getattr(state["actor"], actor_method)(*call_args, **call_kwargs)
+        return method_of(state["actor"], actor_method)(*call_args, **call_kwargs)
     current_context["placement_group"] = placement
     fn = state["functions"].get(function)
     if fn is None:
@@ -74,6 +75,10 @@ def _run(task, state):
 
 
 def main() -> None:
+    # A driver that reaches oxray as `ray` has its tasks unpickled under that name too.
+    from oxray._as_ray import install_from_env
+
+    install_from_env()
     executor = _native.TaskExecutor(os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_WORKER_ID"],
                                     os.environ["OXRAY_AUTH_TOKEN"])
     state = {"functions": {}}
@@ -86,7 +91,7 @@ def main() -> None:
             continue
         if task is None:
             return
-        current_context["task_id"] = task[0]
+        current_context["task_id"], current_context["task_name"] = task[0], task[1]
         runner = state.get("runner")
         if runner is not None and runner.concurrent and task[6]:
             _submit_concurrent(executor, runner, task, out, err)
@@ -129,7 +134,7 @@ def _serve_async(executor, runner, state, out, err):
             pass
         try:
             while (task := executor.try_next_task()) is not None:
-                current_context["task_id"] = task[0]
+                current_context["task_id"], current_context["task_name"] = task[0], task[1]
                 if task[6]:
                     _submit_concurrent(executor, runner, task, out, err)
                 else:

@@ -1,5 +1,10 @@
-"""Ray's `ray.util` names that oxray provides."""
+"""Ray's `ray.util` names that oxray provides. `oxray.util.queue` loads on first use: it
+brings asyncio, which a process that never uses a queue should not pay for."""
 
+from oxray.util.actor_pool import ActorPool
+from oxray.util.helpers import as_completed, map_unordered
+from oxray.util.named_actors import list_named_actors
+from oxray.util.node_ip import get_node_ip_address
 from oxray.util.placement_group import (
     get_current_placement_group,
     get_placement_group,
@@ -8,4 +13,13 @@ from oxray.util.placement_group import (
     remove_placement_group,
 )
 
-__all__ = ["get_current_placement_group", "get_placement_group", "placement_group", "placement_group_table", "remove_placement_group"]
+__all__ = ["ActorPool", "as_completed", "get_current_placement_group", "get_node_ip_address", "get_placement_group",
+           "list_named_actors", "map_unordered", "placement_group", "placement_group_table", "remove_placement_group"]
+
+
+def __getattr__(name):
+    if name == "queue":
+        import importlib
+
+        return importlib.import_module("oxray.util.queue")
+    raise AttributeError(f"module 'oxray.util' has no attribute {name!r}")
