@@ -7,6 +7,7 @@
 
 from oxray import exceptions, util
 from oxray._as_ray import install_as_ray
+from oxray._private.generators import DynamicObjectRefGenerator, ObjectRefGenerator
 from oxray._private.worker import (
     available_resources,
     cancel,
@@ -29,6 +30,8 @@ from oxray.runtime_context import get_runtime_context
 __version__ = "0.1.0"
 
 __all__ = [
+    "DynamicObjectRefGenerator",
+    "ObjectRefGenerator",
     "ObjectID",
     "ObjectRef",
     "available_resources",

@@ -7,7 +7,7 @@ import inspect
 import os
 from typing import Any, Dict
 
-from oxray._private import serialization, worker
+from oxray._private import generators, serialization, worker
 from oxray.remote_function import check_arguments, check_options, env_vars, resource_request, signature_of
 from oxray.util import scheduling_strategies
 
@@ -46,10 +46,15 @@ class ActorMethod:
         if signatures:
             check_arguments(signatures.get(self._name), self._name, args, kwargs)
         payload, dependencies, contained = serialization.dumps_args(args, kwargs)
-        ids = worker.client().call_actor(h._actor_id, h._address, h._owner, self._name, payload, dependencies,
-                                         contained, h._max_task_retries, self._num_returns)
+        streaming = self._num_returns == generators.STREAMING
+        num_returns = 1 if streaming else self._num_returns
+        client = worker.client()
+        ids = client.call_actor(h._actor_id, h._address, h._owner, self._name, payload, dependencies, contained,
+                                h._max_task_retries, num_returns, streaming)
         refs = [worker.new_ref(i) for i in ids]
-        return refs if self._num_returns > 1 else refs[0]
+        if streaming:
+            return generators.ObjectRefGenerator(refs[0], client)
+        return refs if num_returns > 1 else refs[0]
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actor method {self._name} cannot be called directly; use .{self._name}.remote(...)")
@@ -109,7 +114,7 @@ class ActorClass:
         self._cls = cls
         self._options = options
         self.__name__ = cls.__name__
-        self._methods = _method_list({m: getattr(getattr(cls, m), "__oxray_num_returns__", 1) for m in dir(cls)
+        self._methods = _method_list({m: _returns_of(getattr(cls, m)) for m in dir(cls)
                                       if callable(getattr(cls, m, None)) and not m.startswith("__")})
         # Arguments are checked at the call, as Ray does: the constructor's here, the
         # methods' by the handles this process makes (`self` bound away).
@@ -197,6 +202,15 @@ def _restore_handle(actor_id, address, class_name, methods, lease_id, agent, nam
     return handle
 
 
+def _returns_of(method):
+    """How many values a call of the method returns: `@method(num_returns=...)`, else a
+    stream for a generator method (as in Ray), else one."""
+    declared = getattr(method, "__oxray_num_returns__", None)
+    if declared is not None:
+        return declared
+    return generators.STREAMING if inspect.isgeneratorfunction(method) else 1
+
+
 def _method_signature(cls, name: str):
     """A method's signature as its callers see it (no `self`)."""
     attr = inspect.getattr_static(cls, name, None)
@@ -215,7 +229,7 @@ def _names(methods: list):
 
 def _parse_method(entry: str):
     name, _, num_returns = entry.partition(":")
-    return name, int(num_returns or 1)
+    return name, int(num_returns) if num_returns.isdigit() else (num_returns or 1)
 
 
 def _method_list(methods: Dict[str, int]):

@@ -66,6 +66,16 @@ class ObjectRef:
         return self.as_future().__await__()
 
 
+def _adopt(object_id: str, client) -> ObjectRef:
+    """An ObjectRef that takes over a reference the native side already holds for it."""
+    ref = ObjectRef.__new__(ObjectRef)
+    ref._id, ref._client, ref._owner = object_id, client, None
+    return ref
+
+
+ObjectRef._adopt = staticmethod(_adopt)
+
+
 def _restore(object_id: str, owner: str) -> ObjectRef:
     """An ObjectRef read from bytes: the owner's own, or one borrowed from it."""
     if _client is None:

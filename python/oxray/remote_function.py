@@ -1,7 +1,8 @@
+import functools
 import inspect
 from typing import Any, Dict, Optional
 
-from oxray._private import serialization, worker
+from oxray._private import generators, serialization, worker
 from oxray.util import scheduling_strategies
 
 _OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "num_returns", "max_retries", "retry_exceptions", "name",
@@ -66,8 +67,10 @@ def check_options(options: Dict[str, Any]) -> None:
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
     num_returns = options.get("num_returns", 1)
+    if num_returns in (None, "streaming", "dynamic"):
+        return
     if not isinstance(num_returns, int) or num_returns < 1:
-        raise ValueError(f"num_returns must be a positive integer, got {num_returns!r}")
+        raise ValueError(f"num_returns must be a positive integer, 'streaming' or 'dynamic', got {num_returns!r}")
 
 
 class RemoteFunction:
@@ -87,14 +90,19 @@ class RemoteFunction:
 
     def options(self, **options) -> "RemoteFunction":
         merged = RemoteFunction(self._function, {**self._options, **options})
-        merged._pickled = self._pickled
+        if "num_returns" not in options:
+            merged._pickled = self._pickled
         return merged
 
     def remote(self, *args, **kwargs):
         check_arguments(self._signature, self.__name__, args, kwargs)
         client = worker.client()
+        generator = generators.mode(self._options.get("num_returns"), self._function)
         if self._pickled is None:
-            self._pickled = serialization.dumps(self._function)
+            # A dynamic generator's values are put by the worker as they come.
+            dynamic = generator == generators.DYNAMIC
+            function = functools.partial(generators.run_dynamic, self._function) if dynamic else self._function
+            self._pickled = serialization.dumps(function)
         chosen = scheduling_strategies.effective(self._options.get("scheduling_strategy"))
         strategy = scheduling_strategies.native(chosen)
         payload, dependencies, contained = serialization.dumps_args(args, kwargs,
@@ -104,8 +112,11 @@ class RemoteFunction:
         if retries < 0:  # Ray's -1: retry without limit
             retries = 2**32 - 1
         retry_exceptions = bool(self._options.get("retry_exceptions", False))
-        num_returns = self._options.get("num_returns", 1)
+        num_returns = 1 if generator else self._options.get("num_returns", 1)
         ids = client.submit_task(self.__name__, self._pickled, payload, dependencies, contained, resources, retries,
-                                 retry_exceptions, num_returns, env_vars(self._options), strategy)
+                                 retry_exceptions, num_returns, env_vars(self._options), strategy,
+                                 generator == generators.STREAMING)
         refs = [worker.new_ref(i) for i in ids]
+        if generator == generators.STREAMING:
+            return generators.ObjectRefGenerator(refs[0], client)
         return refs if num_returns > 1 else refs[0]

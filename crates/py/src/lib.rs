@@ -234,7 +234,7 @@ impl Client {
     }
 
     /// Starts a task; returns the ids of the objects that will hold its results.
-    #[pyo3(signature = (name, function, args, dependencies, contained, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new(), strategy=(String::from("DEFAULT"), String::new(), false, -1)))]
+    #[pyo3(signature = (name, function, args, dependencies, contained, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new(), strategy=(String::from("DEFAULT"), String::new(), false, -1), streaming=false))]
     #[allow(clippy::too_many_arguments)]
     fn submit_task(
         &self,
@@ -250,6 +250,7 @@ impl Client {
         num_returns: u32,
         env_vars: BTreeMap<String, String>,
         strategy: StrategyArg,
+        streaming: bool,
     ) -> PyResult<Vec<String>> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -267,6 +268,7 @@ impl Client {
             max_retries,
             retry_exceptions,
             num_returns,
+            streaming,
         };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }
@@ -334,7 +336,7 @@ impl Client {
     /// the creator's object server when another process created the actor. Returns the
     /// ids of its `num_returns` results.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (actor_id, address, owner, method, args, dependencies, contained, max_task_retries=0, num_returns=1))]
+    #[pyo3(signature = (actor_id, address, owner, method, args, dependencies, contained, max_task_retries=0, num_returns=1, streaming=false))]
     fn call_actor(
         &self,
         py: Python<'_>,
@@ -347,12 +349,14 @@ impl Client {
         contained: Vec<String>,
         max_task_retries: i64,
         num_returns: u32,
+        streaming: bool,
     ) -> PyResult<Vec<String>> {
         let submitter = py.detach(|| self.submitter())?;
         self.take_results_in_store(py);
         let call = actor_call(&actor_id, &address, owner, method.clone(), false, max_task_retries);
         let spec = TaskSpec {
             num_returns,
+            streaming,
             ..TaskSpec::actor(method, Vec::new(), args.to_vec(), dependencies, contained, call)
         };
         Ok(submitter.submit(self.runtime.handle(), spec))
@@ -641,6 +645,27 @@ impl Client {
         Ok(ready.iter().enumerate().filter(|(_, r)| **r).map(|(at, _)| at).take(num_returns).collect())
     }
 
+    /// The id of the `index`-th value the streaming task `task_id` yielded, waiting for it
+    /// (its reference is the caller's to hold); `None` once the task ended without it.
+    #[pyo3(signature = (task_id, index, timeout=None))]
+    fn stream_next(
+        &self,
+        py: Python<'_>,
+        task_id: String,
+        index: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<String>> {
+        let submitter = py.detach(|| self.submitter())?;
+        let next = submitter.next_item(&task_id, index, deadline(timeout));
+        waiting::wait_for(py, &self.runtime, self.blocked_notice(), next)?.map_err(get_error)
+    }
+
+    /// The generator of a streaming task let go of it.
+    fn stream_drop(&self, py: Python<'_>, task_id: String) -> PyResult<()> {
+        py.detach(|| self.submitter())?.drop_items(&task_id);
+        Ok(())
+    }
+
     /// How many objects this process holds (owned and borrowed): for tests and debugging.
     fn object_count(&self) -> usize {
         self.objects.len()
@@ -880,7 +905,7 @@ struct TaskExecutor {
 }
 
 /// `(task_id, name, function, args, [(object_id, data)], actor_creation, actor_method,
-/// num_returns, result_store)`.
+/// num_returns, result_store, streaming)`.
 type TaskTuple<'py> = (
     String,
     String,
@@ -891,13 +916,25 @@ type TaskTuple<'py> = (
     String,
     u32,
     String,
+    bool,
 );
 
 fn task_tuple(py: Python<'_>, task: oxray_worker::Incoming) -> TaskTuple<'_> {
     let deps = task.dependencies.iter().map(|(id, data)| (id.clone(), PyBytes::new(py, data))).collect();
     let (function, args) = (PyBytes::new(py, &task.function), PyBytes::new(py, &task.args));
     let t = task;
-    (t.task_id, t.name, function, args, deps, t.actor_creation, t.actor_method, t.num_returns, t.result_store)
+    (
+        t.task_id,
+        t.name,
+        function,
+        args,
+        deps,
+        t.actor_creation,
+        t.actor_method,
+        t.num_returns,
+        t.result_store,
+        t.streaming,
+    )
 }
 
 #[pymethods]
@@ -945,6 +982,17 @@ impl TaskExecutor {
             // A full pipe already holds a wake-up.
             let _ = nix::unistd::write(fd, &[1]);
         }));
+    }
+
+    /// Sends the `index`-th value a streaming task yielded, with the refs inside it as
+    /// `(object_id, owner)`.
+    fn report_item(&self, task_id: &str, index: u64, data: &[u8], contained: Vec<(String, String)>) {
+        let contained = contained
+            .into_iter()
+            .map(|(object_id, owner)| oxray_worker::ContainedRef { object_id, owner, return_index: 0 })
+            .collect();
+        let reply = oxray_worker::PushTaskReply { result: data.to_vec(), contained, ..Default::default() };
+        self.executor.item(task_id, index, reply);
     }
 
     /// `contained`: `(object_id, owner, return_index)` of the ObjectRefs inside the results,

@@ -24,6 +24,8 @@ pub struct Incoming {
     pub num_returns: u32,
     /// Where a large result may go (`PushTaskRequest.result_store`).
     pub result_store: String,
+    /// The function yields values, each sent to the caller as it comes (`item`).
+    pub streaming: bool,
 }
 
 /// How long a new connection may take to say what it is.
@@ -99,6 +101,7 @@ impl Service {
             actor_method: r.actor_method,
             num_returns: r.num_returns,
             result_store: r.result_store,
+            streaming: r.streaming,
         };
         let deliver = if r.caller_id.is_empty() {
             vec![incoming]
@@ -260,6 +263,15 @@ impl Executor {
         *self.current.interrupt.lock().expect("interrupt lock") = Some(interrupt);
     }
 
+    /// Sends the `index`-th value a streaming task yielded (from 0) to its caller, before
+    /// the task's reply.
+    pub fn item(&self, task_id: &str, index: u64, reply: v1::PushTaskReply) {
+        let caller = self.replies.0.lock().expect("replies lock").get(task_id).cloned();
+        if let Some(caller) = caller {
+            let _ = caller.send(&v1::PushTaskReply { task_id: task_id.to_string(), item: index + 1, ..reply });
+        }
+    }
+
     /// Hands back a finished task: its value (or error), or its values one by one when it
     /// has several, and what it printed.
     pub fn finish(&self, task_id: &str, reply: v1::PushTaskReply) {
@@ -292,6 +304,7 @@ mod tests {
             actor_method: String::new(),
             num_returns: 1,
             result_store: String::new(),
+            streaming: false,
         }
     }
 

@@ -15,6 +15,7 @@ mod objects;
 pub mod placement_groups;
 mod push;
 mod store;
+mod streams;
 mod tasks;
 
 pub use actors::{ActorOwner, Life, RestartPlan};

@@ -45,10 +45,16 @@ pub(crate) struct Pushes {
     /// Names this process's connections to workers (with a connection's number).
     caller: String,
     streams: Arc<Mutex<HashMap<String, Arc<Stream>>>>,
+    items: Items,
 }
+
+/// Where the items of streaming tasks go, by task id.
+type Items = Arc<Mutex<HashMap<String, ItemSink>>>;
+pub(crate) type ItemSink = Arc<dyn Fn(v1::PushTaskReply) + Send + Sync>;
 
 struct Stream {
     id: u64,
+    items: Items,
     sequences: AtomicU64,
     sender: Arc<Sender>,
     /// `None` once the connection broke: nothing more is sent on it.
@@ -57,7 +63,16 @@ struct Stream {
 
 impl Pushes {
     pub fn new(token: Token, caller: String) -> Self {
-        Self { token, caller, streams: Default::default() }
+        Self { token, caller, streams: Default::default(), items: Default::default() }
+    }
+
+    /// Items of the streaming task `task_id` go to `sink` until `forget_items`.
+    pub fn on_items(&self, task_id: &str, sink: ItemSink) {
+        self.items.lock().expect("items lock").insert(task_id.to_string(), sink);
+    }
+
+    pub fn forget_items(&self, task_id: &str) {
+        self.items.lock().expect("items lock").remove(task_id);
     }
 
     /// The next place in order on the connection to the worker at `address` (opened if
@@ -119,6 +134,7 @@ impl Pushes {
         static STREAMS: AtomicU64 = AtomicU64::new(0);
         let stream = Arc::new(Stream {
             id: STREAMS.fetch_add(1, Ordering::Relaxed),
+            items: self.items.clone(),
             sequences: AtomicU64::new(0),
             sender,
             waiting: Mutex::new(Some(HashMap::new())),
@@ -165,6 +181,12 @@ impl Stream {
         }
         loop {
             match replies.recv::<v1::PushTaskReply>(u64::MAX).await {
+                Ok(Some(reply)) if reply.item > 0 => {
+                    let sink = self.items.lock().expect("items lock").get(&reply.task_id).cloned();
+                    if let Some(sink) = sink {
+                        sink(reply);
+                    }
+                }
                 Ok(Some(reply)) => {
                     let waiting =
                         self.waiting.lock().expect("waiting lock").as_mut().and_then(|w| w.remove(&reply.task_id));

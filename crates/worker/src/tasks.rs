@@ -33,6 +33,9 @@ pub struct TaskSpec {
     pub retry_exceptions: bool,
     /// How many values the function returns, each its own object.
     pub num_returns: u32,
+    /// The function yields values, each its own object as it comes (`next_item`); its one
+    /// result tells when it ended, or how it failed.
+    pub streaming: bool,
 }
 
 impl TaskSpec {
@@ -57,6 +60,7 @@ impl TaskSpec {
             max_retries: 0,
             retry_exceptions: false,
             num_returns: 1,
+            streaming: false,
         }
     }
 }
@@ -128,6 +132,8 @@ pub struct Submitter {
     shapes: Mutex<HashMap<String, Shape>>,
     /// Tasks running now, by id: the worker each runs on.
     running: Mutex<HashMap<String, String>>,
+    /// What streaming tasks yielded, by task id, until their generator lets go.
+    streams: Mutex<HashMap<String, Arc<crate::streams::Yielded>>>,
     /// Cancelled tasks: never retried.
     cancelled: Mutex<std::collections::HashSet<String>>,
     /// Leased tasks submitted here that have not ended: those `cancel` can end.
@@ -212,6 +218,7 @@ impl Submitter {
             shapes: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             cancelled: Mutex::new(Default::default()),
+            streams: Mutex::new(HashMap::new()),
             unfinished: Mutex::new(Default::default()),
             actor_queues: Mutex::new(HashMap::new()),
             actors: Default::default(),
@@ -240,6 +247,9 @@ impl Submitter {
         let contained = std::mem::take(&mut spec.contained);
         for nested in &contained {
             self.objects.add_ref(nested);
+        }
+        if spec.streaming {
+            self.expect_items(&ids[0]);
         }
         let job = Job { spec, ids: ids.clone(), contained };
         match &job.spec.route {
@@ -278,6 +288,7 @@ impl Submitter {
             self.unfinished.lock().expect("unfinished lock").remove(&ids[0]);
             self.cancelled.lock().expect("cancelled lock").remove(&ids[0]);
         }
+        self.pushes.forget_items(&ids[0]);
         for nested in contained {
             self.objects.release(nested);
         }
@@ -337,6 +348,7 @@ impl Submitter {
         }
         let mut push =
             self.push_request(task_id, spec.function, spec.args, spec.name.clone(), dependencies, spec.num_returns);
+        push.streaming = spec.streaming;
         let (resources, env, strategy) = match spec.route {
             Route::Actor(mut call) => {
                 actor_calls::prepare(&mut push, &mut call);
@@ -562,6 +574,68 @@ impl Submitter {
         let shape = shapes.entry(key.to_string()).or_default();
         shape.idle -= 1;
         !shape.waiting.is_empty()
+    }
+
+    /// Takes the items of a streaming task as they come: each an object of this process.
+    fn expect_items(self: &Arc<Self>, task_id: &str) {
+        let yielded = Arc::new(crate::streams::Yielded::default());
+        self.streams.lock().expect("streams lock").insert(task_id.to_string(), yielded.clone());
+        let this = Arc::downgrade(self);
+        let sink = move |mut reply: v1::PushTaskReply| {
+            let Some(this) = this.upgrade() else { return };
+            let id = this.objects.pending();
+            this.objects.add_ref(&id);
+            let here = this.object_address.get().map(String::as_str);
+            let holds = reply.contained.drain(..).map(|c| this.objects.adopt(c.object_id, c.owner, here)).collect();
+            show_output(&reply.output);
+            let index = (reply.item - 1) as usize;
+            this.objects.fulfil(&id, reply.result, Outcome::Value, holds);
+            if !yielded.push(index, id.clone()) {
+                this.objects.release(&id);
+            }
+        };
+        self.pushes.on_items(task_id, Arc::new(sink));
+    }
+
+    /// The `index`-th object a streaming task yielded (its reference passes to the caller),
+    /// waiting for it; `None` once the task ended without it. Up to `deadline`.
+    pub async fn next_item(
+        &self,
+        task_id: &str,
+        index: usize,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Option<String>, crate::GetError> {
+        let Some(yielded) = self.streams.lock().expect("streams lock").get(task_id).cloned() else {
+            return Ok(None);
+        };
+        let ids = [task_id.to_string()];
+        loop {
+            let mut changed = yielded.subscribe();
+            if let Some(id) = yielded.take(index) {
+                return Ok(Some(id));
+            }
+            let ended = self.objects.wait(&ids, 1, Some(tokio::time::Instant::now())).await?[0];
+            if ended {
+                // Items come before the task's reply: none is on its way.
+                return Ok(yielded.take(index));
+            }
+            tokio::select! {
+                _ = changed.changed() => {}
+                waited = self.objects.wait(&ids, 1, deadline) => {
+                    if !waited?[0] {
+                        return Err(crate::GetError::Timeout(task_id.to_string()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The generator of a streaming task let go: the items it never took go.
+    pub fn drop_items(&self, task_id: &str) {
+        let yielded = self.streams.lock().expect("streams lock").remove(task_id);
+        for id in yielded.map(|y| y.untaken()).unwrap_or_default() {
+            self.objects.release(&id);
+        }
     }
 
     fn is_cancelled(&self, task_id: &str) -> bool {

@@ -9,7 +9,7 @@ import sys
 import threading
 
 from oxray import _native
-from oxray._private import serialization
+from oxray._private import generators, serialization
 from oxray._private.actor_runner import ActorRunner, method_of
 from oxray.exceptions import ActorDiedError, TaskCancelledError
 from oxray.runtime_context import _current as current_context
@@ -106,7 +106,11 @@ def _run_one(executor, task, state, out, err):
     """Runs a task in this thread and hands back its reply."""
     task_id, name, num_returns = task[0], task[1], task[7]
     try:
-        reply = _encode(name, _run(task, state), num_returns, task[8], task_id)
+        result = _run(task, state)
+        if task[9]:  # streaming: each value goes as it comes, the reply says it ended
+            generators.stream(executor, task_id, result)
+            result = None
+        reply = _encode(name, result, num_returns, task[8], task_id)
     except KeyboardInterrupt:  # `cancel` interrupted it
         reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [], [])
     except BaseException as error:  # the task's failure is its result
@@ -158,7 +162,8 @@ def _encode(name, result, num_returns, result_store="", task_id=""):
     result may go to the node store the caller named (`result_store`)."""
     if num_returns > 1:
         values = list(result)
-        if len(values) != num_returns:
+        # Fewer values fill the refs they can (the caller fails the rest); more is an error.
+        if len(values) > num_returns:
             raise ValueError(f"{name} returned {len(values)} values, but num_returns={num_returns}")
     else:
         values = [result]
@@ -181,6 +186,10 @@ def _encode(name, result, num_returns, result_store="", task_id=""):
 def _submit_concurrent(executor, runner, task, out, err):
     """Starts a call of a threaded or async actor and goes back for the next one."""
     task_id, name, _function, args, dependencies, _creation, method, num_returns, result_store = task[:9]
+    if task[9]:
+        error = TypeError(f"{method}: num_returns='streaming' is not supported on threaded or async actors yet")
+        reply = (serialization.dumps_error(name, error), True, [], [])
+        return executor.finish(task_id, reply[0], reply[1], reply[2], "", reply[3])
     try:
         values = {object_id: serialization.loads(data) for object_id, data in dependencies}
         call_args, call_kwargs, _ = serialization.loads_args(args, values)

@@ -80,6 +80,7 @@ impl Submitter {
         call.address = address;
         let mut push =
             self.push_request(&ids[0], spec.function, spec.args, spec.name.clone(), Vec::new(), spec.num_returns);
+        push.streaming = spec.streaming;
         prepare(&mut push, &mut call);
         let (this, again) = (self.clone(), push.clone());
         let address = call.address.clone();
