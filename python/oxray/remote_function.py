@@ -27,21 +27,10 @@ def resource_request(options: Dict[str, Any], default_cpus: float) -> Dict[str, 
 
 
 def env_vars(options: Dict[str, Any]) -> Dict[str, str]:
-    """The worker's environment variables: the job's runtime_env (from init), then the
-    task's own on top."""
-    merged = {}
-    for runtime_env in (worker.runtime_env(), options.get("runtime_env")):
-        if not runtime_env:
-            continue
-        unsupported = set(runtime_env) - {"env_vars"}
-        if unsupported:
-            raise ValueError(f"runtime_env {sorted(unsupported)} is not supported for tasks and actors yet; "
-                             "env_vars is (working_dir, pip and the rest work for jobs)")
-        variables = runtime_env.get("env_vars") or {}
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in variables.items()):
-            raise TypeError("runtime_env env_vars must map strings to strings")
-        merged.update(variables)
-    return merged
+    """The worker's environment: the job's runtime_env merged with the task's own."""
+    from oxray._private import runtime_env
+
+    return runtime_env.worker_env(options.get("runtime_env"))
 
 
 def signature_of(function) -> Optional[inspect.Signature]:

@@ -173,7 +173,7 @@ def test_runtime_env_vars_reach_tasks_and_actors(private_cluster):
     reader = Reader.options(runtime_env=env).remote()
     assert oxray.get(reader.read.remote("OXRAY_TEST_SETTING")) == "on"
     oxray.kill(reader)
-    with pytest.raises(ValueError, match="not supported for tasks"):
+    with pytest.raises(ValueError, match="pip for a single task or actor is not supported"):
         read.options(runtime_env={"pip": ["x"]}).remote("A")
 
 

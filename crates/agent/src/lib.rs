@@ -107,7 +107,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
         node_id: node_id.clone(),
         dashboard_url: dashboard_url.clone(),
     };
-    let cache = jobs::EnvCache::new(config.session_dir.join("runtime_resources"), client.clone());
+    let cache = Arc::new(jobs::EnvCache::new(config.session_dir.join("runtime_resources"), client.clone()));
     let gpus = config.resources.get(oxray_types::resource_names::GPU) as u32;
     let pool = Arc::new(workers::WorkerPool::new(
         config.resources.clone(),
@@ -119,6 +119,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
             node_ip: config.node_ip.clone(),
             agent_address: Arc::new(Mutex::new(format!("127.0.0.1:{port}"))),
         },
+        cache.clone(),
     ));
     workers::reap_periodically(&pool);
     let runner = Arc::new(jobs::Runner::new(

@@ -25,11 +25,13 @@ pub struct WorkerEnv {
     pub agent_address: Arc<Mutex<String>>,
 }
 
-/// What makes workers interchangeable: the interpreter and the runtime_env variables.
+/// What makes workers interchangeable: the interpreter, the runtime_env variables and the
+/// rest of the runtime_env (JSON, empty when there is none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerKind {
     pub python: String,
     pub env_vars: Vec<(String, String)>,
+    pub runtime_env: String,
 }
 
 struct Worker {
@@ -93,6 +95,8 @@ pub struct WorkerPool {
     state: Mutex<State>,
     freed: Notify,
     env: WorkerEnv,
+    /// Prepares runtime_envs (packages, virtualenvs), cached on this node.
+    envs: Arc<crate::jobs::EnvCache>,
 }
 
 fn fits(request: &ResourceSet, free: impl Fn(&str) -> f64) -> bool {
@@ -118,8 +122,27 @@ fn random_id() -> String {
 }
 
 impl WorkerPool {
-    pub fn new(total: ResourceSet, env: WorkerEnv) -> Self {
-        Self { total, state: Mutex::new(State::default()), freed: Notify::new(), env }
+    pub fn new(total: ResourceSet, env: WorkerEnv, envs: Arc<crate::jobs::EnvCache>) -> Self {
+        Self { total, state: Mutex::new(State::default()), freed: Notify::new(), env, envs }
+    }
+
+    /// The runtime_env of a kind of worker, ready on this node.
+    async fn prepare(&self, kind: &WorkerKind) -> Result<Option<crate::jobs::Prepared>, Status> {
+        if kind.runtime_env.is_empty() {
+            return Ok(None);
+        }
+        let fail = |e: String| Status::failed_precondition(format!("runtime_env setup failed: {e}"));
+        let map: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&kind.runtime_env).map_err(|e| fail(format!("not a JSON object: {e}")))?;
+        let spec = oxray_runtime_env::RuntimeEnv::parse(&map).map_err(|e| fail(e.to_string()))?;
+        let log_path = self.env.logs.join("runtime_env_setup.log");
+        let mut log = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .await
+            .map_err(|e| fail(format!("cannot open {}: {e}", log_path.display())))?;
+        self.envs.prepare(&spec, &mut log).await.map(Some).map_err(fail)
     }
 
     /// What is not leased out or reserved now, for the heartbeat.
@@ -386,6 +409,7 @@ impl WorkerPool {
     }
 
     async fn spawn(&self, kind: &WorkerKind) -> Result<Worker, Status> {
+        let prepared = self.prepare(kind).await?;
         let python = kind.python.as_str();
         let id = random_id();
         let (tx, rx) = oneshot::channel();
@@ -410,6 +434,9 @@ impl WorkerPool {
             .stdout(log)
             .stderr(err)
             .kill_on_drop(true);
+        if let Some(prepared) = &prepared {
+            prepared.apply(&mut command);
+        }
         // A worker dies with its agent, as it would with its machine: callers then see the
         // node's loss and run the work elsewhere, instead of talking to orphans.
         // SAFETY: the closure runs in the child between fork and exec and only makes one
@@ -494,7 +521,8 @@ impl lease_service_server::LeaseService for LeaseService {
         let bundle = (!request.placement_group_id.is_empty())
             .then_some(InBundle { group: request.placement_group_id, index: request.bundle_index });
         let notify = Some(request.notify_on_exit).filter(|n| !n.is_empty()).map(|n| (n, request.actor_id));
-        self.0.lease(resources, WorkerKind { python, env_vars }, owner, bundle, notify).await.map(Response::new)
+        let kind = WorkerKind { python, env_vars, runtime_env: request.runtime_env_json };
+        self.0.lease(resources, kind, owner, bundle, notify).await.map(Response::new)
     }
 
     async fn reserve_bundles(

@@ -201,6 +201,12 @@ impl Client {
         self.cluster.address().to_string()
     }
 
+    /// The cluster token, for the HTTP API (packages of runtime_envs).
+    #[getter]
+    fn token(&self) -> String {
+        self.token.as_str().to_string()
+    }
+
     #[getter]
     fn dashboard_url(&self) -> String {
         self.cluster.dashboard_url().to_string()

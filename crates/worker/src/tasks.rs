@@ -65,8 +65,11 @@ impl TaskSpec {
     }
 }
 
-/// runtime_env variables of a task's worker.
+/// runtime_env variables of a task's worker; the rest of its runtime_env (JSON) rides under
+/// `RUNTIME_ENV_KEY`, which no variable name can be.
 pub type Env = std::collections::BTreeMap<String, String>;
+
+pub const RUNTIME_ENV_KEY: &str = "=runtime_env";
 
 /// Ray's scheduling strategies for where a lease is asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -692,7 +695,8 @@ impl Submitter {
         let _ = self.object_address.set(address);
     }
 
-    fn request(&self, resources: &ResourceSet, env: Env, holder: LeaseFor) -> v1::LeaseRequest {
+    fn request(&self, resources: &ResourceSet, mut env: Env, holder: LeaseFor) -> v1::LeaseRequest {
+        let runtime_env_json = env.remove(RUNTIME_ENV_KEY).unwrap_or_default();
         let (detached, notify_on_exit) = match holder {
             LeaseFor::Task => (false, String::new()),
             LeaseFor::Actor { detached, .. } => (detached, self.object_address.get().cloned().unwrap_or_default()),
@@ -709,6 +713,7 @@ impl Submitter {
             detached,
             notify_on_exit,
             actor_id,
+            runtime_env_json,
             ..Default::default()
         }
     }

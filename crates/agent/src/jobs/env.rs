@@ -20,6 +20,28 @@ pub struct Prepared {
     pub venv: Option<PathBuf>,
 }
 
+impl Prepared {
+    /// Puts the environment on a process about to start: its directory, PYTHONPATH, the
+    /// virtualenv first on PATH, the variables.
+    pub fn apply(&self, cmd: &mut tokio::process::Command) {
+        if let Some(cwd) = &self.cwd {
+            cmd.current_dir(cwd);
+        }
+        if !self.python_path.is_empty() {
+            let mut parts: Vec<String> = self.python_path.iter().map(|p| p.display().to_string()).collect();
+            if let Ok(existing) = std::env::var("PYTHONPATH") {
+                parts.push(existing);
+            }
+            cmd.env("PYTHONPATH", parts.join(":"));
+        }
+        if let Some(venv) = &self.venv {
+            let path = std::env::var("PATH").unwrap_or_default();
+            cmd.env("PATH", format!("{}:{path}", venv.join("bin").display())).env("VIRTUAL_ENV", venv);
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
+}
+
 pub struct EnvCache {
     root: PathBuf,
     head: HeadClient,

@@ -6,7 +6,7 @@ mod reporter;
 mod runner;
 mod service;
 
-pub use env::EnvCache;
+pub use env::{EnvCache, Prepared};
 pub use reporter::Reporter;
 pub use runner::{JobContext, Runner};
 pub use service::AgentService;

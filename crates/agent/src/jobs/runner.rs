@@ -51,7 +51,7 @@ pub struct JobContext {
 pub struct Runner {
     jobs: Mutex<HashMap<String, Arc<JobHandle>>>,
     logs: PathBuf,
-    cache: EnvCache,
+    cache: Arc<EnvCache>,
     reporter: Reporter,
     context: JobContext,
     gpus: Mutex<GpuPool>,
@@ -67,7 +67,7 @@ fn report(ctx: &JobContext, id: &str, phase: v1::JobPhase) -> v1::JobReport {
 }
 
 impl Runner {
-    pub fn new(logs: PathBuf, cache: EnvCache, reporter: Reporter, context: JobContext, gpus: u32) -> Self {
+    pub fn new(logs: PathBuf, cache: Arc<EnvCache>, reporter: Reporter, context: JobContext, gpus: u32) -> Self {
         Self { jobs: Mutex::new(HashMap::new()), logs, cache, reporter, context, gpus: Mutex::new(GpuPool::new(gpus)) }
     }
 
@@ -162,14 +162,15 @@ impl Runner {
             return Outcome::Failed { error_type: "", message: "Job was intentionally stopped.".into() };
         }
         let _ = log.write_all(format!("Running entrypoint for job {id}: {}\n", request.entrypoint).as_bytes()).await;
-        let mut child = match self.command(&request.entrypoint, id, &prepared, gpus, &log).await {
-            Ok(c) => c,
-            Err(e) => {
-                let message = format!("Job entrypoint command failed to start: {e}");
-                let _ = log.write_all(format!("{message}\n").as_bytes()).await;
-                return Outcome::Failed { error_type: error_types::START_ERROR, message };
-            }
-        };
+        let mut child =
+            match self.command(&request.entrypoint, id, &prepared, &request.runtime_env_json, gpus, &log).await {
+                Ok(c) => c,
+                Err(e) => {
+                    let message = format!("Job entrypoint command failed to start: {e}");
+                    let _ = log.write_all(format!("{message}\n").as_bytes()).await;
+                    return Outcome::Failed { error_type: error_types::START_ERROR, message };
+                }
+            };
         let pid = child.id().unwrap_or(0);
         handle.pid.store(pid, Ordering::SeqCst);
         let mut running = report(&self.context, id, v1::JobPhase::Running);
@@ -197,6 +198,7 @@ impl Runner {
         entrypoint: &str,
         id: &str,
         prepared: &Prepared,
+        runtime_env_json: &str,
         gpus: Option<&[u32]>,
         log: &tokio::fs::File,
     ) -> std::io::Result<tokio::process::Child> {
@@ -210,31 +212,19 @@ impl Runner {
             .stderr(err)
             .process_group(0)
             .kill_on_drop(false);
-        if let Some(cwd) = &prepared.cwd {
-            cmd.current_dir(cwd);
-        }
         cmd.env("PYTHONUNBUFFERED", "1")
             .env("OXRAY_ADDRESS", &self.context.head_address)
             .env("OXRAY_AUTH_TOKEN", &self.context.token)
             .env("OXRAY_JOB_ID", id)
             .env("OXRAY_NODE_ID", self.context.node_id.lock().expect("node id lock").as_str())
             .env("OXRAY_DASHBOARD_URL", self.context.dashboard_url.lock().expect("dashboard url lock").as_str());
-        if !prepared.python_path.is_empty() {
-            let mut parts: Vec<String> = prepared.python_path.iter().map(|p| p.display().to_string()).collect();
-            if let Ok(existing) = std::env::var("PYTHONPATH") {
-                parts.push(existing);
-            }
-            cmd.env("PYTHONPATH", parts.join(":"));
-        }
-        if let Some(venv) = &prepared.venv {
-            let path = std::env::var("PATH").unwrap_or_default();
-            cmd.env("PATH", format!("{}:{path}", venv.join("bin").display())).env("VIRTUAL_ENV", venv);
-        }
         if let Some(ids) = gpus {
             let list: Vec<String> = ids.iter().map(u32::to_string).collect();
             cmd.env("CUDA_VISIBLE_DEVICES", list.join(","));
         }
-        cmd.envs(prepared.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        // The job's tasks and actors inherit its runtime_env (merged with their own).
+        cmd.env("OXRAY_JOB_RUNTIME_ENV", runtime_env_json);
+        prepared.apply(&mut cmd);
         cmd.spawn()
     }
 

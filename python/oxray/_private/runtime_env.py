@@ -1,0 +1,79 @@
+"""runtime_env for tasks and actors, as Ray's: the job's (from `init(runtime_env=...)`, or
+from `job submit`, which the job's processes find in OXRAY_JOB_RUNTIME_ENV) merged with the
+task's own (the task's fields win, `env_vars` merge). Local directories and wheels are
+uploaded to the head once per process; the node agent unpacks them, caches them, and starts
+workers in them (pooled per environment)."""
+
+import json
+import os
+from typing import Any, Dict, Optional
+
+# Where the rest of a runtime_env rides among a worker's variables: no variable name can
+# hold "=", so it can never be one the user set.
+RUNTIME_ENV_KEY = "=runtime_env"
+
+_FOR_TASKS = {"working_dir", "py_modules", "pip", "env_vars", "excludes", "config"}
+_uploaded: Dict[str, Dict[str, Any]] = {}
+
+
+def job_env() -> Optional[Dict[str, Any]]:
+    from oxray._private import worker
+
+    explicit = worker.runtime_env()
+    if explicit is not None:
+        return explicit
+    text = os.environ.get("OXRAY_JOB_RUNTIME_ENV")
+    return json.loads(text) if text else None
+
+
+def merge(job: Optional[Dict[str, Any]], task: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """Ray's merge: the task's fields replace the job's, except `env_vars`, merged key by
+    key with the task's winning."""
+    merged = dict(job or {})
+    for key, value in (task or {}).items():
+        if key == "env_vars":
+            merged["env_vars"] = {**(merged.get("env_vars") or {}), **(value or {})}
+        else:
+            merged[key] = value
+    return merged
+
+
+def worker_env(task: Optional[Dict[str, Any]]) -> Dict[str, str]:
+    """The variables a task's worker gets, with the rest of its runtime_env under
+    RUNTIME_ENV_KEY."""
+    job = job_env()
+    if task is not None and not isinstance(task, dict):
+        raise TypeError(f"runtime_env must be a dict, got {type(task).__name__}")
+    merged = merge(job, task)
+    unsupported = set(merged) - _FOR_TASKS
+    if unsupported:
+        raise ValueError(f"runtime_env {sorted(unsupported)} is not supported; known: {sorted(_FOR_TASKS)}")
+    if task and "pip" in task and task["pip"] != (job or {}).get("pip"):
+        raise ValueError("runtime_env pip for a single task or actor is not supported yet: give it to the job "
+                         "(`job submit --runtime-env-json` or `init(runtime_env=...)`), whose tasks share it")
+    variables = merged.get("env_vars") or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in variables.items()):
+        raise TypeError("runtime_env env_vars must map strings to strings")
+    variables = dict(variables)
+    rest = {k: merged[k] for k in ("working_dir", "py_modules", "pip", "excludes") if merged.get(k)}
+    if rest.get("working_dir") or rest.get("py_modules") or rest.get("pip"):
+        variables[RUNTIME_ENV_KEY] = json.dumps(_uploaded_form(rest), sort_keys=True)
+    return variables
+
+
+def _uploaded_form(rest: Dict[str, Any]) -> Dict[str, Any]:
+    """The runtime_env with local directories and wheels replaced by package URIs."""
+    key = json.dumps(rest, sort_keys=True)
+    if key not in _uploaded:
+        local = any("://" not in p for p in [rest.get("working_dir") or "x://"] + list(rest.get("py_modules") or []))
+        _uploaded[key] = _packages_client()._upload_local(rest) if local or isinstance(rest.get("pip"), str) else rest
+        _uploaded[key].pop("excludes", None)
+    return _uploaded[key]
+
+
+def _packages_client():
+    from oxray._private import worker
+    from oxray.job_submission import JobSubmissionClient
+
+    client = worker.client()
+    return JobSubmissionClient(client.dashboard_url, headers={"Authorization": f"Bearer {client.token}"})

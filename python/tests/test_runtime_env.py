@@ -1,0 +1,97 @@
+"""runtime_env for tasks and actors: working_dir and py_modules (uploaded once, unpacked and
+cached by the node), env_vars merged with the job's, and a job's runtime_env inherited by
+the tasks of its driver."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import oxray
+
+from conftest import OXRAY_BIN
+
+
+def _project(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "helper_mod.py").write_text("def value():\n    return 42\n")
+    (root / "data.txt").write_text("from the working dir")
+    package = root.parent / f"{root.name}-modules" / "shared_pkg"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("NAME = 'shared'\n")
+    return package
+
+
+def test_tasks_and_actors_run_in_their_working_dir_with_their_modules(private_cluster, tmp_path):
+    package = _project(tmp_path / "project")
+    env = {"working_dir": str(tmp_path / "project"), "py_modules": [str(package)], "env_vars": {"COLOR": "blue"}}
+
+    @oxray.remote(runtime_env=env)
+    def inside():
+        import helper_mod
+        import shared_pkg
+
+        return helper_mod.value(), open("data.txt").read(), shared_pkg.NAME, os.environ["COLOR"]
+
+    @oxray.remote(runtime_env=env)
+    class Inside:
+        def value(self):
+            import helper_mod
+
+            return helper_mod.value()
+
+    assert oxray.get(inside.remote(), timeout=60) == (42, "from the working dir", "shared", "blue")
+    assert oxray.get(Inside.remote().value.remote(), timeout=60) == 42
+
+    @oxray.remote
+    def outside():
+        try:
+            import helper_mod  # noqa: F401
+        except ImportError:
+            return "not here"
+
+    assert oxray.get(outside.remote(), timeout=60) == "not here", "other tasks have their own workers"
+    with pytest.raises(ValueError, match="not supported"):
+        inside.options(runtime_env={"conda": "env"}).remote()
+
+
+def test_a_job_runtime_env_merges_with_the_tasks(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OXRAY_")}
+    env.update(OXRAY_BIN=OXRAY_BIN, OXRAY_HOME=str(tmp_path / "home"))
+    code = textwrap.dedent("""
+        import os, oxray
+        oxray.init(num_cpus=1, runtime_env={"env_vars": {"A": "job", "B": "job"}})
+
+        @oxray.remote(runtime_env={"env_vars": {"B": "task"}})
+        def read():
+            return os.environ["A"], os.environ["B"]
+
+        print(*oxray.get(read.remote()))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["job", "task"]
+
+
+def test_tasks_of_a_submitted_job_inherit_its_working_dir(cluster, tmp_path):
+    project = tmp_path / "job-project"
+    _project(project)
+    (project / "driver.py").write_text(textwrap.dedent("""
+        import oxray
+        oxray.init()
+
+        @oxray.remote
+        def value():
+            import helper_mod
+            return helper_mod.value()
+
+        print("task says", oxray.get(value.remote()))
+    """))
+    out = subprocess.run([OXRAY_BIN, "job", "submit", "--working-dir", str(project), "--", sys.executable,
+                          "driver.py"], env=cluster.env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "task says 42" in out.stdout
