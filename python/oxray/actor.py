@@ -158,7 +158,7 @@ class ActorClass:
         # actor that is neither named nor detached ends with its last handle.
         created = client.create_actor(
             actor_id, self.__name__, blueprint, payload, dependencies, contained, resources,
-            env_vars(self._options), scheduling_strategies.native(chosen), lifetime == "detached",
+            env_vars(self._options, resources["CPU"]), scheduling_strategies.native(chosen), lifetime == "detached",
             max_restarts, max_task_retries, not name and lifetime != "detached")
         created = worker.new_ref(created)
         address = lease_id = agent = None

@@ -1,5 +1,6 @@
 import functools
 import inspect
+import os
 from typing import Any, Dict, Optional
 
 from oxray._private import generators, serialization, worker
@@ -26,11 +27,16 @@ def resource_request(options: Dict[str, Any], default_cpus: float) -> Dict[str, 
     return request
 
 
-def env_vars(options: Dict[str, Any]) -> Dict[str, str]:
-    """The worker's environment: the job's runtime_env merged with the task's own."""
+def env_vars(options: Dict[str, Any], cpus: float = 1) -> Dict[str, str]:
+    """The worker's environment: the job's runtime_env merged with the task's own, and, as
+    Ray sets it, OMP_NUM_THREADS as the CPUs the task holds (1 for less) unless the user
+    set it."""
     from oxray._private import runtime_env
 
-    return runtime_env.worker_env(options.get("runtime_env"))
+    variables = runtime_env.worker_env(options.get("runtime_env"))
+    if "OMP_NUM_THREADS" not in variables and "OMP_NUM_THREADS" not in os.environ:
+        variables["OMP_NUM_THREADS"] = str(max(1, int(cpus)))
+    return variables
 
 
 def signature_of(function) -> Optional[inspect.Signature]:
@@ -103,7 +109,7 @@ class RemoteFunction:
         retry_exceptions = bool(self._options.get("retry_exceptions", False))
         num_returns = 1 if generator else self._options.get("num_returns", 1)
         ids = client.submit_task(self.__name__, self._pickled, payload, dependencies, contained, resources, retries,
-                                 retry_exceptions, num_returns, env_vars(self._options), strategy,
+                                 retry_exceptions, num_returns, env_vars(self._options, resources["CPU"]), strategy,
                                  generator == generators.STREAMING)
         refs = [worker.new_ref(i) for i in ids]
         if generator == generators.STREAMING:

@@ -144,3 +144,16 @@ def test_an_unnamed_detached_actor_outlives_its_handles(private_cluster):
     time.sleep(1.0)
     os.kill(pid, 0)  # still there
     os.kill(pid, signal.SIGKILL)
+
+
+@oxray.remote
+def omp():
+    return os.environ.get("OMP_NUM_THREADS")
+
+
+def test_omp_num_threads_follows_the_cpus_a_task_holds(private_cluster):
+    if "OMP_NUM_THREADS" in os.environ:
+        pytest.skip("set by the user: left as it is")
+    assert oxray.get(omp.remote()) == "1"
+    assert oxray.get(omp.options(num_cpus=2).remote()) == "2"
+    assert oxray.get(omp.options(runtime_env={"env_vars": {"OMP_NUM_THREADS": "3"}}).remote()) == "3"

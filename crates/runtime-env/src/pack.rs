@@ -53,23 +53,26 @@ pub fn pack_dir(
     let skip = matcher(excludes)?;
     let io = |e: std::io::Error| PackError::Io(shown.clone(), e);
     let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(current) = stack.pop() {
-        let mut entries: Vec<_> = std::fs::read_dir(&current).map_err(io)?.collect::<Result<_, _>>().map_err(io)?;
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let path = entry.path();
-            let rel = path.strip_prefix(dir).expect("inside dir").to_string_lossy().replace('\\', "/");
-            if skip.is_match(&rel) {
-                continue;
+    // The .gitignore files inside the directory apply, as in Ray (not the user's global
+    // ones, nor those above the directory).
+    let walk = ignore::WalkBuilder::new(dir)
+        .standard_filters(false)
+        .git_ignore(true)
+        .require_git(false)
+        .filter_entry({
+            let (skip, root) = (skip.clone(), dir.to_path_buf());
+            move |entry| {
+                let rel = entry.path().strip_prefix(&root).map(|r| r.to_string_lossy().replace('\\', "/"));
+                !rel.is_ok_and(|rel| !rel.is_empty() && skip.is_match(&rel))
             }
-            let kind = entry.file_type().map_err(io)?;
-            if kind.is_dir() {
-                stack.push(path);
-            } else if kind.is_file() {
-                files.push((rel, path));
-            }
-            // Links and special files are left out: the server refuses them anyway.
+        })
+        .build();
+    for entry in walk {
+        let entry = entry.map_err(|e| io(std::io::Error::other(e)))?;
+        // Links and special files are left out: the server refuses them anyway.
+        if entry.file_type().is_some_and(|t| t.is_file()) {
+            let rel = entry.path().strip_prefix(dir).expect("inside dir").to_string_lossy().replace('\\', "/");
+            files.push((rel, entry.path().to_path_buf()));
         }
     }
     files.sort();
@@ -131,6 +134,24 @@ mod tests {
         assert!(
             !dest.join(".git").exists() && !dest.join("big.log").exists() && !dest.join("sub/__pycache__").exists()
         );
+    }
+
+    #[test]
+    fn gitignore_files_inside_the_directory_apply() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(src.path().join("data/raw")).unwrap();
+        std::fs::write(src.path().join(".gitignore"), "*.ckpt\n/data/raw/\n").unwrap();
+        std::fs::write(src.path().join("data/.gitignore"), "local.txt\n").unwrap();
+        std::fs::write(src.path().join("train.py"), "x").unwrap();
+        std::fs::write(src.path().join("model.ckpt"), "x").unwrap();
+        std::fs::write(src.path().join("data/raw/huge.bin"), "x").unwrap();
+        std::fs::write(src.path().join("data/local.txt"), "x").unwrap();
+        std::fs::write(src.path().join("data/kept.txt"), "x").unwrap();
+        let (_, bytes) = pack_dir(src.path(), None, &[], 1 << 20).unwrap();
+        let zip = zip::ZipArchive::new(Cursor::new(bytes)).unwrap();
+        let mut names: Vec<&str> = zip.file_names().collect();
+        names.sort();
+        assert_eq!(names, [".gitignore", "data/.gitignore", "data/kept.txt", "train.py"]);
     }
 
     #[test]
