@@ -144,9 +144,8 @@ fn start_join_status_list_and_stop() {
     assert!(ok(&m.run(&["stop"])).contains("No oxray processes"));
 }
 
-#[test]
-fn block_stays_in_the_foreground_until_sigterm() {
-    let m = Machine::new();
+/// A head started with `--block`, once it announced itself; the pids of its node's servers.
+fn start_blocking(m: &Machine) -> (std::process::Child, Vec<u32>) {
     let mut child = m
         .command(&["start", "--head", "--block", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1"])
         .stdout(Stdio::piped())
@@ -158,6 +157,13 @@ fn block_stays_in_the_foreground_until_sigterm() {
     assert!(lines.any(|l| l.unwrap().contains("--block")), "start --block announced itself");
     let pids = m.server_pids();
     assert_eq!(pids.len(), 2);
+    (child, pids)
+}
+
+#[test]
+fn block_stays_in_the_foreground_until_sigterm() {
+    let m = Machine::new();
+    let (mut child, pids) = start_blocking(&m);
     assert!(child.try_wait().unwrap().is_none(), "still in the foreground");
 
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -169,17 +175,7 @@ fn block_stays_in_the_foreground_until_sigterm() {
 #[test]
 fn a_killed_block_takes_its_node_with_it() {
     let m = Machine::new();
-    let mut child = m
-        .command(&["start", "--head", "--block", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
-    assert!(lines.any(|l| l.unwrap().contains("--block")), "start --block announced itself");
-    let pids = m.server_pids();
-    assert_eq!(pids.len(), 2);
+    let (mut child, pids) = start_blocking(&m);
     child.kill().unwrap();
     child.wait().unwrap();
     wait_gone(&pids);
