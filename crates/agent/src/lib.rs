@@ -3,6 +3,7 @@
 
 pub mod detect;
 mod jobs;
+mod store_dirs;
 mod workers;
 
 use oxray_proto::convert::resources_to_proto;
@@ -87,11 +88,10 @@ fn is_refusal(code: Code) -> bool {
     matches!(code, Code::Unauthenticated | Code::PermissionDenied | Code::InvalidArgument)
 }
 
+pub use store_dirs::STORE_NODE_FILE;
+
 /// Registers this machine. A refused token fails at once; an unreachable head is retried
 /// until the join timeout.
-/// The file in the object store directory that names the node it belongs to.
-pub const STORE_NODE_FILE: &str = "node";
-
 pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
     let client = connect_head_lazy(&config.head_address, &config.token, Duration::from_secs(5))?;
     let listener = TcpListener::bind(("0.0.0.0", config.port))
@@ -182,25 +182,17 @@ impl JoinedAgent {
         Ok(())
     }
 
-    /// Creates the node's object store directories and names the node in them, so a
-    /// process of this machine knows the store is its node's.
+    /// Creates the node's object store directories, first removing those of agents of
+    /// this machine killed before they could.
     fn mark_object_store(&self) {
-        let (memory, spill) = oxray_config::paths::object_store_dirs(self.node.agent_port);
-        let marked = std::fs::create_dir_all(&memory)
-            .and_then(|_| std::fs::create_dir_all(&spill))
-            .and_then(|_| std::fs::write(memory.join(STORE_NODE_FILE), self.node.node_id.hex()));
-        if let Err(e) = marked {
-            tracing::warn!(dir = %memory.display(), "no shared-memory object store on this node: {e}");
+        store_dirs::sweep();
+        if let Err(e) = store_dirs::mark(self.node.agent_port, &self.node.node_id.hex()) {
+            tracing::warn!(port = self.node.agent_port, "no shared-memory object store on this node: {e}");
         }
     }
 
     fn remove_object_store(&self) {
-        let (memory, spill) = oxray_config::paths::object_store_dirs(self.node.agent_port);
-        for dir in [memory, spill] {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::debug!(dir = %dir.display(), "object store not removed: {e}");
-            }
-        }
+        store_dirs::remove(self.node.agent_port);
     }
 
     /// Serves the agent service and heartbeats until `shutdown`, then stops its jobs and

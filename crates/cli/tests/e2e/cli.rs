@@ -225,6 +225,30 @@ fn a_plain_restart_after_a_crash_keeps_the_heads_state() {
     assert!(kept.is_file(), "the old database is kept aside");
 }
 
+/// The shared-memory store directory of the node `node_id`, found by its marker.
+fn store_of(node_id: &str) -> Option<std::path::PathBuf> {
+    std::fs::read_dir("/dev/shm").ok()?.flatten().map(|e| e.path()).find(|p| {
+        p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("oxray-objects-"))
+            && std::fs::read_to_string(p.join("node")).is_ok_and(|n| n == node_id)
+    })
+}
+
+#[test]
+fn a_killed_agents_object_store_goes_when_the_next_agent_starts() {
+    if !Path::new("/dev/shm").is_dir() {
+        return;
+    }
+    let m = Machine::new();
+    start_head(&m);
+    let node = node_ids(&m).remove(0);
+    let store = store_of(&node).expect("the node marks its store");
+    ok(&m.run(&["stop", "--force"]));
+    assert!(store.is_dir(), "SIGKILL leaves it behind");
+    start_head(&m);
+    assert!(!store.exists(), "swept by the next agent of this machine");
+    ok(&m.run(&["stop"]));
+}
+
 #[test]
 fn bad_flags_get_one_line_errors_and_start_nothing() {
     let m = Machine::new();

@@ -1,0 +1,82 @@
+//! The node's object store directories (shared memory, and disk for what spills): made and
+//! marked when the agent joins, removed when it leaves. An agent killed outright cannot
+//! remove them, so each agent that starts removes those whose agent is gone.
+
+use oxray_config::paths::object_store_dirs;
+use oxray_config::procs;
+use std::path::Path;
+
+/// The file in the object store directory that names the node it belongs to.
+pub const STORE_NODE_FILE: &str = "node";
+/// The file that names the agent process keeping the store: pid namespace, pid, start time.
+const STORE_AGENT_FILE: &str = "agent";
+const PREFIX: &str = "oxray-objects-";
+
+/// Creates the directories of the store of the agent on `port` and names its node and
+/// agent in them, so processes of this machine know the store is their node's.
+pub fn mark(port: u16, node_id: &str) -> std::io::Result<()> {
+    let (memory, spill) = object_store_dirs(port);
+    std::fs::create_dir_all(&memory)?;
+    std::fs::create_dir_all(&spill)?;
+    let me = procs::identity();
+    std::fs::write(memory.join(STORE_AGENT_FILE), format!("{}\n{}\n{}\n", me.pid_namespace, me.pid, me.start_ticks))?;
+    std::fs::write(memory.join(STORE_NODE_FILE), node_id)
+}
+
+pub fn remove(port: u16) {
+    for dir in <[_; 2]>::from(object_store_dirs(port)) {
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::debug!(dir = %dir.display(), "object store not removed: {e}");
+        }
+    }
+}
+
+/// Removes the stores of agents of this machine that are gone; returns how many.
+pub fn sweep() -> usize {
+    let (memory, _) = object_store_dirs(0);
+    let Some(base) = memory.parent() else { return 0 };
+    let Ok(entries) = std::fs::read_dir(base) else { return 0 };
+    let here = procs::identity().pid_namespace;
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(port) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)).and_then(|p| p.parse::<u16>().ok()) else {
+            continue;
+        };
+        if keeper_is_gone(&entry.path(), &here) {
+            tracing::info!(port, "removing the object store of an agent that is gone");
+            remove(port);
+            removed += 1;
+        }
+    }
+    removed
+}
+
+fn keeper_is_gone(store: &Path, pid_namespace: &str) -> bool {
+    std::fs::read_to_string(store.join(STORE_AGENT_FILE))
+        .is_ok_and(|text| is_gone(&text, pid_namespace, |pid| procs::start_ticks(pid)))
+}
+
+/// Whether the agent an `agent` file names is gone. One in another pid namespace (or a
+/// file that cannot be read) is never judged.
+fn is_gone(text: &str, pid_namespace: &str, start_ticks: impl Fn(u32) -> Option<u64>) -> bool {
+    let mut lines = text.lines();
+    let (Some(namespace), Some(pid), Some(ticks)) = (lines.next(), lines.next(), lines.next()) else { return false };
+    let (Ok(pid), Ok(ticks)) = (pid.parse::<u32>(), ticks.parse::<u64>()) else { return false };
+    namespace == pid_namespace && start_ticks(pid) != Some(ticks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_is_gone_when_its_pid_is_free_or_reused() {
+        let running = |pid: u32| (pid == 7).then_some(100);
+        assert!(!is_gone("ns\n7\n100\n", "ns", running), "alive");
+        assert!(is_gone("ns\n7\n99\n", "ns", running), "the pid went to another process");
+        assert!(is_gone("ns\n8\n100\n", "ns", running), "no such process");
+        assert!(!is_gone("other\n8\n100\n", "ns", running), "another pid namespace: not ours to judge");
+        assert!(!is_gone("garbage", "ns", running));
+    }
+}
