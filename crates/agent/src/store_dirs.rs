@@ -54,7 +54,7 @@ pub fn sweep() -> usize {
 
 fn keeper_is_gone(store: &Path, pid_namespace: &str) -> bool {
     std::fs::read_to_string(store.join(STORE_AGENT_FILE))
-        .is_ok_and(|text| is_gone(&text, pid_namespace, |pid| procs::start_ticks(pid)))
+        .is_ok_and(|text| is_gone(&text, pid_namespace, procs::start_ticks))
 }
 
 /// Whether the agent an `agent` file names is gone. One in another pid namespace (or a
