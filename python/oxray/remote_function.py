@@ -77,6 +77,9 @@ class RemoteFunction:
         self._options = options
         self._pickled = None
         self._signature = signature_of(function)
+        # (the job's runtime_env it was made for, the worker's variables): the same for
+        # every call until the job's runtime_env changes (init).
+        self._env = None
         self.__name__ = getattr(function, "__name__", "remote_function")
         self.__doc__ = function.__doc__
 
@@ -103,13 +106,16 @@ class RemoteFunction:
         payload, dependencies, contained = serialization.dumps_args(args, kwargs,
                                                                     scheduling_strategies.placement(chosen))
         resources = resource_request(self._options, default_cpus=1)
+        job_env = worker.runtime_env()
+        if self._env is None or self._env[0] is not job_env:
+            self._env = (job_env, env_vars(self._options, resources["CPU"]))
         retries = int(self._options.get("max_retries", 3))
         if retries < 0:  # Ray's -1: retry without limit
             retries = 2**32 - 1
         retry_exceptions = bool(self._options.get("retry_exceptions", False))
         num_returns = 1 if generator else self._options.get("num_returns", 1)
         ids = client.submit_task(self.__name__, self._pickled, payload, dependencies, contained, resources, retries,
-                                 retry_exceptions, num_returns, env_vars(self._options, resources["CPU"]), strategy,
+                                 retry_exceptions, num_returns, self._env[1], strategy,
                                  generator == generators.STREAMING)
         refs = [worker.new_ref(i) for i in ids]
         if generator == generators.STREAMING:

@@ -247,12 +247,7 @@ impl Submitter {
     pub async fn actor_address(&self, actor_id: &str, hint: &str, owner: Option<&str>) -> Result<String, String> {
         let _ = self.actors.address_now(actor_id, hint, owner);
         if let Some(owner) = self.actors.claim_lookup(actor_id) {
-            let request = v1::ActorFailedRequest { actor_id: actor_id.to_string(), address: String::new() };
-            let reply = match self.links.client(&owner) {
-                Ok(mut c) => c.actor_failed(request).await.map(|r| r.into_inner()).map_err(|s| s.message().to_string()),
-                Err(e) => Err(e),
-            };
-            match reply {
+            match self.ask_owner(&owner, actor_id, "").await {
                 Ok(r) if !r.address.is_empty() => self.actors.set_address(actor_id, &r.address),
                 Ok(r) => drop(self.actors.set_dead(actor_id, r.dead_reason)),
                 Err(e) => {
@@ -295,23 +290,24 @@ impl Submitter {
         match owner {
             None => self.restart_owned(actor_id, address).await,
             Some(None) => Err(died()),
-            Some(Some(owner)) => {
-                let request = v1::ActorFailedRequest { actor_id: actor_id.to_string(), address: address.to_string() };
-                let reply = match self.links.client(&owner) {
-                    Ok(mut c) => c.actor_failed(request).await.map(|r| r.into_inner()),
-                    Err(e) => return Err(format!("{}: {e}", died())),
-                };
-                match reply {
-                    Ok(r) if !r.address.is_empty() => {
-                        self.actors.set_address(actor_id, &r.address);
-                        Ok(r.address)
-                    }
-                    Ok(r) => Err(r.dead_reason),
-                    // The owner is gone, and with it the actor (unless detached: not restarted).
-                    Err(s) => Err(format!("{} and its owner is unreachable: {}", died(), s.message())),
+            Some(Some(owner)) => match self.ask_owner(&owner, actor_id, address).await {
+                Ok(r) if !r.address.is_empty() => {
+                    self.actors.set_address(actor_id, &r.address);
+                    Ok(r.address)
                 }
-            }
+                Ok(r) => Err(r.dead_reason),
+                // The owner is gone, and with it the actor (unless detached: not restarted).
+                Err(e) => Err(format!("{} and its owner is unreachable: {e}", died())),
+            },
         }
+    }
+
+    /// Asks an actor's owner where it runs now that `address` (empty: nowhere known yet)
+    /// did not answer: once it is restarted or placed, or why it is dead.
+    async fn ask_owner(&self, owner: &str, actor_id: &str, address: &str) -> Result<v1::ActorFailedReply, String> {
+        let request = v1::ActorFailedRequest { actor_id: actor_id.to_string(), address: address.to_string() };
+        let mut client = self.links.client(owner)?;
+        client.actor_failed(request).await.map(|r| r.into_inner()).map_err(|s| s.message().to_string())
     }
 
     async fn restart_owned(self: &Arc<Self>, actor_id: &str, failed: &str) -> Result<String, String> {

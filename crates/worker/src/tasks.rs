@@ -617,8 +617,7 @@ impl Submitter {
             if let Some(id) = yielded.take(index) {
                 return Ok(Some(id));
             }
-            let ended = self.objects.wait(&ids, 1, Some(tokio::time::Instant::now())).await?[0];
-            if ended {
+            if self.objects.ready_now(ids.iter(), 1)?.is_some() {
                 // Items come before the task's reply: none is on its way.
                 return Ok(yielded.take(index));
             }
