@@ -150,7 +150,7 @@ def test_detached_actors_outlive_their_creator(private_cluster):  # noqa: F811
 def test_async_and_threaded_actors_run_calls_concurrently(private_cluster):  # noqa: F811
     import time
 
-    @oxray.remote
+    @oxray.remote(max_concurrency=4)
     class AsyncWorker:
         async def wait_then(self, value, seconds):
             import asyncio
@@ -170,6 +170,9 @@ def test_async_and_threaded_actors_run_calls_concurrently(private_cluster):  # n
         began = time.time()
         assert oxray.get([actor.wait_then.remote(i, 0.5) for i in range(4)]) == [0, 1, 2, 3]
         assert time.time() - began < 1.5, f"{cls.__name__} calls overlapped"
+        began = time.time()
+        assert oxray.get([actor.wait_then.remote(i, 0.4) for i in range(8)]) == list(range(8))
+        assert time.time() - began >= 0.8, f"{cls.__name__}: no more than max_concurrency calls at once"
         oxray.kill(actor)
 
 

@@ -963,9 +963,17 @@ impl TaskExecutor {
     }
 
     /// The next task, or None: `(task_id, name, function, args, [(object_id, data)], actor_creation,
-    /// actor_method, num_returns)`.
-    fn next_task<'py>(&self, py: Python<'py>) -> Option<TaskTuple<'py>> {
-        let task = py.detach(|| self.runtime.block_on(self.executor.next()))?;
+    /// actor_method, num_returns)`. `concurrent`: taken by one of a threaded actor's threads,
+    /// so not the one task that `cancel` interrupts.
+    #[pyo3(signature = (concurrent=false))]
+    fn next_task<'py>(&self, py: Python<'py>, concurrent: bool) -> Option<TaskTuple<'py>> {
+        let task = py.detach(|| {
+            if concurrent {
+                self.runtime.block_on(self.executor.next_concurrent())
+            } else {
+                self.runtime.block_on(self.executor.next())
+            }
+        })?;
         Some(task_tuple(py, task))
     }
 

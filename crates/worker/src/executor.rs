@@ -245,6 +245,12 @@ impl Executor {
         task
     }
 
+    /// The next call of a threaded actor, taken by one of its threads: calls taken so run
+    /// concurrently, so none counts as the running one that `cancel` interrupts.
+    pub async fn next_concurrent(&self) -> Option<Incoming> {
+        self.queue.lock().await.recv().await
+    }
+
     /// A task if one is waiting, without waiting for one (`Disconnected` once no more can
     /// come). Calls taken so run concurrently (an async actor's), so none counts as the
     /// running one that `cancel` interrupts.

@@ -92,20 +92,20 @@ def main() -> None:
         if task is None:
             return
         current_context["task_id"], current_context["task_name"] = task[0], task[1]
-        runner = state.get("runner")
-        if runner is not None and runner.concurrent and task[6]:
-            _submit_concurrent(executor, runner, task, out, err)
-            continue
         _run_one(executor, task, state, out, err)
         runner = state.get("runner")
         if runner is not None and runner.is_async:
             return _serve_async(executor, runner, state, out, err)
+        if runner is not None and runner.threads:
+            return _serve_threaded(executor, runner, state, out, err)
 
 
 def _run_one(executor, task, state, out, err):
     """Runs a task in this thread and hands back its reply."""
     task_id, name, num_returns = task[0], task[1], task[7]
     try:
+        if task[9] and state.get("runner") is not None and state["runner"].threads:
+            raise TypeError(f"{task[6]}: num_returns='streaming' is not supported on threaded actors yet")
         result = _run(task, state)
         if task[9]:  # streaming: each value goes as it comes, the reply says it ended
             generators.stream(executor, task_id, result)
@@ -119,6 +119,26 @@ def _run_one(executor, task, state, out, err):
     err.flush()
     output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
     executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3])
+
+
+def _serve_threaded(executor, runner, state, out, err):
+    """A threaded actor: each of its `max_concurrency` threads takes the next call itself
+    and runs it, so a call reaches the thread that runs it with no handoff in between."""
+
+    def take_calls():
+        while (task := executor.next_task(True)) is not None:
+            current_context["task_id"], current_context["task_name"] = task[0], task[1]
+            _run_one(executor, task, state, out, err)
+
+    threads = [threading.Thread(target=take_calls, name=f"actor-{i}", daemon=True) for i in range(runner.threads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            try:
+                thread.join()
+            except KeyboardInterrupt:  # a cancel meant for a call: calls here run to their end
+                continue
 
 
 def _serve_async(executor, runner, state, out, err):
@@ -184,10 +204,10 @@ def _encode(name, result, num_returns, result_store="", task_id=""):
 
 
 def _submit_concurrent(executor, runner, task, out, err):
-    """Starts a call of a threaded or async actor and goes back for the next one."""
+    """Starts a call of an async actor and goes back for the next one."""
     task_id, name, _function, args, dependencies, _creation, method, num_returns, result_store = task[:9]
     if task[9]:
-        error = TypeError(f"{method}: num_returns='streaming' is not supported on threaded or async actors yet")
+        error = TypeError(f"{method}: num_returns='streaming' is not supported on async actors yet")
         reply = (serialization.dumps_error(name, error), True, [], [])
         return executor.finish(task_id, reply[0], reply[1], reply[2], "", reply[3])
     try:
