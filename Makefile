@@ -30,9 +30,9 @@ setup:
 
 # The venv is rebuilt when its inputs change. The oxray package is installed editable and its
 # native module (maturin, dev profile: it shares the workspace's build) rebuilt on every run.
-$(VENV)/.ready: python/requirements-compat.txt python/pyproject.toml
+$(VENV)/.ready: python/requirements-compat.txt python/requirements-train.txt python/pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r python/requirements-compat.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r python/requirements-compat.txt -r python/requirements-train.txt
 	touch $@
 
 venv: setup $(VENV)/.ready

@@ -1,0 +1,222 @@
+"""oxray.train end to end: TorchTrainer with gloo on a head and two agents, real torch, real
+processes; workers and agents SIGKILLed mid-run."""
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import oxray  # noqa: E402
+from oxray import train  # noqa: E402
+from oxray.train import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,  # noqa: E402
+                         TrainingFailedError)
+from oxray.train.torch import TorchTrainer, prepare_data_loader, prepare_model  # noqa: E402
+
+from conftest import Cluster  # noqa: E402
+from test_node_loss import _agent_pid  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def two_agents(tmp_path_factory):
+    """A head with 1 CPU and two agents with 2 CPUs each."""
+    cluster = Cluster(tmp_path_factory.mktemp("train"))
+    cluster.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1",
+                  "--node-ip-address", "127.0.0.1", "--node-death-timeout-s", "2")
+    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
+    for name in ("node-b", "node-c"):
+        cluster.oxray("start", "--address", address, "--num-cpus", "2", "--node-ip-address", "127.0.0.1",
+                      "--node-name", name)
+    cluster.address = address
+    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME")
+    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
+    os.environ["OXRAY_HOME"] = cluster.env["OXRAY_HOME"]
+    # The workers import the training functions of this module by name, as a job's would.
+    oxray.init(runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})
+    yield cluster
+    oxray.shutdown()
+    os.environ.pop("OXRAY_HOME", None)
+    os.environ.update(saved)
+    cluster.stop()
+
+
+def regression(config):
+    """DDP on y = 3x + 1; rank 0 checkpoints each epoch; resumes from get_checkpoint(). Each
+    attempt's first epoch, ranks and torchrun variables go to `config["log"]`."""
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ctx = train.get_context()
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(256, 1, generator=generator)
+    loader = prepare_data_loader(DataLoader(TensorDataset(x, 3 * x + 1), batch_size=32, shuffle=True))
+    model = torch.nn.Linear(1, 1)
+    start = 0
+    checkpoint = train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, "model.pt"))
+        model.load_state_dict(state["model"])
+        start = state["epoch"] + 1
+    model = prepare_model(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
+    with open(config["log"], "a") as log:
+        log.write(json.dumps({
+            "start": start, "rank": ctx.get_world_rank(), "world": ctx.get_world_size(), "pid": os.getpid(),
+            "env": {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                                  "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")},
+            "backend": dist.get_backend() if dist.is_initialized() else None,
+            "ddp": isinstance(model, torch.nn.parallel.DistributedDataParallel),
+        }) + "\n")
+    for epoch in range(start, config["epochs"]):
+        loader.sampler.set_epoch(epoch)
+        total = 0.0
+        for xb, yb in loader:
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        hook = config.get("hook")
+        if hook:
+            hook(epoch, ctx.get_world_rank())
+        time.sleep(config.get("epoch_s", 0))
+        metrics = {"epoch": epoch, "loss": total / len(loader)}
+        if ctx.get_world_rank() == 0:
+            d = os.path.join(config["scratch"], f"epoch-{epoch}-{os.getpid()}")
+            os.makedirs(d, exist_ok=True)
+            inner = model.module if hasattr(model, "module") else model
+            torch.save({"model": inner.state_dict(), "epoch": epoch}, os.path.join(d, "model.pt"))
+            train.report(metrics, checkpoint=Checkpoint.from_directory(d))
+        else:
+            train.report(metrics)
+    return {"final_epoch": config["epochs"] - 1}
+
+
+def _log(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def _config(tmp_path, **extra):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    return {"epochs": 4, "log": str(tmp_path / "log.jsonl"), "scratch": str(scratch), **extra}
+
+
+def test_loss_goes_down_and_the_best_checkpoints_stay(two_agents, tmp_path):
+    config = _config(tmp_path)
+    trainer = TorchTrainer(regression, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                           run_config=RunConfig(name="fit", storage_path=str(tmp_path / "results"),
+                                                checkpoint_config=CheckpointConfig(
+                                                    num_to_keep=2, checkpoint_score_attribute="loss",
+                                                    checkpoint_score_order="min")))
+    result = trainer.fit()
+    losses = [m["loss"] for m in result.metrics_dataframe.to_dict("records")] if _has_pandas() else None
+    assert result.metrics["epoch"] == 3 and result.return_value == {"final_epoch": 3}
+    if losses:
+        assert losses[-1] < losses[0] / 5
+    assert result.metrics["loss"] < 0.2
+    kept = sorted(p.name for p in Path(result.path).iterdir() if p.name.startswith("checkpoint_2"))
+    assert sorted(Path(c.path).name for c, _ in result.best_checkpoints) == kept
+    best_losses = [m["loss"] for _, m in result.best_checkpoints]
+    assert best_losses == sorted(best_losses, reverse=True), "worst first"
+    assert best_losses == sorted(m["loss"] for m in result._reports)[:2][::-1], "the two lowest losses stay"
+    assert result.checkpoint.path == result.best_checkpoints[-1][0].path  # the latest is also the best here
+    starts = _log(config["log"])
+    assert sorted(s["rank"] for s in starts) == [0, 1] and all(s["world"] == 2 for s in starts)
+    assert all(s["backend"] == "gloo" and s["ddp"] for s in starts)
+    envs = {s["rank"]: s["env"] for s in starts}
+    assert envs[0]["RANK"] == "0" and envs[1]["RANK"] == "1" and envs[1]["WORLD_SIZE"] == "2"
+    assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"] and envs[0]["MASTER_ADDR"] == "127.0.0.1"
+    again = train.Result.from_path(result.path)
+    assert again.checkpoint == result.checkpoint and again.metrics == result.metrics
+
+
+def _has_pandas():
+    try:
+        import pandas  # noqa: F401
+
+        return True
+    except ImportError:
+        return False
+
+
+def kill_rank1_once(epoch, rank):
+    marker = os.environ.get("TRAIN_TEST_MARKER")
+    if epoch == 2 and rank == 1 and marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_worker_restarts_the_group_from_the_newest_checkpoint(two_agents, tmp_path):
+    config = _config(tmp_path, hook=kill_rank1_once)
+    os.environ["TRAIN_TEST_MARKER"] = str(tmp_path / "killed")
+    run = RunConfig(name="killed", storage_path=str(tmp_path / "results"),
+                    failure_config=FailureConfig(max_failures=1),
+                    worker_runtime_env={"env_vars": {"TRAIN_TEST_MARKER": str(tmp_path / "killed")}})
+    result = TorchTrainer(regression, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                          run_config=run).fit()
+    assert result.metrics["epoch"] == 3
+    starts = _log(config["log"])
+    # Epochs 0 and 1 were committed before rank 1 died in epoch 2: the new group starts at 2.
+    assert [s["start"] for s in starts] == [0, 0, 2, 2]
+    assert starts[0]["env"]["MASTER_PORT"] != starts[2]["env"]["MASTER_PORT"]
+    assert [m["epoch"] for m in result._reports] == [0, 1, 2, 3]
+
+
+def raise_in_epoch_1(epoch, rank):
+    if epoch == 1 and rank == 1:
+        raise KeyError("bad batch")
+
+
+def test_an_error_in_the_function_reaches_fit_with_its_traceback(two_agents, tmp_path):
+    config = _config(tmp_path, hook=raise_in_epoch_1)
+    trainer = TorchTrainer(regression, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                           run_config=RunConfig(name="raises", storage_path=str(tmp_path / "results")))
+    with pytest.raises(TrainingFailedError, match="(?s)worker 1: KeyError.*bad batch.*raise_in_epoch_1") as info:
+        trainer.fit()
+    assert isinstance(info.value.worker_failures[1], KeyError)
+
+
+def test_a_rerun_of_the_same_run_resumes(two_agents, tmp_path):
+    run = RunConfig(name="resumed", storage_path=str(tmp_path / "results"))
+    config = _config(tmp_path, epochs=2)
+    TorchTrainer(regression, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                 run_config=run).fit()
+    config["epochs"] = 3
+    result = TorchTrainer(regression, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                          run_config=RunConfig(name="resumed", storage_path=str(tmp_path / "results"))).fit()
+    assert [s["start"] for s in _log(config["log"])] == [0, 0, 2, 2]
+    assert result.metrics["epoch"] == 2
+
+
+def test_bad_input_gets_clear_errors(two_agents, tmp_path):
+    import threading
+
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        TorchTrainer(lambda: lock.acquire())
+    with pytest.raises(ValueError, match="at most one argument"):
+        TorchTrainer(lambda a, b: None)
+    began = time.monotonic()
+    with pytest.raises(train.InsufficientClusterResourcesError, match="can never fit.*CPU: needs 8"):
+        TorchTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=8),
+                     run_config=RunConfig(storage_path=str(tmp_path))).fit()
+    assert time.monotonic() - began < 10
+    with pytest.raises(RuntimeError, match="not inside a training function"):
+        train.report({"loss": 1})
+
+
+def test_local_mode_runs_in_the_driver(two_agents, tmp_path):
+    def fn(config):
+        assert train.get_context().get_world_size() == 1
+        train.report({"pid": os.getpid(), "x": config["x"]})
+        return "ok"
+
+    result = TorchTrainer(fn, train_loop_config={"x": 5}, scaling_config=ScalingConfig(num_workers=0),
+                          run_config=RunConfig(storage_path=str(tmp_path))).fit()
+    assert result.metrics == {"pid": os.getpid(), "x": 5} and result.return_value == "ok"

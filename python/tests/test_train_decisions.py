@@ -1,0 +1,150 @@
+"""The pure decisions of oxray.train: configs, ranks, retention, snapshot, storage."""
+
+import json
+import math
+import os
+
+import pytest
+
+from oxray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from oxray.train._checkpoints import CheckpointManager, flatten
+from oxray.train._ranks import assign_ranks, never_fits, shared_visible_devices, workers_that_fit
+from oxray.train._result import Result
+from oxray.train._storage import Storage
+from oxray.train._trainer import _arguments
+
+
+def test_scaling_config_defaults_and_errors():
+    assert ScalingConfig().worker_resources() == {"CPU": 1.0}
+    assert ScalingConfig(use_gpu=True).worker_resources() == {"GPU": 1.0}
+    assert ScalingConfig(use_gpu=True, resources_per_worker={"CPU": 2}).worker_resources() == {"CPU": 2.0, "GPU": 1.0}
+    assert ScalingConfig(resources_per_worker={"CPU": 1, "memory": 0}).worker_resources() == {"CPU": 1.0}
+    assert ScalingConfig(num_workers=3).total_resources() == {"CPU": 3.0}
+    elastic = ScalingConfig(num_workers=(1, 4))
+    assert elastic.elastic and (elastic.min_workers, elastic.max_workers) == (1, 4)
+    assert ScalingConfig(num_workers=0).local_mode
+    with pytest.raises(ValueError, match="use_gpu=True"):
+        ScalingConfig(resources_per_worker={"GPU": 1})
+    with pytest.raises(ValueError, match="GPU=0"):
+        ScalingConfig(use_gpu=True, resources_per_worker={"GPU": 0})
+    for bad in (-1, (3, 2), (0, 2), "2", True):
+        with pytest.raises(ValueError):
+            ScalingConfig(num_workers=bad)
+    with pytest.raises(ValueError, match="placement_strategy"):
+        ScalingConfig(placement_strategy="NEAR")
+    with pytest.raises(DeprecationWarning):
+        ScalingConfig(trainer_resources={"CPU": 1})
+
+
+def test_run_failure_checkpoint_configs():
+    run = RunConfig(storage_path="/tmp/x")
+    assert run.name.startswith("oxray_train_run-") and run.failure_config.max_failures == 0
+    assert RunConfig().storage_path.endswith("oxray_results")
+    with pytest.raises(ValueError):
+        RunConfig(name="a/b")
+    with pytest.raises(ValueError):
+        FailureConfig(max_failures=-2)
+    with pytest.raises(ValueError):
+        CheckpointConfig(num_to_keep=0)
+    with pytest.raises(ValueError):
+        CheckpointConfig(checkpoint_score_order="up")
+    with pytest.raises(DeprecationWarning):
+        CheckpointConfig(checkpoint_frequency=1)
+    with pytest.raises(DeprecationWarning):
+        RunConfig(stop={"loss": 0})
+
+
+def test_training_function_arguments():
+    assert _arguments(lambda: 0, None) == ()
+    assert _arguments(lambda: 0, {"a": 1}) == ()
+    assert _arguments(lambda config: 0, None) == ({},)
+    assert _arguments(lambda config: 0, {"a": 1}) == ({"a": 1},)
+    assert _arguments(lambda config=None: 0, {"a": 1}) == ({"a": 1},)
+    with pytest.raises(ValueError, match="at most one argument"):
+        _arguments(lambda a, b: 0, None)
+
+
+def test_ranks_group_by_node_and_sort_by_gpu():
+    workers = [
+        {"node_id": "B", "node_ip": "10.0.0.2", "gpu_ids": ["3"]},
+        {"node_id": "A", "node_ip": "10.0.0.1", "gpu_ids": ["1"]},
+        {"node_id": "B", "node_ip": "10.0.0.2", "gpu_ids": ["0"]},
+        {"node_id": "A", "node_ip": "10.0.0.1", "gpu_ids": ["0"]},
+    ]
+    ranks = assign_ranks(workers)
+    # Node B appears first; within it GPU 0 comes before GPU 3.
+    assert [r["world_rank"] for r in ranks] == [1, 3, 0, 2]
+    assert [r["local_rank"] for r in ranks] == [1, 1, 0, 0]
+    assert [r["node_rank"] for r in ranks] == [0, 1, 0, 1]
+    assert all(r["local_world_size"] == 2 for r in ranks)
+    assert shared_visible_devices(workers) == ["0,3", "0,1", "0,3", "0,1"]
+    cpu = assign_ranks([{"node_id": "A", "node_ip": "x", "gpu_ids": []}] * 2)
+    assert [(r["world_rank"], r["local_rank"]) for r in cpu] == [(0, 0), (1, 1)]
+
+
+def test_how_many_workers_fit():
+    per = {"CPU": 1.0}
+    assert workers_that_fit(per, [{"CPU": 2.0}, {"CPU": 1.5}, {}], cap=10) == 3
+    assert workers_that_fit(per, [{"CPU": 2.0}, {"CPU": 2.0}], cap=3) == 3
+    assert workers_that_fit({"CPU": 1.0, "GPU": 1.0}, [{"CPU": 4.0, "GPU": 1.0}], cap=4) == 1
+    assert never_fits({"CPU": 4.0}, {"CPU": 3.0}) == ["CPU: needs 4, the cluster has 3"]
+    assert never_fits({"CPU": 2.0}, {"CPU": 3.0}) == []
+
+
+def test_retention_keeps_best_and_latest():
+    manager = CheckpointManager(CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="loss",
+                                                 checkpoint_score_order="min"))
+    dropped = []
+    for i, loss in enumerate([0.9, 0.5, 0.7, 0.8]):
+        dropped += manager.register(f"c{i}", {"loss": loss})
+        manager.advance()
+    # Best two by loss are c1 (0.5) and c2 (0.7); c3 is the latest, so it stays too.
+    assert sorted(c["dir_name"] for c in manager.checkpoints) == ["c1", "c2", "c3"]
+    assert dropped == ["c0"]
+    assert manager.latest["dir_name"] == "c3"
+    again = CheckpointManager.restore(manager.config, manager.snapshot())
+    assert again.latest["dir_name"] == "c3" and again.report_index == 4
+    assert [c["dir_name"] for c in again.checkpoints] == [c["dir_name"] for c in manager.checkpoints]
+
+
+def test_retention_without_score_keeps_newest_and_nan_ranks_last():
+    manager = CheckpointManager(CheckpointConfig(num_to_keep=1))
+    assert manager.register("a", {}) == []
+    manager.advance()
+    assert manager.register("b", {}) == ["a"]
+    scored = CheckpointManager(CheckpointConfig(num_to_keep=1, checkpoint_score_attribute="m/acc"))
+    scored.register("x", {"m": {"acc": 0.5}})
+    scored.advance()
+    assert scored.register("y", {"m": {"acc": math.nan}}) == []  # the latest stays
+    scored.advance()
+    assert scored.register("z", {"m": {"acc": 0.1}}) == ["y"]
+    with pytest.raises(ValueError, match="not a number"):
+        scored.register("w", {"other": 1})
+    assert flatten({"a": {"b": 1}, "c": 2}) == {"a/b": 1, "c": 2}
+
+
+def test_storage_and_result_from_path(tmp_path):
+    storage = Storage(str(tmp_path), "run")
+    storage.create()
+    storage.check_reachable()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.txt").write_text("weights")
+    storage.upload(str(src), "checkpoint_1")
+    manager = CheckpointManager(CheckpointConfig())
+    manager.register("checkpoint_1", {"loss": 1.0})
+    manager.advance()
+    storage.write_text("checkpoint_manager_snapshot.json", manager.snapshot())
+    storage.append_line("result.json", json.dumps({"loss": 1.0}))
+    storage.append_line("result.json", json.dumps({"loss": 0.5}))
+    result = Result.from_path(str(tmp_path / "run"))
+    assert result.metrics == {"loss": 0.5}
+    assert result.checkpoint.path == str(tmp_path / "run" / "checkpoint_1")
+    with result.checkpoint.as_directory() as d:
+        assert open(os.path.join(d, "model.txt")).read() == "weights"
+    assert result.get_best_checkpoint("loss", "min") == result.checkpoint
+    with pytest.raises(FileNotFoundError):
+        Result.from_path(str(tmp_path / "nothing"))
+    elsewhere = Storage(str(tmp_path / "other"), "run")
+    with pytest.raises(RuntimeError, match="all share"):
+        elsewhere.check_reachable()
