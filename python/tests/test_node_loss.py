@@ -19,7 +19,10 @@ def _agent_pid(cluster, node_name):
     """The pid of the agent that runs `node_name`, from its process record."""
     for record in Path(cluster.env["OXRAY_HOME"], "procs").glob("*.json"):
         info = json.loads(record.read_text())
-        argv = Path(f"/proc/{info['pid']}/cmdline").read_bytes().split(b"\0")
+        try:
+            argv = Path(f"/proc/{info['pid']}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:  # an agent killed before
+            continue
         if info.get("role") == "agent" and node_name.encode() in argv:
             return info["pid"]
     raise AssertionError(f"no agent record for {node_name}")

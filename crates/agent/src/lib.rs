@@ -109,6 +109,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
     };
     let cache = Arc::new(jobs::EnvCache::new(config.session_dir.join("runtime_resources"), client.clone()));
     let gpus = config.resources.get(oxray_types::resource_names::GPU) as u32;
+    let gpus: jobs::SharedGpus = Arc::new(Mutex::new(jobs::GpuPool::new(gpus)));
     let pool = Arc::new(workers::WorkerPool::new(
         config.resources.clone(),
         workers::WorkerEnv {
@@ -120,6 +121,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
             agent_address: Arc::new(Mutex::new(format!("127.0.0.1:{port}"))),
         },
         cache.clone(),
+        gpus.clone(),
     ));
     workers::reap_periodically(&pool);
     let runner = Arc::new(jobs::Runner::new(

@@ -53,6 +53,8 @@ struct Lease {
     actor_id: String,
     /// The worker waits in `get`/`wait`: its CPUs are back in the pool meanwhile.
     blocked: bool,
+    /// The node's GPUs it holds.
+    gpu_ids: Vec<u32>,
 }
 
 impl Lease {
@@ -97,6 +99,7 @@ pub struct WorkerPool {
     env: WorkerEnv,
     /// Prepares runtime_envs (packages, virtualenvs), cached on this node.
     envs: Arc<crate::jobs::EnvCache>,
+    gpus: crate::jobs::SharedGpus,
 }
 
 fn fits(request: &ResourceSet, free: impl Fn(&str) -> f64) -> bool {
@@ -122,8 +125,13 @@ fn random_id() -> String {
 }
 
 impl WorkerPool {
-    pub fn new(total: ResourceSet, env: WorkerEnv, envs: Arc<crate::jobs::EnvCache>) -> Self {
-        Self { total, state: Mutex::new(State::default()), freed: Notify::new(), env, envs }
+    pub fn new(
+        total: ResourceSet,
+        env: WorkerEnv,
+        envs: Arc<crate::jobs::EnvCache>,
+        gpus: crate::jobs::SharedGpus,
+    ) -> Self {
+        Self { total, state: Mutex::new(State::default()), freed: Notify::new(), env, envs, gpus }
     }
 
     /// The runtime_env of a kind of worker, ready on this node.
@@ -188,10 +196,12 @@ impl WorkerPool {
             }
         };
         let lease_id = random_id();
+        let gpu_ids = self.gpus.lock().expect("gpu lock").take_amount(resources.get("GPU")).unwrap_or_default();
         let reply = v1::LeaseReply {
             lease_id: lease_id.clone(),
             worker_address: worker.address.clone(),
             worker_id: worker.id.clone(),
+            gpu_ids: gpu_ids.clone(),
         };
         let (notify, actor_id) = match notify {
             Some((owner, actor)) => (Some(owner), actor),
@@ -199,7 +209,7 @@ impl WorkerPool {
         };
         self.lock()
             .leases
-            .insert(lease_id, Lease { worker, resources, bundle, owner, notify, actor_id, blocked: false });
+            .insert(lease_id, Lease { worker, resources, bundle, owner, notify, actor_id, blocked: false, gpu_ids });
         Ok(reply)
     }
 
@@ -398,6 +408,7 @@ impl WorkerPool {
     fn give_back(&self, lease_id: &str, disconnect: bool) {
         let Some(mut lease) = self.lock().leases.remove(lease_id) else { return };
         let holding = lease.holding();
+        self.gpus.lock().expect("gpu lock").give_back_amount(lease.resources.get("GPU"), &lease.gpu_ids);
         let alive = matches!(lease.worker.child.try_wait(), Ok(None));
         if alive && !disconnect {
             self.lock().idle.push(lease.worker);

@@ -29,7 +29,8 @@ fn to_py(e: WorkerError) -> PyErr {
 struct Client {
     runtime: tokio::runtime::Runtime,
     cluster: Cluster,
-    local: Option<LocalCluster>,
+    /// Taken by `shutdown`, which other threads may be inside calls while it runs.
+    local: Mutex<Option<LocalCluster>>,
     token: oxray_worker::Token,
     /// The interpreter workers run: this driver's.
     python: String,
@@ -118,7 +119,7 @@ fn connect(
         Ok(Client {
             runtime,
             cluster,
-            local,
+            local: Mutex::new(local),
             token,
             python,
             node_hint,
@@ -178,6 +179,7 @@ fn actor_call(
         max_task_retries,
         place: None,
         dead: None,
+        gpu_ids: Vec::new(),
     }
 }
 
@@ -220,7 +222,7 @@ impl Client {
     /// The oxray home of the private cluster this client started, if it started one.
     #[getter]
     fn local_home(&self) -> Option<String> {
-        self.local.as_ref().map(|l| l.home().display().to_string())
+        self.local.lock().expect("local lock").as_ref().map(|l| l.home().display().to_string())
     }
 
     /// Every node as JSON (Python shapes it into Ray's `nodes()` dictionaries).
@@ -782,7 +784,7 @@ impl Client {
     }
 
     /// Stops the private cluster, if this client started one.
-    fn shutdown(&mut self, py: Python<'_>) {
+    fn shutdown(&self, py: Python<'_>) {
         // Removals of groups still on their way reach the head before this process ends.
         let groups = self.cluster.groups().clone();
         let settled = async move { tokio::time::timeout(GROUP_CHANGES_AT_EXIT, groups.all_settled()).await };
@@ -790,7 +792,8 @@ impl Client {
         if let Some(Some(store)) = self.store.lock().expect("store lock").as_ref() {
             store.release_kept();
         }
-        if let Some(mut local) = self.local.take() {
+        let local = self.local.lock().expect("local lock").take();
+        if let Some(mut local) = local {
             // This thread's own head connection answers the stopping head's goodbye meanwhile,
             // so the head need not wait for it to close.
             let stopped = async move { tokio::task::spawn_blocking(move || local.stop()).await };
@@ -911,7 +914,7 @@ struct TaskExecutor {
 }
 
 /// `(task_id, name, function, args, [(object_id, data)], actor_creation, actor_method,
-/// num_returns, result_store, streaming)`.
+/// num_returns, result_store, streaming, gpu_ids)`; `gpu_ids` is "0,1" for the lease's GPUs.
 type TaskTuple<'py> = (
     String,
     String,
@@ -923,6 +926,7 @@ type TaskTuple<'py> = (
     u32,
     String,
     bool,
+    String,
 );
 
 fn task_tuple(py: Python<'_>, task: oxray_worker::Incoming) -> TaskTuple<'_> {
@@ -940,6 +944,7 @@ fn task_tuple(py: Python<'_>, task: oxray_worker::Incoming) -> TaskTuple<'_> {
         t.num_returns,
         t.result_store,
         t.streaming,
+        t.gpu_ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
     )
 }
 

@@ -219,7 +219,8 @@ impl Submitter {
         let placed = placed.and_then(|lease| {
             let address = lease.reply.worker_address.clone();
             // The creation call takes its place before any call can.
-            let place = self.pushes.place(&address);
+            let gpu_ids = lease.reply.gpu_ids.clone();
+            let place = self.pushes.place(&address).map(|place| (place, gpu_ids));
             match self.actors.placed(&actor_id, lease) {
                 Ok(()) => Ok((address, place)),
                 Err((lease, reason)) => {
@@ -230,9 +231,10 @@ impl Submitter {
             }
         });
         match placed {
-            Ok((address, Ok(place))) => {
+            Ok((address, Ok((place, gpu_ids)))) => {
                 call.address = address;
                 call.place = Some(place);
+                call.gpu_ids = gpu_ids;
             }
             Ok((_, Err(reason))) | Err(reason) => {
                 self.actors.set_dead(&actor_id, reason.clone());
@@ -372,6 +374,7 @@ impl Submitter {
             let address = lease.reply.worker_address.clone();
             let mut push = creation.clone();
             push.task_id = crate::objects::new_id();
+            push.gpu_ids = lease.reply.gpu_ids.clone();
             let created = match self.pushes.place(&address) {
                 Ok(place) => self.pushes.push(&address, Some(place), push).await,
                 Err(e) => Err(e),

@@ -26,6 +26,8 @@ pub struct Incoming {
     pub result_store: String,
     /// The function yields values, each sent to the caller as it comes (`item`).
     pub streaming: bool,
+    /// The GPUs of the task's lease (an actor's: on its creation call).
+    pub gpu_ids: Vec<u32>,
 }
 
 /// How long a new connection may take to say what it is.
@@ -102,6 +104,7 @@ impl Service {
             num_returns: r.num_returns,
             result_store: r.result_store,
             streaming: r.streaming,
+            gpu_ids: r.gpu_ids,
         };
         let deliver = if r.caller_id.is_empty() {
             vec![incoming]
@@ -311,6 +314,7 @@ mod tests {
             num_returns: 1,
             result_store: String::new(),
             streaming: false,
+            gpu_ids: vec![],
         }
     }
 

@@ -110,6 +110,8 @@ pub struct ActorCall {
     /// why the actor cannot take it.
     pub place: Option<crate::push::Place>,
     pub dead: Option<String>,
+    /// The creation call: the GPUs of the actor's lease.
+    pub gpu_ids: Vec<u32>,
 }
 
 pub struct Submitter {
@@ -534,7 +536,9 @@ impl Submitter {
             ran = true;
             let task_id = queued.push.task_id.clone();
             self.running.lock().expect("running lock").insert(task_id.clone(), lease.reply.worker_address.clone());
-            let reply = (self.pushes.push(&lease.reply.worker_address, None, queued.push).await)
+            let mut push = queued.push;
+            push.gpu_ids = lease.reply.gpu_ids.clone();
+            let reply = (self.pushes.push(&lease.reply.worker_address, None, push).await)
                 .map_err(|cause| format!("the worker died or broke off: {cause}"));
             self.running.lock().expect("running lock").remove(&task_id);
             let broken = reply.is_err();

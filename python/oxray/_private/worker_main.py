@@ -45,9 +45,25 @@ def _prefixed(text, name):
     return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
 
 
+_VISIBLE_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def _use_gpus(ids: str) -> None:
+    """A task or actor sees the GPUs of its lease, as in Ray; a task that holds none sees
+    what the worker saw when it started."""
+    if ids:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids
+    elif _VISIBLE_AT_START is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = _VISIBLE_AT_START
+
+
 def _run(task, state):
     """Returns (result, is_error, returns)."""
     task_id, name, function, args, dependencies, actor_creation, actor_method, num_returns = task[:8]
+    if not actor_method:
+        _use_gpus(task[10])
     values = {object_id: serialization.loads(data) for object_id, data in dependencies}
     call_args, call_kwargs, placement = serialization.loads_args(args, values)
     if actor_creation:

@@ -37,11 +37,14 @@ class Group:
     def __init__(self, pg, sync, workers: List, infos: List[Dict]):
         self.pg, self.sync, self.workers, self.infos = pg, sync, workers, infos
 
-    def shutdown(self) -> None:
-        try:
-            oxray.wait([w.shutdown.remote() for w in self.workers], num_returns=len(self.workers), timeout=5)
-        except Exception:  # workers already gone are what a shutdown is for
-            pass
+    def shutdown(self, graceful: bool) -> None:
+        """Ends the group: after a failure at once (a survivor may be stuck in a collective
+        with the dead), else after the workers closed their process groups (5 s at most)."""
+        if graceful:
+            try:
+                oxray.wait([w.shutdown.remote() for w in self.workers], num_returns=len(self.workers), timeout=5)
+            except Exception:  # workers already gone are what a shutdown is for
+                pass
         for actor in self.workers + [self.sync]:
             try:
                 oxray.kill(actor)
@@ -90,11 +93,12 @@ class Controller:
             return self._finish(return_value)
         size = None
         while True:
-            group = None
+            group, graceful = None, False
             try:
                 size = self._decide_size(size)
                 group = self._start_group(size)
                 outcome = self._drive(group)
+                graceful = True
                 if outcome[0] == "done":
                     return self._finish(outcome[1])
                 _say(self.label, f"{outcome[1]} workers fit now (the group has {size}): restarting the group "
@@ -111,7 +115,7 @@ class Controller:
                 size = None
             finally:
                 if group is not None:
-                    group.shutdown()
+                    group.shutdown(graceful)
 
     def _finish(self, return_value) -> Result:
         result = load(self.storage, return_value)
@@ -166,7 +170,7 @@ class Controller:
         try:
             self._set_up(group)
         except BaseException:
-            group.shutdown()
+            group.shutdown(graceful=False)
             raise
         return group
 

@@ -2,7 +2,7 @@
 //! per job, stop by SIGTERM then SIGKILL, the outcome reported to the head.
 
 use super::env::{EnvCache, Prepared};
-use super::gpus::GpuPool;
+use super::gpus::SharedGpus;
 use super::reporter::Reporter;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -54,7 +54,7 @@ pub struct Runner {
     cache: Arc<EnvCache>,
     reporter: Reporter,
     context: JobContext,
-    gpus: Mutex<GpuPool>,
+    gpus: SharedGpus,
 }
 
 fn report(ctx: &JobContext, id: &str, phase: v1::JobPhase) -> v1::JobReport {
@@ -67,8 +67,8 @@ fn report(ctx: &JobContext, id: &str, phase: v1::JobPhase) -> v1::JobReport {
 }
 
 impl Runner {
-    pub fn new(logs: PathBuf, cache: Arc<EnvCache>, reporter: Reporter, context: JobContext, gpus: u32) -> Self {
-        Self { jobs: Mutex::new(HashMap::new()), logs, cache, reporter, context, gpus: Mutex::new(GpuPool::new(gpus)) }
+    pub fn new(logs: PathBuf, cache: Arc<EnvCache>, reporter: Reporter, context: JobContext, gpus: SharedGpus) -> Self {
+        Self { jobs: Mutex::new(HashMap::new()), logs, cache, reporter, context, gpus }
     }
 
     pub fn log_path(&self, id: &str) -> PathBuf {

@@ -205,5 +205,6 @@ impl Submitter {
 /// Marks a task's push as the actor call it is.
 pub(super) fn prepare(push: &mut v1::PushTaskRequest, call: &mut ActorCall) {
     push.actor_creation = call.creation;
+    push.gpu_ids = std::mem::take(&mut call.gpu_ids);
     push.actor_method = std::mem::take(&mut call.method);
 }
