@@ -5,17 +5,18 @@ APT_PACKAGES := protobuf-compiler python3-venv chromium
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup venv wheel build release test test-rust test-python test-ui lint fmt bench demo clean
+.PHONY: help setup venv wheel build release test test-rust test-python test-ui lint fmt bench bench-train demo clean
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
 	@echo "make build    debug build of the workspace"
 	@echo "make release  optimized oxray binary in target/release/oxray"
-	@echo "make venv     Python venv in $(VENV): the oxray package, pytest, Ray's client for the compatibility suite"
+	@echo "make venv     Python venv in $(VENV): the oxray package, pytest, Ray (client, Train), torch for the training tests"
 	@echo "make test     every test: Rust (unit, component, real processes), Python client, Ray-client compatibility"
 	@echo "make lint     rustfmt check and clippy with warnings as errors"
 	@echo "make wheel    the oxray Python wheel (abi3, binary included) in target/wheels"
 	@echo "make bench    benchmarks under bench/, side by side with Ray when installed"
+	@echo "make bench-train  DDP training: torchrun, oxray TorchTrainer and Ray TorchTrainer side by side"
 	@echo "make demo     start a local cluster, use it, stop it"
 
 setup:
@@ -87,6 +88,11 @@ bench: release setup $(VENV)/.ready
 	python3 bench/job_submit.py --venv $(VENV)
 	$(PY) bench/init.py
 	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/microbenchmark.py --ray
+
+# DDP training by torchrun, oxray's TorchTrainer and Ray's, side by side (a few minutes).
+bench-train: release setup $(VENV)/.ready
+	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
+	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/train.py
 
 demo: release venv
 	bash scripts/demo.sh target/release/oxray $(PY)

@@ -394,3 +394,4 @@ def test_what_concurrent_calls_print_reaches_the_caller(private_cluster, capfd):
     assert oxray.get(Threaded.remote().say.remote("hi")) == "hi"
     out = capfd.readouterr().out
     assert "async says hello" in out and "thread says hi" in out, out
+    assert "(Threaded pid=" in out and "(Speaker pid=" in out, "an actor's output carries its class name, as in Ray"

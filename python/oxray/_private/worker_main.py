@@ -41,6 +41,9 @@ class _Tee(io.TextIOBase):
 def _prefixed(text, name):
     if not text:
         return ""
+    # An actor's output is its own, whichever of its calls it came during (as Ray shows it).
+    actor = current_context.get("actor_class")
+    name = actor or name
     prefix = f"({name} pid={os.getpid()}, ip={os.environ.get('OXRAY_NODE_IP', '?')}) "
     return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
 
@@ -74,6 +77,7 @@ def _run(task, state):
             state["actor"] = cls(*call_args, **call_kwargs)
             state["runner"] = ActorRunner(state["actor"], options.get("max_concurrency"))
             current_context["actor_id"] = options.get("actor_id")
+            current_context["actor_class"] = cls.__name__
             current_context["actor_name"] = options.get("name")
         except BaseException as error:
             state["creation_error"] = error

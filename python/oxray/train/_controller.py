@@ -165,7 +165,8 @@ class Controller:
         env = self.run_config.worker_runtime_env or None
         workers = [oxray.remote(TrainWorker).options(
             max_concurrency=4, runtime_env=env,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i), **options).remote() for i in range(size)]
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i), **options).remote(self.backend.preload)
+            for i in range(size)]
         group = Group(pg, sync, workers, [])
         try:
             self._set_up(group)

@@ -15,6 +15,9 @@ from oxray.train._result import Result
 class Backend:
     """What a framework sets up in each worker: nothing, for plain functions."""
 
+    # Modules each worker imports as soon as it starts.
+    preload: tuple = ()
+
     def on_worker_start(self, context) -> None:
         pass
 

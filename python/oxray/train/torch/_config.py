@@ -26,6 +26,9 @@ class TorchConfig:
 
 
 class _TorchBackend(Backend):
+    # torch._dynamo is what DistributedDataParallel imports on first use.
+    preload = ("torch", "torch.distributed", "torch._dynamo")
+
     def __init__(self, config: TorchConfig, use_gpu: bool):
         self.config = config
         self.backend = config.backend or ("nccl" if use_gpu else "gloo")
