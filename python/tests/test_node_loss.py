@@ -95,18 +95,15 @@ def _wait_gone(pid):
     raise AssertionError(f"process {pid} did not exit")
 
 
-def test_the_driver_keeps_calling_the_head_across_its_restart(three_nodes):
-    # Last in the module: the restarted head is this test's to stop.
-    from oxray.util.placement_group import placement_group, placement_group_table, remove_placement_group
-
-    cluster, _ = three_nodes
+def restart_head(cluster):
+    """SIGKILLs the cluster's head and starts it again with the same flags and port; returns
+    the new head's process (the caller stops it) and its log."""
     records = [json.loads(p.read_text()) for p in Path(cluster.env["OXRAY_HOME"], "procs").glob("*.json")]
     head_pid = next(r["pid"] for r in records if r.get("role") == "head")
     argv = [a.decode() for a in Path(f"/proc/{head_pid}/cmdline").read_bytes().split(b"\0") if a]
     address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
     port = int(address.rsplit(":", 1)[1])
     argv[argv.index("--port") + 1] = str(port)  # it was started on a free port
-    before = oxray.cluster_resources()
     os.kill(head_pid, signal.SIGKILL)
     _wait_gone(head_pid)
     log = Path(cluster.env["OXRAY_HOME"]).parent / "restarted-head.log"
@@ -122,6 +119,16 @@ def test_the_driver_keeps_calling_the_head_across_its_restart(three_nodes):
         if head.poll() is None or "already in use" not in log.read_text() or time.monotonic() > deadline:
             break
         time.sleep(0.2)
+    return head, log
+
+
+def test_the_driver_keeps_calling_the_head_across_its_restart(three_nodes):
+    # Last in the module: the restarted head is this test's to stop.
+    from oxray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+    cluster, _ = three_nodes
+    before = oxray.cluster_resources()
+    head, log = restart_head(cluster)
     try:
         assert head.poll() is None, f"the restarted head exited: {log.read_text()}"
         # The first calls after the restart find their connection gone: they are made again.

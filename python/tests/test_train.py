@@ -308,3 +308,24 @@ def test_an_elastic_group_grows_with_a_new_node_and_shrinks_with_a_lost_one(two_
     worlds = [s["world"] for s in _log(config["log"]) if s["rank"] == 0]
     assert worlds == [1, 2, 1], worlds
     assert outcome["result"].metrics["epoch"] == 39
+
+
+def test_a_run_goes_on_while_the_head_is_killed_and_started_again(two_agents, tmp_path):
+    # Last in the module: the restarted head is this test's to stop.
+    from test_node_loss import restart_head
+
+    config = _config(tmp_path, epochs=8, epoch_s=0.5)
+    run = RunConfig(name="head-restart", storage_path=str(tmp_path / "results"))
+    thread, outcome = _fit_in_thread(TorchTrainer(regression, train_loop_config=config,
+                                                  scaling_config=ScalingConfig(num_workers=2), run_config=run))
+    _wait_for(lambda: len(_reports(tmp_path / "results" / "head-restart")) >= 2, what="two reports")
+    head, log = restart_head(two_agents)
+    try:
+        assert head.poll() is None, f"the restarted head exited: {log.read_text()}"
+        thread.join(120)
+        assert "error" not in outcome, outcome.get("error")
+        assert [m["epoch"] for m in outcome["result"]._reports] == list(range(8))
+        assert len(_log(config["log"])) == 2, "one group all along: nothing restarted"
+    finally:
+        head.kill()
+        head.wait(timeout=30)
