@@ -148,3 +148,35 @@ def test_storage_and_result_from_path(tmp_path):
     elsewhere = Storage(str(tmp_path / "other"), "run")
     with pytest.raises(RuntimeError, match="all share"):
         elsewhere.check_reachable()
+
+
+def test_storage_through_a_pyarrow_filesystem(tmp_path):
+    """The URI path: every file operation goes through a pyarrow filesystem (here a local
+    subtree, the way an s3:// bucket would be reached)."""
+    fs = pytest.importorskip("pyarrow.fs")
+    from oxray.train import Checkpoint
+
+    remote = fs.SubTreeFileSystem(str(tmp_path / "bucket"), fs.LocalFileSystem())
+    (tmp_path / "bucket").mkdir()
+    storage = Storage("results", "run", remote)
+    storage.create()
+    storage.check_reachable()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.txt").write_text("weights")
+    storage.upload(str(src), "checkpoint_1")
+    storage.append_line("result.json", json.dumps({"loss": 1.0}))
+    storage.append_line("result.json", json.dumps({"loss": 0.5}))
+    assert storage.read_text("result.json").splitlines() == ['{"loss": 1.0}', '{"loss": 0.5}']
+    assert (tmp_path / "bucket" / "results" / "run" / "checkpoint_1" / "model.txt").read_text() == "weights"
+    checkpoint = Checkpoint(storage.path("checkpoint_1"), remote)
+    with checkpoint.as_directory() as d:
+        assert d != storage.path("checkpoint_1") and open(os.path.join(d, "model.txt")).read() == "weights"
+    assert not os.path.exists(d), "a downloaded copy is removed afterwards"
+    checkpoint.set_metadata({"epoch": 3})
+    assert checkpoint.get_metadata() == {"epoch": 3}
+    assert "checkpoint_1" in storage.listdir()
+    storage.delete("checkpoint_1")
+    assert not storage.exists("checkpoint_1")
+    uri_fs, path = __import__("oxray.train._storage", fromlist=["resolve"]).resolve(f"file://{tmp_path}/x")
+    assert uri_fs is None and path == f"{tmp_path}/x"

@@ -11,6 +11,19 @@ use tokio::sync::{oneshot, Notify};
 use tonic::{Request, Response, Status};
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The variable by which a library (Train) names the modules its workers load at start.
+const PRELOAD: &str = "OXRAY_WORKER_PRELOAD";
+/// Most warm workers of one kind kept waiting on a node.
+const WARM_MAX: usize = 16;
+/// Warm workers that waited this long are retired (a run that ended leaves none behind).
+const WARM_IDLE: Duration = Duration::from_secs(120);
+
+/// Workers of a kind that preloads modules are kept warm: as many wait idle as are leased
+/// (at most `WARM_MAX`), so that a group of them started again after a failure finds
+/// processes with their modules (torch: seconds) already loaded. How many more to start:
+fn warm_deficit(leased: usize, idle: usize, starting: usize) -> usize {
+    leased.min(WARM_MAX).saturating_sub(idle + starting)
+}
 
 /// What a worker process needs to know about its surroundings.
 #[derive(Clone)]
@@ -27,11 +40,17 @@ pub struct WorkerEnv {
 
 /// What makes workers interchangeable: the interpreter, the runtime_env variables and the
 /// rest of the runtime_env (JSON, empty when there is none).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct WorkerKind {
     pub python: String,
     pub env_vars: Vec<(String, String)>,
     pub runtime_env: String,
+}
+
+impl WorkerKind {
+    fn keeps_warm(&self) -> bool {
+        self.env_vars.iter().any(|(k, v)| k == PRELOAD && !v.is_empty())
+    }
 }
 
 struct Worker {
@@ -39,6 +58,8 @@ struct Worker {
     kind: WorkerKind,
     address: String,
     child: tokio::process::Child,
+    /// When it last became idle.
+    since: std::time::Instant,
 }
 
 struct Lease {
@@ -90,6 +111,8 @@ struct State {
     idle: Vec<Worker>,
     leases: HashMap<String, Lease>,
     starting: HashMap<String, oneshot::Sender<(u16, u32)>>,
+    /// Warm workers being started, by kind.
+    warming: HashMap<WorkerKind, usize>,
 }
 
 pub struct WorkerPool {
@@ -162,10 +185,40 @@ impl WorkerPool {
         self.state.lock().expect("worker pool lock")
     }
 
+    /// Starts idle workers of a warm kind until as many wait as are leased.
+    fn keep_warm(self: &Arc<Self>, kind: &WorkerKind) {
+        if !kind.keeps_warm() {
+            return;
+        }
+        let more = {
+            let mut state = self.lock();
+            let leased = state.leases.values().filter(|l| l.worker.kind == *kind).count();
+            let idle = state.idle.iter().filter(|w| w.kind == *kind).count();
+            let starting = state.warming.get(kind).copied().unwrap_or(0);
+            let more = warm_deficit(leased, idle, starting);
+            *state.warming.entry(kind.clone()).or_default() += more;
+            more
+        };
+        for _ in 0..more {
+            let (pool, kind) = (self.clone(), kind.clone());
+            tokio::spawn(async move {
+                let started = pool.spawn(&kind, true).await;
+                let mut state = pool.lock();
+                if let Some(n) = state.warming.get_mut(&kind) {
+                    *n = n.saturating_sub(1);
+                }
+                match started {
+                    Ok(worker) => state.idle.push(worker),
+                    Err(e) => tracing::warn!("a warm worker did not start: {}", e.message()),
+                }
+            });
+        }
+    }
+
     /// Waits for the resources, then hands out an idle worker of the same interpreter or a
     /// new one.
     async fn lease(
-        &self,
+        self: &Arc<Self>,
         resources: ResourceSet,
         kind: WorkerKind,
         owner: Option<v1::ProcessIdentity>,
@@ -186,7 +239,7 @@ impl WorkerPool {
         };
         let worker = match idle {
             Some(w) => Ok(w),
-            None => self.spawn(&kind).await,
+            None => self.spawn(&kind, false).await,
         };
         let worker = match worker {
             Ok(w) => w,
@@ -207,9 +260,11 @@ impl WorkerPool {
             Some((owner, actor)) => (Some(owner), actor),
             None => (None, String::new()),
         };
+        let kind = worker.kind.clone();
         self.lock()
             .leases
             .insert(lease_id, Lease { worker, resources, bundle, owner, notify, actor_id, blocked: false, gpu_ids });
+        self.keep_warm(&kind);
         Ok(reply)
     }
 
@@ -388,9 +443,14 @@ impl WorkerPool {
         }
     }
 
-    /// Takes back the leases whose owner on this machine has died.
+    /// Takes back the leases whose owner on this machine has died, and retires warm workers
+    /// that waited too long (and idle ones that died).
     pub fn reap(&self) {
         self.reap_dead_actors();
+        self.lock().idle.retain_mut(|w| {
+            let stale = w.kind.keeps_warm() && w.since.elapsed() > WARM_IDLE;
+            matches!(w.child.try_wait(), Ok(None)) && !stale
+        });
         let here = oxray_config::procs::identity();
         let orphaned: Vec<String> = self
             .lock()
@@ -411,6 +471,7 @@ impl WorkerPool {
         self.gpus.lock().expect("gpu lock").give_back_amount(lease.resources.get("GPU"), &lease.gpu_ids);
         let alive = matches!(lease.worker.child.try_wait(), Ok(None));
         if alive && !disconnect {
+            lease.worker.since = std::time::Instant::now();
             self.lock().idle.push(lease.worker);
         } else {
             // Dropping the child kills it (kill_on_drop).
@@ -419,7 +480,9 @@ impl WorkerPool {
         self.release(&holding, lease.bundle.as_ref());
     }
 
-    async fn spawn(&self, kind: &WorkerKind) -> Result<Worker, Status> {
+    /// Starts a worker process; a `warm` one loads its modules only once the machine's CPUs
+    /// have room, so it does not slow the work it stands in for.
+    async fn spawn(&self, kind: &WorkerKind, warm: bool) -> Result<Worker, Status> {
         let prepared = self.prepare(kind).await?;
         let python = kind.python.as_str();
         let id = random_id();
@@ -440,6 +503,7 @@ impl WorkerPool {
             .env("OXRAY_NODE_ID", node_id)
             .env("OXRAY_NODE_IP", &self.env.node_ip)
             .env("PYTHONUNBUFFERED", "1")
+            .env("OXRAY_WORKER_WARM", if warm { "1" } else { "" })
             .envs(kind.env_vars.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::null())
             .stdout(log)
@@ -471,7 +535,7 @@ impl WorkerPool {
         };
         tracing::info!(worker = %id, port, "worker started");
         let address = format!("{}:{port}", self.env.node_ip);
-        Ok(Worker { id, kind: kind.clone(), address, child })
+        Ok(Worker { id, kind: kind.clone(), address, child, since: std::time::Instant::now() })
     }
 }
 
@@ -591,5 +655,31 @@ impl lease_service_server::LeaseService for LeaseService {
             }
             None => Err(Status::not_found(format!("no worker {} is starting here", request.worker_id))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_workers_mirror_the_leased_ones() {
+        assert_eq!(warm_deficit(2, 0, 0), 2);
+        assert_eq!(warm_deficit(2, 1, 0), 1);
+        assert_eq!(warm_deficit(2, 1, 1), 0);
+        assert_eq!(warm_deficit(1, 3, 0), 0);
+        assert_eq!(warm_deficit(100, 0, 0), WARM_MAX);
+    }
+
+    #[test]
+    fn only_kinds_that_preload_are_kept_warm() {
+        let kind = |env: &[(&str, &str)]| WorkerKind {
+            python: "python3".into(),
+            env_vars: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            runtime_env: String::new(),
+        };
+        assert!(!kind(&[]).keeps_warm());
+        assert!(!kind(&[(PRELOAD, "")]).keeps_warm());
+        assert!(kind(&[("A", "1"), (PRELOAD, "torch")]).keeps_warm());
     }
 }

@@ -7,6 +7,7 @@ It polls each worker with a long poll that returns as soon as that worker report
 report is joined (and its checkpoint committed) within milliseconds of the last rank's."""
 
 import json
+import os
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -34,8 +35,8 @@ def _say(label: str, text: str) -> None:
 class Group:
     """One attempt's worker group: its placement group, sync actor and workers, in rank order."""
 
-    def __init__(self, pg, sync, workers: List, infos: List[Dict]):
-        self.pg, self.sync, self.workers, self.infos = pg, sync, workers, infos
+    def __init__(self, pg, sync, workers: List):
+        self.pg, self.sync, self.workers = pg, sync, workers
 
     def shutdown(self, graceful: bool) -> None:
         """Ends the group: after a failure at once (a survivor may be stuck in a collective
@@ -162,12 +163,11 @@ class Controller:
             num_cpus=0, max_concurrency=size + 2,
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True) if here else None).remote(size)
         options = _actor_resources(per_worker)
-        env = self.run_config.worker_runtime_env or None
+        env = _worker_runtime_env(self.run_config.worker_runtime_env, self.backend.preload)
         workers = [oxray.remote(TrainWorker).options(
             max_concurrency=4, runtime_env=env,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i), **options).remote(self.backend.preload)
-            for i in range(size)]
-        group = Group(pg, sync, workers, [])
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i), **options).remote() for i in range(size)]
+        group = Group(pg, sync, workers)
         try:
             self._set_up(group)
         except BaseException:
@@ -338,6 +338,16 @@ class Controller:
             raise WorkerGroupError(f"the training function failed: {error!r}", {0: error}) from error
         finally:
             _session.install(None)
+
+
+def _worker_runtime_env(user: Dict[str, Any], preload) -> Optional[Dict[str, Any]]:
+    """The user's worker_runtime_env, and the modules the workers load as they start: the
+    agents keep as many such processes warm as the group has, so a group started again
+    after a failure does not wait for torch to load (OXRAY_TRAIN_WARM_WORKERS=0: not)."""
+    env = dict(user or {})
+    if preload and os.environ.get("OXRAY_TRAIN_WARM_WORKERS", "1") != "0":
+        env["env_vars"] = {**env.get("env_vars", {}), "OXRAY_WORKER_PRELOAD": ",".join(preload)}
+    return env or None
 
 
 def _actor_resources(per_worker: Dict[str, float]) -> Dict[str, Any]:

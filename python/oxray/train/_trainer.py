@@ -15,7 +15,7 @@ from oxray.train._result import Result
 class Backend:
     """What a framework sets up in each worker: nothing, for plain functions."""
 
-    # Modules each worker imports as soon as it starts.
+    # Modules each worker process imports as soon as it starts (OXRAY_WORKER_PRELOAD).
     preload: tuple = ()
 
     def on_worker_start(self, context) -> None:

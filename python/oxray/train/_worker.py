@@ -45,21 +45,8 @@ def _portable(error: BaseException) -> BaseException:
         return RuntimeError(f"{type(error).__name__}: {error}")
 
 
-def _preload(modules) -> None:
-    import importlib
-
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # the step that needs it reports what is missing
-            return
-
-
 class TrainWorker:
-    def __init__(self, preload=()):
-        # The framework's modules (torch: ~2.5 s, and DDP's first use ~2 s more on a small
-        # machine) load while the group is still being placed and set up.
-        threading.Thread(target=_preload, args=(tuple(preload),), name="preload", daemon=True).start()
+    def __init__(self):
         self.reports: "queue.Queue[Dict]" = queue.Queue(maxsize=1)  # the trainer waits for each to be taken
         self.error: Optional[tuple] = None
         self.return_value: Any = None
