@@ -1,6 +1,7 @@
 """A real oxray cluster (the `oxray` binary, loopback, free ports, temporary home) for the
 Python client's tests. OXRAY_BIN picks the binary."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -30,6 +31,33 @@ class Cluster:
 
     def stop(self):
         subprocess.run([OXRAY_BIN, "stop", "--force"], env=self.env, capture_output=True, timeout=60)
+
+    def start_head_and_agents(self, agents, *agent_args):
+        """A head with 1 CPU (a node is dead after 2 s without heartbeats) and an agent with 2
+        CPUs per name in `agents`."""
+        self.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1",
+                   "--node-ip-address", "127.0.0.1", "--node-death-timeout-s", "2")
+        self.address = json.loads(Path(self.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
+        for name in agents:
+            self.oxray("start", "--address", self.address, "--num-cpus", "2", *agent_args,
+                       "--node-ip-address", "127.0.0.1", "--node-name", name)
+
+
+@contextlib.contextmanager
+def driver_of(cluster, **init_options):
+    """This process as a driver of `cluster` (`oxray.init`), for a module's tests."""
+    import oxray
+
+    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME")
+    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
+    os.environ["OXRAY_HOME"] = cluster.env["OXRAY_HOME"]
+    oxray.init(**init_options)
+    try:
+        yield
+    finally:
+        oxray.shutdown()
+        os.environ.pop("OXRAY_HOME", None)
+        os.environ.update(saved)
 
 
 @pytest.fixture(scope="module")

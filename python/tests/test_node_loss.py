@@ -12,7 +12,7 @@ import pytest
 
 import oxray
 
-from conftest import OXRAY_BIN, Cluster
+from conftest import OXRAY_BIN, Cluster, driver_of
 
 
 def _agent_pid(cluster, node_name):
@@ -32,20 +32,9 @@ def _agent_pid(cluster, node_name):
 def three_nodes(tmp_path_factory):
     """A head node with 1 CPU and two more nodes with 2 CPUs and a `slot` each."""
     cluster = Cluster(tmp_path_factory.mktemp("three-nodes"))
-    cluster.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1",
-                  "--node-ip-address", "127.0.0.1", "--node-death-timeout-s", "2")
-    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
-    for name in ("node-b", "node-c"):
-        cluster.oxray("start", "--address", address, "--num-cpus", "2", "--resources", '{"slot": 2}',
-                      "--node-ip-address", "127.0.0.1", "--node-name", name)
-    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME")
-    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
-    os.environ["OXRAY_HOME"] = cluster.env["OXRAY_HOME"]
-    oxray.init()
-    yield cluster, {n["NodeName"]: n["NodeID"] for n in oxray.nodes()}
-    oxray.shutdown()
-    os.environ.pop("OXRAY_HOME", None)
-    os.environ.update(saved)
+    cluster.start_head_and_agents(("node-b", "node-c"), "--resources", '{"slot": 2}')
+    with driver_of(cluster):
+        yield cluster, {n["NodeName"]: n["NodeID"] for n in oxray.nodes()}
     cluster.stop()
 
 

@@ -17,7 +17,7 @@ from oxray.train import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig,
                          TrainingFailedError)
 from oxray.train.torch import TorchTrainer, prepare_data_loader, prepare_model  # noqa: E402
 
-from conftest import Cluster  # noqa: E402
+from conftest import Cluster, driver_of  # noqa: E402
 from test_node_loss import _agent_pid  # noqa: E402
 
 
@@ -25,22 +25,10 @@ from test_node_loss import _agent_pid  # noqa: E402
 def two_agents(tmp_path_factory):
     """A head with 1 CPU and two agents with 2 CPUs each."""
     cluster = Cluster(tmp_path_factory.mktemp("train"))
-    cluster.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1",
-                  "--node-ip-address", "127.0.0.1", "--node-death-timeout-s", "2")
-    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
-    for name in ("node-b", "node-c"):
-        cluster.oxray("start", "--address", address, "--num-cpus", "2", "--node-ip-address", "127.0.0.1",
-                      "--node-name", name)
-    cluster.address = address
-    names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME")
-    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
-    os.environ["OXRAY_HOME"] = cluster.env["OXRAY_HOME"]
+    cluster.start_head_and_agents(("node-b", "node-c"))
     # The workers import the training functions of this module by name, as a job's would.
-    oxray.init(runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})
-    yield cluster
-    oxray.shutdown()
-    os.environ.pop("OXRAY_HOME", None)
-    os.environ.update(saved)
+    with driver_of(cluster, runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}}):
+        yield cluster
     cluster.stop()
 
 

@@ -123,14 +123,18 @@ def test_retention_without_score_keeps_newest_and_nan_ranks_last():
     assert flatten({"a": {"b": 1}, "c": 2}) == {"a/b": 1, "c": 2}
 
 
+def _weights(tmp_path) -> str:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.txt").write_text("weights")
+    return str(src)
+
+
 def test_storage_and_result_from_path(tmp_path):
     storage = Storage(str(tmp_path), "run")
     storage.create()
     storage.check_reachable()
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.txt").write_text("weights")
-    storage.upload(str(src), "checkpoint_1")
+    storage.upload(_weights(tmp_path), "checkpoint_1")
     manager = CheckpointManager(CheckpointConfig())
     manager.register("checkpoint_1", {"loss": 1.0})
     manager.advance()
@@ -161,10 +165,7 @@ def test_storage_through_a_pyarrow_filesystem(tmp_path):
     storage = Storage("results", "run", remote)
     storage.create()
     storage.check_reachable()
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.txt").write_text("weights")
-    storage.upload(str(src), "checkpoint_1")
+    storage.upload(_weights(tmp_path), "checkpoint_1")
     storage.append_line("result.json", json.dumps({"loss": 1.0}))
     storage.append_line("result.json", json.dumps({"loss": 0.5}))
     assert storage.read_text("result.json").splitlines() == ['{"loss": 1.0}', '{"loss": 0.5}']

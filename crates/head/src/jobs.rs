@@ -278,13 +278,21 @@ impl JobManager {
         match report.phase() {
             v1::JobPhase::Running => {
                 self.update(&id, |j| {
-                    if j.status != JobStatus::Pending {
-                        return false;
+                    let pid = Some(report.pid).filter(|p| *p != 0);
+                    match j.status {
+                        JobStatus::Pending => {
+                            j.status = JobStatus::Running;
+                            j.message = None;
+                            j.driver_pid = pid;
+                            true
+                        }
+                        // The pid, reported once the entrypoint started.
+                        JobStatus::Running if pid.is_some() && j.driver_pid != pid => {
+                            j.driver_pid = pid;
+                            true
+                        }
+                        _ => false,
                     }
-                    j.status = JobStatus::Running;
-                    j.message = None;
-                    j.driver_pid = Some(report.pid);
-                    true
                 })?;
             }
             v1::JobPhase::Finished => {

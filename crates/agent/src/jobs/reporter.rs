@@ -4,10 +4,12 @@
 use oxray_proto::v1;
 use oxray_rpc::HeadClient;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+
+type Queued = (v1::JobReport, Option<oneshot::Sender<()>>);
 
 #[derive(Clone)]
-pub struct Reporter(mpsc::UnboundedSender<v1::JobReport>);
+pub struct Reporter(mpsc::UnboundedSender<Queued>);
 
 impl Reporter {
     pub fn start(client: HeadClient) -> Self {
@@ -18,12 +20,19 @@ impl Reporter {
 
     pub fn send(&self, report: v1::JobReport) {
         // The delivery task lives as long as the runtime; a closed queue means shutdown.
-        let _ = self.0.send(report);
+        let _ = self.0.send((report, None));
+    }
+
+    /// Sends a report and waits (at most `patience`) until the head has it.
+    pub async fn send_and_wait(&self, report: v1::JobReport, patience: Duration) {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.0.send((report, Some(tx)));
+        let _ = tokio::time::timeout(patience, rx).await;
     }
 }
 
-async fn deliver(mut client: HeadClient, mut rx: mpsc::UnboundedReceiver<v1::JobReport>) {
-    while let Some(report) = rx.recv().await {
+async fn deliver(mut client: HeadClient, mut rx: mpsc::UnboundedReceiver<Queued>) {
+    while let Some((report, delivered)) = rx.recv().await {
         let mut backoff = Duration::from_millis(100);
         loop {
             match client.report_job(report.clone()).await {
@@ -38,6 +47,9 @@ async fn deliver(mut client: HeadClient, mut rx: mpsc::UnboundedReceiver<v1::Job
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
             }
+        }
+        if let Some(tx) = delivered {
+            let _ = tx.send(());
         }
     }
 }

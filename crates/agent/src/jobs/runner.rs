@@ -48,6 +48,9 @@ pub struct JobContext {
     pub dashboard_url: Arc<Mutex<String>>,
 }
 
+/// How long a job's start waits for the head to take its RUNNING report.
+const REPORT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub struct Runner {
     jobs: Mutex<HashMap<String, Arc<JobHandle>>>,
     logs: PathBuf,
@@ -162,6 +165,9 @@ impl Runner {
             return Outcome::Failed { error_type: "", message: "Job was intentionally stopped.".into() };
         }
         let _ = log.write_all(format!("Running entrypoint for job {id}: {}\n", request.entrypoint).as_bytes()).await;
+        // RUNNING before the entrypoint can print: a client that sees its first line sees
+        // the job running (the pid follows once it is known).
+        self.reporter.send_and_wait(report(&self.context, id, v1::JobPhase::Running), REPORT_PATIENCE).await;
         let mut child =
             match self.command(&request.entrypoint, id, &prepared, &request.runtime_env_json, gpus, &log).await {
                 Ok(c) => c,
