@@ -32,10 +32,12 @@ def _agent_pid(cluster, node_name):
 def three_nodes(tmp_path_factory):
     """A head node with 1 CPU and two more nodes with 2 CPUs and a `slot` each."""
     cluster = Cluster(tmp_path_factory.mktemp("three-nodes"))
-    cluster.start_head_and_agents(("node-b", "node-c"), "--resources", '{"slot": 2}')
-    with driver_of(cluster):
-        yield cluster, {n["NodeName"]: n["NodeID"] for n in oxray.nodes()}
-    cluster.stop()
+    try:
+        cluster.start_head_and_agents(("node-b", "node-c"), "--resources", '{"slot": 2}')
+        with driver_of(cluster):
+            yield cluster, {n["NodeName"]: n["NodeID"] for n in oxray.nodes()}
+    finally:  # a test that failed midway leaves no cluster behind
+        cluster.stop()
 
 
 @oxray.remote(resources={"slot": 1})

@@ -25,11 +25,13 @@ from test_node_loss import _agent_pid  # noqa: E402
 def two_agents(tmp_path_factory):
     """A head with 1 CPU and two agents with 2 CPUs each."""
     cluster = Cluster(tmp_path_factory.mktemp("train"))
-    cluster.start_head_and_agents(("node-b", "node-c"))
-    # The workers import the training functions of this module by name, as a job's would.
-    with driver_of(cluster, runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}}):
-        yield cluster
-    cluster.stop()
+    try:
+        cluster.start_head_and_agents(("node-b", "node-c"))
+        # The workers import the training functions of this module by name, as a job's would.
+        with driver_of(cluster, runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}}):
+            yield cluster
+    finally:  # a test that failed midway leaves no cluster behind
+        cluster.stop()
 
 
 def regression(config):
