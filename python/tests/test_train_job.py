@@ -2,7 +2,6 @@
 `oxray job submit --working-dir` to a three-node cluster, on a small FashionMNIST-format
 data set written here (no downloads)."""
 
-import gzip  # noqa: F401  (torchvision reads the raw files uncompressed)
 import json
 import os
 import re

@@ -55,12 +55,13 @@ _VISIBLE_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
 def _use_gpus(ids: str) -> None:
     """A task or actor sees the GPUs of its lease, as in Ray; a task that holds none sees
     what the worker saw when it started."""
-    if ids:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ids
-    elif _VISIBLE_AT_START is None:
-        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    wanted = ids or _VISIBLE_AT_START
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == wanted:
+        return  # the common case, on every task: nothing to change
+    if wanted is None:
+        del os.environ["CUDA_VISIBLE_DEVICES"]
     else:
-        os.environ["CUDA_VISIBLE_DEVICES"] = _VISIBLE_AT_START
+        os.environ["CUDA_VISIBLE_DEVICES"] = wanted
 
 
 def _run(task, state):
