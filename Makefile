@@ -5,7 +5,7 @@ APT_PACKAGES := protobuf-compiler python3-venv chromium
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help setup venv wheel build release test test-rust test-python test-ui lint fmt bench bench-train demo clean
+.PHONY: help setup venv wheel build release test test-rust test-python test-ui lint fmt bench bench-train bench-data demo clean
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
@@ -17,6 +17,7 @@ help:
 	@echo "make wheel    the oxray Python wheel (abi3, binary included) in target/wheels"
 	@echo "make bench    benchmarks under bench/, side by side with Ray when installed"
 	@echo "make bench-train  DDP training: torchrun, oxray TorchTrainer and Ray TorchTrainer side by side"
+	@echo "make bench-data   data ingest: oxray.data and Ray Data side by side"
 	@echo "make demo     start a local cluster, use it, stop it"
 
 setup:
@@ -93,6 +94,11 @@ bench: release setup $(VENV)/.ready
 bench-train: release setup $(VENV)/.ready
 	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
 	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/train.py
+
+# Data ingest: oxray.data and Ray Data side by side (a few minutes).
+bench-data: release setup $(VENV)/.ready
+	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
+	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/data.py --ray
 
 demo: release venv
 	bash scripts/demo.sh target/release/oxray $(PY)

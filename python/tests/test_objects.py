@@ -169,6 +169,24 @@ def test_a_large_task_result_is_handed_over_in_shared_memory(private_cluster):
     _eventually(lambda: client.object_store_used() <= before)
 
 
+@oxray.remote(num_returns=2)
+def two_large(n):
+    return np.arange(n, dtype=np.float64), np.ones(n)
+
+
+def test_each_large_result_of_a_multi_return_task_is_in_shared_memory(private_cluster):
+    client = oxray._private.worker.client()
+    before = client.object_store_used()
+    first, second = two_large.remote(500_000)
+    a, b = oxray.get([first, second])
+    assert client.object_store_used() >= before + a.nbytes + b.nbytes, "both results are files of the store"
+    assert not a.flags.owndata and not b.flags.owndata and float(b.sum()) == 500_000.0
+    assert oxray.get(array_info.remote(second)) == (False, 500_000.0), "other processes map it too"
+    del a, b, first, second
+    gc.collect()
+    _eventually(lambda: client.object_store_used() <= before)
+
+
 def test_freed_memory_is_reused_but_never_under_a_live_view(private_cluster):
     client = oxray._private.worker.client()
     first = oxray.get(oxray.put(np.full(500_000, 1.0)))  # its ref is gone; the view is not

@@ -156,6 +156,15 @@ type Reply = Result<v1::PushTaskReply, String>;
 /// How a value written to a node store file starts (see the Python `serialization`).
 const STORED_AT: &[u8] = b"OXRAYREF";
 
+/// A store marker naming the object `id`: a worker knows only its task's first return id,
+/// so the caller names each return's own (readers on other machines fetch it by that id).
+fn stored_at(mut place: serde_json::Value, id: &str) -> Vec<u8> {
+    place["id"] = serde_json::Value::String(id.to_string());
+    let mut out = STORED_AT.to_vec();
+    out.extend_from_slice(place.to_string().as_bytes());
+    out
+}
+
 /// A submitted task and the objects that will hold its results.
 pub(crate) struct Job {
     pub(crate) spec: TaskSpec,
@@ -331,7 +340,7 @@ impl Submitter {
         for ((id, (data, outcome)), holds) in ids.iter().zip(values).zip(holds) {
             let file = (outcome == Outcome::Value && holds.is_empty()).then(|| self.result_file(&data)).flatten();
             match file {
-                Some(file) => self.objects.fulfil_stored(id, data, file),
+                Some((file, place)) => self.objects.fulfil_stored(id, stored_at(place, id), file),
                 None => self.objects.fulfil(id, data, outcome, holds),
             }
         }
@@ -407,7 +416,7 @@ impl Submitter {
             function_name,
             dependencies,
             num_returns,
-            result_store: if num_returns <= 1 { self.result_store() } else { String::new() },
+            result_store: self.result_store(),
             ..Default::default()
         }
     }
@@ -427,12 +436,13 @@ impl Submitter {
         }
     }
 
-    /// The file of this node's store a worker wrote a result to, when `data` says so.
-    fn result_file(&self, data: &[u8]) -> Option<crate::store::StoredFile> {
+    /// The file of this node's store a worker wrote a result to, when `data` says so, and
+    /// where the marker says it is.
+    fn result_file(&self, data: &[u8]) -> Option<(crate::store::StoredFile, serde_json::Value)> {
         let marker = data.strip_prefix(STORED_AT)?;
         let place: serde_json::Value = serde_json::from_slice(marker).ok()?;
         let path = std::path::Path::new(place.get("path")?.as_str()?);
-        self.objects.store()?.file_at(path)
+        Some((self.objects.store()?.file_at(path)?, place))
     }
 
     fn shapes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Shape>> {

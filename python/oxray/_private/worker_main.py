@@ -239,8 +239,8 @@ def _serve_async(executor, runner, state, out, err):
 
 def _encode(name, result, num_returns, result_store="", task_id=""):
     """`(result, is_error, returns, contained)` for `finish`. The ObjectRefs inside the
-    values are held at their owners for the caller before the reply leaves. A single large
-    result may go to the node store the caller named (`result_store`)."""
+    values are held at their owners for the caller before the reply leaves. Large results
+    may go to the node store the caller named (`result_store`)."""
     if num_returns > 1:
         values = list(result)
         # Fewer values fill the refs they can (the caller fails the rest); more is an error.
@@ -248,10 +248,7 @@ def _encode(name, result, num_returns, result_store="", task_id=""):
             raise ValueError(f"{name} returned {len(values)} values, but num_returns={num_returns}")
     else:
         values = [result]
-    if num_returns > 1:
-        encoded = [serialization.dumps_with_refs(v) for v in values]
-    else:
-        encoded = [serialization.dumps_result(result, result_store, task_id)]
+    encoded = [serialization.dumps_result(v, result_store, task_id) for v in values]
     nested = [(ref.hex(), index) for index, (_, refs) in enumerate(encoded) for ref in refs]
     contained = []
     if nested:
