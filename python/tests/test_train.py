@@ -4,6 +4,7 @@ processes; workers and agents SIGKILLed mid-run."""
 import json
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -158,6 +159,53 @@ def test_a_killed_worker_restarts_the_group_from_the_newest_checkpoint(two_agent
     assert [s["start"] for s in starts] == [0, 0, 2, 2]
     assert starts[0]["env"]["MASTER_PORT"] != starts[2]["env"]["MASTER_PORT"]
     assert [m["epoch"] for m in result._reports] == [0, 1, 2, 3]
+
+
+def read_shards(config):
+    """Each epoch: this rank's rows of the "train" split (with a checkpoint); rank 1 kills
+    itself once midway through epoch 1."""
+    import torch
+
+    rank = train.get_context().get_world_rank()
+    start = 0
+    if train.get_checkpoint():
+        with train.get_checkpoint().as_directory() as d:
+            start = json.loads(Path(d, "epoch.json").read_text())["epoch"] + 1
+    shard = train.get_dataset_shard("train")
+    for epoch in range(start, 3):
+        ids = []
+        for batch in shard.iter_torch_batches(batch_size=50, dtypes=torch.int64):
+            ids.extend(batch["id"].tolist())
+            if epoch == 1 and rank == 1 and len(ids) >= 200 and not os.path.exists(config["marker"]):
+                open(config["marker"], "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+        with open(config["log"], "a") as log:
+            log.write(json.dumps({"epoch": epoch, "rank": rank, "ids": ids, "node": os.environ.get("OXRAY_NODE_ID")})
+                      + "\n")
+        checkpoint_dir = Path(tempfile.mkdtemp(dir=config["tmp"]))
+        (checkpoint_dir / "epoch.json").write_text(json.dumps({"epoch": epoch}))
+        train.report({"epoch": epoch, "rows": len(ids)}, checkpoint=Checkpoint.from_directory(str(checkpoint_dir)))
+
+
+def test_dataset_shards_across_nodes_survive_a_killed_worker(two_agents, tmp_path):
+    from oxray import data
+
+    config = {"log": str(tmp_path / "log.jsonl"), "marker": str(tmp_path / "killed"), "tmp": str(tmp_path)}
+    dataset = data.range(2001, override_num_blocks=20).map_batches(lambda b: {"id": b["id"] * 3})
+    trainer = TorchTrainer(read_shards, train_loop_config=config,
+                           scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD"),
+                           run_config=RunConfig(name="shards", storage_path=str(tmp_path / "results"),
+                                                failure_config=FailureConfig(max_failures=1)),
+                           datasets={"train": dataset})
+    result = trainer.fit()
+    assert os.path.exists(config["marker"]) and result.metrics["epoch"] == 2
+    logged = [json.loads(line) for line in Path(config["log"]).read_text().splitlines()]
+    assert len({entry["node"] for entry in logged}) == 2, "the ranks ran on two nodes"
+    last = {(e["epoch"], e["rank"]): e["ids"] for e in logged}  # epoch 1 ran twice for rank 0
+    for epoch in range(3):
+        shares = [last[epoch, 0], last[epoch, 1]]
+        assert [len(s) for s in shares] == [1000, 1000], f"equal shares in epoch {epoch}"
+        assert not set(shares[0]) & set(shares[1]) and all(i % 3 == 0 for s in shares for i in s)
 
 
 def raise_in_epoch_1(epoch, rank):

@@ -841,6 +841,10 @@ impl Submitter {
     }
 
     /// The next of the alive nodes that could hold the request, in turn.
+    /// The next node in turn, as Ray's SPREAD picks it: the first from the turn's place in
+    /// the ring of nodes that could hold the request that has room for it now (as its last
+    /// heartbeat said), else the turn's own. A node whose resources are held for long (a
+    /// training worker's) is passed over while others have room.
     async fn spread_target(&self, resources: &ResourceSet) -> Result<Option<String>, String> {
         let mut nodes: Vec<v1::Node> = self.alive_nodes().await?.into_iter().filter(|n| fits(n, resources)).collect();
         if nodes.is_empty() {
@@ -848,7 +852,7 @@ impl Submitter {
         }
         nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         let turn = self.spread_turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize;
-        let node = &nodes[turn % nodes.len()];
+        let node = &nodes[spread_pick(&nodes, resources, turn)];
         Ok(Some(format!("{}:{}", node.node_ip, node.agent_port)))
     }
 
@@ -922,7 +926,20 @@ struct Want {
 
 /// Whether a node's total resources could hold the request.
 fn fits(node: &v1::Node, resources: &ResourceSet) -> bool {
-    resources.iter().all(|(k, v)| v <= 0.0 || node.resources_total.get(k).copied().unwrap_or(0.0) >= v)
+    fits_in(&node.resources_total, resources)
+}
+
+fn fits_in(amounts: &HashMap<String, f64>, resources: &ResourceSet) -> bool {
+    resources.iter().all(|(k, v)| v <= 0.0 || amounts.get(k).copied().unwrap_or(0.0) >= v)
+}
+
+/// Which of `ring` (nodes that could hold the request, in a stable order) SPREAD takes on
+/// `turn`: the first from the turn's place with room now, else the turn's own.
+fn spread_pick(ring: &[v1::Node], resources: &ResourceSet, turn: usize) -> usize {
+    (0..ring.len())
+        .map(|step| (turn + step) % ring.len())
+        .find(|&i| fits_in(&ring[i].resources_available, resources))
+        .unwrap_or(turn % ring.len())
 }
 
 /// What a lease is for: a task (returned when the shape's queue is empty) or an actor's life.
@@ -978,4 +995,34 @@ pub const CANCELLED: &str = "the task was cancelled";
 enum Failure {
     Dependency(crate::objects::Ready),
     System(String),
+}
+
+#[cfg(test)]
+mod spread_tests {
+    use super::*;
+
+    fn node(id: &str, total: f64, available: f64) -> v1::Node {
+        v1::Node {
+            node_id: id.into(),
+            resources_total: HashMap::from([("CPU".to_string(), total)]),
+            resources_available: HashMap::from([("CPU".to_string(), available)]),
+            ..Default::default()
+        }
+    }
+
+    fn picks(ring: &[v1::Node], turns: usize) -> Vec<usize> {
+        let mut one_cpu = ResourceSet::new();
+        one_cpu.set("CPU", 1.0).unwrap();
+        (0..turns).map(|turn| spread_pick(ring, &one_cpu, turn)).collect()
+    }
+
+    #[test]
+    fn spread_takes_turns_and_passes_over_nodes_without_room() {
+        let free = [node("a", 1.0, 1.0), node("b", 1.0, 1.0)];
+        assert_eq!(picks(&free, 4), [0, 1, 0, 1]);
+        let ring = [node("a", 1.0, 0.0), node("b", 2.0, 1.0), node("c", 2.0, 2.0)];
+        assert_eq!(picks(&ring, 4), [1, 1, 2, 1], "a has no room: its turns go to the next with room");
+        let busy = [node("a", 1.0, 0.0), node("b", 1.0, 0.0)];
+        assert_eq!(picks(&busy, 3), [0, 1, 0], "none has room: turns as they come");
+    }
 }

@@ -95,9 +95,10 @@ class Execution:
     """An iterator of the output pieces of a plan, in order. `close()` stops it and cancels
     what is running."""
 
-    def __init__(self, plan: _plan.Plan, budget_bytes: Optional[int] = None, progress=None, stats=None):
+    def __init__(self, plan: _plan.Plan, budget_bytes: Optional[int] = None, progress=None, stats=None,
+                 scheduling_strategy: Any = "SPREAD"):
         self.plan, self.progress, self.stats_sink = plan, progress, stats
-        self.budget = budget_bytes
+        self.budget, self.scheduling = budget_bytes, scheduling_strategy
         self._closed = False
         self._iter = self._run()
 
@@ -145,7 +146,7 @@ class Execution:
         elif isinstance(source, _plan.UnionSource):
             for child in source.plans:
                 # Each input runs as an execution of its own, one after the other.
-                yield from Execution(child, self.budget, stats=self.stats_sink)
+                yield from Execution(child, self.budget, stats=self.stats_sink, scheduling_strategy=self.scheduling)
         else:
             raise TypeError(f"unknown source {source!r}")
 
@@ -253,7 +254,7 @@ class Execution:
     def _task_function(self, op: _Operator):
         fn = getattr(op, "_remote", None)
         if fn is None:
-            options = {"num_returns": 2, **op.remote_args}
+            options = {"num_returns": 2, "scheduling_strategy": self.scheduling, **op.remote_args}
             fn = op._remote = oxray.remote(StageTask(op.spec.stage)).options(**options)
         return fn
 
@@ -286,6 +287,7 @@ class Execution:
         if cls is None:
             args = {k: v for k, v in op.remote_args.items() if k not in ("max_retries", "retry_exceptions")}
             args.setdefault("num_cpus", 1)
+            args.setdefault("scheduling_strategy", self.scheduling)
             cls = op._actor_class = oxray.remote(StageActor).options(**args)
         actor = {"handle": cls.remote(op.spec.stage), "busy": 0}
         op.actors.append(actor)

@@ -37,6 +37,12 @@ def _shuffle_reduce(seed, *parts):
     return block, _meta(block)
 
 
+def _strategy():
+    from oxray.data.context import DataContext
+
+    return DataContext.get_current().scheduling_strategy
+
+
 def _collect(launched) -> List[Piece]:
     pieces = []
     for block_ref, meta_ref in launched:
@@ -77,7 +83,7 @@ def cut(pieces: List[Piece], start: int, stop: int) -> List[Piece]:
 
 def repartition(pieces: List[Piece], num_blocks: int) -> List[Piece]:
     total = sum(p.rows for p in pieces)
-    task = oxray.remote(_concat_task).options(num_returns=2)
+    task = oxray.remote(_concat_task).options(num_returns=2, scheduling_strategy=_strategy())
     launched = []
     for start, stop in row_ranges(total, num_blocks):
         part = cut(pieces, start, stop)
@@ -91,12 +97,12 @@ def random_shuffle(pieces: List[Piece], seed: Optional[int], num_blocks: Optiona
         return []
     outputs = num_blocks or len(pieces)
     base = random.Random(seed).randrange(2**31) if seed is not None else random.randrange(2**31)
-    mapper = oxray.remote(_shuffle_map).options(num_returns=outputs)
+    mapper = oxray.remote(_shuffle_map).options(num_returns=outputs, scheduling_strategy=_strategy())
     parts = []
     for j, p in enumerate(pieces):
         made = mapper.remote(base + j, outputs, p.start, p.stop, p.ref)
         parts.append([made] if outputs == 1 else made)
-    reducer = oxray.remote(_shuffle_reduce).options(num_returns=2)
+    reducer = oxray.remote(_shuffle_reduce).options(num_returns=2, scheduling_strategy=_strategy())
     launched = [reducer.remote(base + 7919 * (i + 1), *[parts[j][i] for j in range(len(pieces))])
                 for i in range(outputs)]
     return _collect(launched)

@@ -148,6 +148,11 @@ class StreamSplitIterator(DataIterator):
                 return
             yield from pieces
 
+    @property
+    def coordinator(self):
+        """The actor dealing the splits' rows (a trainer ends it with its worker group)."""
+        return self._coordinator
+
     def world_size(self) -> int:
         return self._n
 

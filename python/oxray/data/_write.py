@@ -57,7 +57,7 @@ def write(dataset, path: str, filesystem, kind: str, args: Dict[str, Any], try_c
     elif fs is None and not os.path.isdir(root):
         raise FileNotFoundError(f"write_{kind}: no such directory: {root}")
     prefix = uuid.uuid4().hex[:12]
-    task = oxray.remote(write_block)
+    task = oxray.remote(write_block).options(scheduling_strategy=dataset._context.scheduling_strategy)
     limit = max(1, int(oxray.cluster_resources().get("CPU", 1)))
     running = []
     execution = dataset._execute(progress_name=f"Write{kind.capitalize()}")

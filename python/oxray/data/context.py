@@ -2,7 +2,7 @@
 
 import threading
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass
@@ -28,6 +28,9 @@ class DataContext:
     read_op_min_num_blocks: int = 200
     target_max_block_size: int = 128 * 1024 * 1024
     object_store_memory_limit_fraction: float = 0.5
+    # Where data tasks and pool actors go unless their remote args say: spread over the
+    # nodes with room, so a node whose CPUs a trainer holds does not stall the reads.
+    scheduling_strategy: Any = "SPREAD"
 
     _current = None
     _lock = threading.Lock()

@@ -223,7 +223,8 @@ class Dataset:
             self._last_stats = stats  # reading blocks already made keeps the stats of their making
         show = progress_name is not None and self._context.enable_progress_bars
         progress = Progress(progress_name or self._describe(), self._known_rows(), enabled=show) if show else None
-        return Execution(self._plan, self._context.budget_bytes(), progress, stats)
+        return Execution(self._plan, self._context.budget_bytes(), progress, stats,
+                         self._context.scheduling_strategy)
 
     def _known_rows(self) -> Optional[int]:
         """The row count when it is known without running anything."""

@@ -37,6 +37,7 @@ class Group:
 
     def __init__(self, pg, sync, workers: List):
         self.pg, self.sync, self.workers = pg, sync, workers
+        self.helpers: List = []  # the dataset splits' coordinators, which end with the group
 
     def shutdown(self, graceful: bool) -> None:
         """Ends the group: after a failure at once (a survivor may be stuck in a collective
@@ -46,7 +47,7 @@ class Group:
                 oxray.wait([w.shutdown.remote() for w in self.workers], num_returns=len(self.workers), timeout=5)
             except Exception:  # workers already gone are what a shutdown is for
                 pass
-        for actor in self.workers + [self.sync]:
+        for actor in self.workers + [self.sync] + self.helpers:
             try:
                 oxray.kill(actor)
             except Exception:
@@ -196,6 +197,7 @@ class Controller:
         latest = self.checkpoints.latest
         checkpoint = Checkpoint(self.storage.path(latest["dir_name"]), self.storage.fs) if latest else None
         shards = self._dataset_shards(size, metas)
+        group.helpers = [c for parts in shards.values() if (c := getattr(parts[0], "coordinator", None)) is not None]
         calls = []
         for rank, (worker, r) in enumerate(zip(group.workers, ranks)):
             env = {
