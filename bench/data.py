@@ -86,7 +86,7 @@ def child(runtime: str, rows: int, parquet_dir: str) -> dict:
         rt.data.DataContext.get_current().enable_progress_bars = False
         store = None
     else:
-        import oxray.data  # noqa: F401
+        import oxray.data  # noqa: F401  (rt.data below)
         from oxray._private import worker
 
         rt.init(address="local", num_cpus=os.cpu_count())

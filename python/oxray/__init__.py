@@ -29,6 +29,16 @@ from oxray.runtime_context import get_runtime_context
 
 __version__ = "0.1.0"
 
+_LAZY = ("data", "train")  # imported on first use, as Ray's `ray.data`: numpy and torch are heavy
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f"oxray.{name}")
+    raise AttributeError(f"module 'oxray' has no attribute {name!r}")
+
 __all__ = [
     "DynamicObjectRefGenerator",
     "ObjectRefGenerator",

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import oxray
 from oxray import data
 from oxray.data import ActorPoolStrategy
 

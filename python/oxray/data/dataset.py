@@ -2,13 +2,8 @@
 
 import functools
 import itertools
-import os
-import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-import numpy as np
-
-import oxray
 from oxray.data import _block, _plan, _shuffle, _split, _transforms
 from oxray.data._executor import Execution
 from oxray.data._plan import ActorPoolStrategy, AllToAllOp, BlocksSource, LimitOp, MapOp, Plan, UnionSource
@@ -351,12 +346,6 @@ class MaterializedDataset(Dataset):
     @staticmethod
     def _of(pieces: List[_plan.Piece], context: Optional[DataContext] = None) -> "MaterializedDataset":
         return MaterializedDataset(Plan(BlocksSource(tuple(pieces))), context)
-
-    @staticmethod
-    def from_blocks(refs) -> "MaterializedDataset":
-        from oxray.data._read import put_blocks
-
-        return MaterializedDataset(Plan(put_blocks(oxray.get(refs))))
 
     def num_blocks(self) -> int:
         return len(self._plan.source.pieces)

@@ -6,7 +6,7 @@ Blocks are fetched, cut into batches and formatted on a background thread
 
 import queue
 import threading
-from typing import Any, Callable, Dict, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import numpy as np
 
@@ -61,8 +61,6 @@ class DataIterator:
                            dtypes: Any = None, device: Any = "auto", collate_fn: Optional[Callable] = None,
                            drop_last: bool = False, local_shuffle_buffer_size: Optional[int] = None,
                            local_shuffle_seed: Optional[int] = None, pin_memory: bool = False) -> Iterator[Any]:
-        import torch
-
         if collate_fn is not None and dtypes is not None:
             raise ValueError("iter_torch_batches: collate_fn and dtypes cannot be given together; "
                              "convert the types in collate_fn")
@@ -88,9 +86,11 @@ class DataIterator:
         return self.iter_rows()
 
     def materialize(self):
+        from oxray.data._plan import Plan
+        from oxray.data._read import put_blocks
         from oxray.data.dataset import MaterializedDataset
 
-        return MaterializedDataset.from_blocks([oxray.put(b) for b in self._blocks()])
+        return MaterializedDataset(Plan(put_blocks(self._blocks())))
 
 
 def check_batch_size(batch_size: Any, where: str) -> None:
