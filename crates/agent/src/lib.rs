@@ -225,13 +225,23 @@ impl JoinedAgent {
         self.leave().await;
     }
 
+    /// Reports every interval, and soon after the node's free resources change (at most
+    /// every `EARLY_REPORT_GAP`), so SPREAD's view of which nodes have room stays fresh.
     async fn heartbeat(&mut self, shutdown: &CancellationToken) {
+        const EARLY_REPORT_GAP: Duration = Duration::from_millis(100);
         let mut head_reachable = true;
+        let mut last = tokio::time::Instant::now();
         loop {
+            let pool = self.pool.clone();
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(self.heartbeat_interval) => {}
+                _ = tokio::time::sleep_until(last + self.heartbeat_interval) => {}
+                _ = pool.changed() => {
+                    // A burst of lease changes is one report.
+                    tokio::time::sleep_until((last + EARLY_REPORT_GAP).max(tokio::time::Instant::now() + EARLY_REPORT_GAP / 5)).await;
+                }
             }
+            last = tokio::time::Instant::now();
             let request = v1::HeartbeatRequest {
                 node_id: self.node.node_id.hex(),
                 resources_available: resources_to_proto(&self.pool.available()),

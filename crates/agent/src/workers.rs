@@ -119,6 +119,8 @@ pub struct WorkerPool {
     total: ResourceSet,
     state: Mutex<State>,
     freed: Notify,
+    /// The node's free resources changed: the heartbeat reports them early.
+    changed: Notify,
     env: WorkerEnv,
     /// Prepares runtime_envs (packages, virtualenvs), cached on this node.
     envs: Arc<crate::jobs::EnvCache>,
@@ -154,7 +156,15 @@ impl WorkerPool {
         envs: Arc<crate::jobs::EnvCache>,
         gpus: crate::jobs::SharedGpus,
     ) -> Self {
-        Self { total, state: Mutex::new(State::default()), freed: Notify::new(), env, envs, gpus }
+        Self {
+            total,
+            state: Mutex::new(State::default()),
+            freed: Notify::new(),
+            changed: Notify::new(),
+            env,
+            envs,
+            gpus,
+        }
     }
 
     /// The runtime_env of a kind of worker, ready on this node.
@@ -179,6 +189,12 @@ impl WorkerPool {
     /// What is not leased out or reserved now, for the heartbeat.
     pub fn available(&self) -> ResourceSet {
         minus(&self.total, &self.lock().used)
+    }
+
+    /// Resolves once the free resources changed since the last call (a stored permit when
+    /// nobody was waiting).
+    pub async fn changed(&self) {
+        self.changed.notified().await
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -283,6 +299,7 @@ impl WorkerPool {
                 let mut state = self.lock();
                 if fits(resources, |r| self.total.get(r) - state.used.get(r)) {
                     state.used.add(resources);
+                    self.changed.notify_one();
                     return Ok(());
                 }
             }
@@ -356,6 +373,7 @@ impl WorkerPool {
         } else {
             used.add(&cpus);
         }
+        self.changed.notify_one();
     }
 
     fn release(&self, resources: &ResourceSet, bundle: Option<&BundleKey>) {
@@ -370,6 +388,7 @@ impl WorkerPool {
         }
         drop(state);
         self.freed.notify_waiters();
+        self.changed.notify_one();
     }
 
     /// Reserves a group's bundles here, all or none, if the free resources hold them now.
@@ -391,6 +410,7 @@ impl WorkerPool {
         for (index, total) in new {
             state.bundles.insert((group.to_string(), index), Bundle { total, used: ResourceSet::new() });
         }
+        self.changed.notify_one();
         Ok(())
     }
 
@@ -417,6 +437,7 @@ impl WorkerPool {
             self.give_back(&id, true);
         }
         self.freed.notify_waiters();
+        self.changed.notify_one();
     }
 
     /// Takes back the leases of actors whose worker died, and tells their owners.
