@@ -368,6 +368,29 @@ def test_streaming_split_epochs_wait_for_every_consumer(small_store):
     assert times["eager_epoch_1_done"] >= times["late_epoch_1_start"]
 
 
+def test_a_consumer_leaving_an_epoch_early_does_not_stall_the_others(small_store):
+    context = data.DataContext.get_current()
+    context.execution_options.resource_limits.object_store_memory = 2 << 20  # a tiny budget
+    try:
+        wide = data.range(100_000, override_num_blocks=50).map_batches(
+            lambda b: {"id": b["id"], "pad": np.zeros((len(b["id"]), 16))})
+        quitter, reader = wide.streaming_split(2, equal=True)
+    finally:
+        context.execution_options.resource_limits.object_store_memory = None
+    rows = {}
+
+    def quit_early():
+        next(iter(quitter.iter_batches(batch_size=100)))  # then on to the next epoch
+        rows["quitter"] = sum(len(b["id"]) for b in quitter.iter_batches())
+
+    thread = threading.Thread(target=quit_early)
+    thread.start()
+    rows["reader"] = sum(len(b["id"]) for b in reader.iter_batches())
+    rows["reader again"] = sum(len(b["id"]) for b in reader.iter_batches())
+    thread.join(timeout=120)
+    assert rows == {"quitter": 50_000, "reader": 50_000, "reader again": 50_000}
+
+
 def test_train_workers_get_equal_shards_each_epoch(small_store, tmp_path):
     pytest.importorskip("torch")
     from oxray.train import DataConfig, RunConfig, ScalingConfig

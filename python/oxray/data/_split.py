@@ -55,6 +55,7 @@ class SplitCoordinator:
         self.finished = False
         self.error: Optional[BaseException] = None
         self.pulling = False
+        self.budget = dataset._context.budget_bytes()
 
     def start_epoch(self, index: int, epoch: int) -> None:
         """Returns once every consumer has asked for `epoch` (the epoch barrier)."""
@@ -93,14 +94,15 @@ class SplitCoordinator:
                         return pieces
                 if self.finished:
                     return None
-                if self.pulling or self._buffered_too_much():
-                    self.lock.wait(0.5)  # another consumer is pulling, or the others must catch up
+                # Another consumer is pulling, or the others must catch up first (unless one
+                # has left the epoch already: its share is not waited for).
+                if self.pulling or (self._buffered_too_much() and not self.arrived):
+                    self.lock.wait(0.5)
                     continue
                 self._pull()
 
     def _buffered_too_much(self) -> bool:
-        budget = self.dataset._context.budget_bytes()
-        return budget is not None and sum(p.nbytes for p in self.buffer) > budget
+        return self.budget is not None and sum(p.nbytes for p in self.buffer) > self.budget
 
     def _pull(self) -> None:
         """Takes the execution's next piece into the buffer, without holding the lock."""
