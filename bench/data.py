@@ -77,6 +77,18 @@ def make_parquet(directory: str, files: int, rows_per_file: int) -> None:
                        os.path.join(directory, f"part-{i:04d}.parquet"))
 
 
+def measure(batches, column: str, store, expected=None):
+    """(rows per second, peak used memory, peak store use) of iterating `batches`."""
+    peak = Peak(store)
+    began, count = time.perf_counter(), 0
+    for batch in batches:
+        count += len(batch[column])
+    elapsed = time.perf_counter() - began
+    peak.done()
+    assert expected is None or count == expected, (count, expected)
+    return count / elapsed, peak.peak, peak.store_peak
+
+
 def child(runtime: str, rows: int, parquet_dir: str) -> dict:
     import importlib
 
@@ -97,22 +109,10 @@ def child(runtime: str, rows: int, parquet_dir: str) -> dict:
         # warm up: workers started, functions shipped
         for _ in rt.data.range(10000).map_batches(feature).iter_batches(batch_size=1024):
             pass
-        peak = Peak(store)
-        began, count = time.perf_counter(), 0
-        for batch in rt.data.range(rows).map_batches(feature).iter_torch_batches(batch_size=1024):
-            count += len(batch["id"])
-        elapsed = time.perf_counter() - began
-        peak.done()
-        assert count == rows, (count, rows)
-        out["range->map_batches->iter_torch_batches"] = (count / elapsed, peak.peak, peak.store_peak)
-
-        peak = Peak(store)
-        began, count = time.perf_counter(), 0
-        for batch in rt.data.read_parquet(parquet_dir).map_batches(scale).iter_batches(batch_size=1024):
-            count += len(batch["a"])
-        elapsed = time.perf_counter() - began
-        peak.done()
-        out["read_parquet->map_batches->iter_batches"] = (count / elapsed, peak.peak, peak.store_peak)
+        ranged = rt.data.range(rows).map_batches(feature).iter_torch_batches(batch_size=1024)
+        out["range->map_batches->iter_torch_batches"] = measure(ranged, "id", store, expected=rows)
+        read = rt.data.read_parquet(parquet_dir).map_batches(scale).iter_batches(batch_size=1024)
+        out["read_parquet->map_batches->iter_batches"] = measure(read, "a", store)
     finally:
         rt.shutdown()
     return out

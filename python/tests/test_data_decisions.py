@@ -47,7 +47,7 @@ def test_an_equal_split_never_lets_a_consumer_take_more_than_its_share():
 def test_pieces_cut_across_blocks():
     pieces = [Piece("a", 0, 4, 40), Piece("b", 2, 8, 60)]
     assert _shuffle.cut(pieces, 3, 7) == [Piece("a", 3, 4, 10), Piece("b", 2, 5, 30)]
-    assert _shuffle.row_ranges(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert _plan.row_ranges(10, 3) == [(0, 4), (4, 7), (7, 10)]
     kept, left = _plan.apply_limit(pieces, 5)
     assert [p.rows for p in kept] == [4, 1] and left == 0
 

@@ -22,10 +22,7 @@ def batch_blocks(blocks: Iterable, batch_size: Optional[int], drop_last: bool = 
         return
     held: List = []  # blocks, the first one from `offset`
     offset = rows = 0
-    for block in blocks:
-        count = _block.num_rows(block)
-        if not count:
-            continue
+    for block, count in _non_empty(blocks):
         held.append(block)
         rows += count
         while rows >= batch_size:
@@ -46,6 +43,14 @@ def batch_blocks(blocks: Iterable, batch_size: Optional[int], drop_last: bool = 
         yield _block.concat([_block.slice_block(held[0], offset, _block.num_rows(held[0]))] + held[1:])
 
 
+def _non_empty(blocks: Iterable):
+    """(block, rows) for each block that has rows."""
+    for block in blocks:
+        count = _block.num_rows(block)
+        if count:
+            yield block, count
+
+
 def _shuffled(blocks: Iterable, batch_size: int, drop_last: bool, buffer_rows: int, seed: Optional[int]):
     """Rows shuffled within a rolling buffer of at least `buffer_rows` rows (Ray's local
     shuffle): each time the buffer holds a batch more than that, it is shuffled and batches
@@ -58,10 +63,7 @@ def _shuffled(blocks: Iterable, batch_size: int, drop_last: bool, buffer_rows: i
         merged = _block.concat(held)
         return _block.take_rows(merged, rng.permutation(_block.num_rows(merged)))
 
-    for block in blocks:
-        count = _block.num_rows(block)
-        if not count:
-            continue
+    for block, count in _non_empty(blocks):
         held.append(block)
         rows += count
         if rows >= buffer_rows + batch_size:

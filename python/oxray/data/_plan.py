@@ -187,6 +187,17 @@ def bundle(queue: List[Piece], min_rows: Optional[int], final: bool) -> Optional
     return len(queue) if final else None
 
 
+def row_ranges(total: int, parts: int) -> List[Tuple[int, int]]:
+    """`parts` contiguous ranges covering `total` rows, sizes differing by at most one."""
+    base, extra = divmod(total, parts)
+    out, at = [], 0
+    for i in range(parts):
+        size = base + (1 if i < extra else 0)
+        out.append((at, at + size))
+        at += size
+    return out
+
+
 def apply_limit(pieces: List[Piece], remaining: int) -> Tuple[List[Piece], int]:
     """The pieces within a limit of `remaining` rows (the last one cut), and what is left."""
     out = []

@@ -12,7 +12,7 @@ import numpy as np
 
 import oxray
 from oxray.data import _block
-from oxray.data._plan import BlocksSource, Piece, ReadSource, ReadTask
+from oxray.data._plan import BlocksSource, Piece, ReadSource, ReadTask, row_ranges
 
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg", "tif", "tiff", "bmp", "gif", "webp")
 
@@ -36,14 +36,8 @@ def put_blocks(blocks: Iterable) -> BlocksSource:
 
 
 def chunks(count: int, parts: int) -> List[Tuple[int, int]]:
-    parts = max(1, min(parts, count)) if count else 1
-    base, extra = divmod(count, parts)
-    out, at = [], 0
-    for i in range(parts):
-        size = base + (1 if i < extra else 0)
-        out.append((at, at + size))
-        at += size
-    return out
+    """At most `parts` ranges of `count` rows, none empty (one empty range for none)."""
+    return row_ranges(count, max(1, min(parts, count)) if count else 1)
 
 
 def items_source(items: List[Any], num_blocks: int) -> BlocksSource:

@@ -8,7 +8,7 @@ import numpy as np
 
 import oxray
 from oxray.data import _block
-from oxray.data._plan import Piece
+from oxray.data._plan import Piece, row_ranges
 
 
 def _meta(block):
@@ -54,17 +54,6 @@ def _collect(launched) -> List[Piece]:
 def randomize_block_order(pieces: List[Piece], seed: Optional[int]) -> List[Piece]:
     out = list(pieces)
     random.Random(seed).shuffle(out)
-    return out
-
-
-def row_ranges(total: int, parts: int) -> List[tuple]:
-    """`parts` contiguous ranges covering `total` rows, sizes differing by at most one."""
-    base, extra = divmod(total, parts)
-    out, at = [], 0
-    for i in range(parts):
-        size = base + (1 if i < extra else 0)
-        out.append((at, at + size))
-        at += size
     return out
 
 

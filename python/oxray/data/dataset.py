@@ -156,7 +156,7 @@ class Dataset:
         if equal:
             ranges = [(i * (total // n), (i + 1) * (total // n)) for i in range(n)]
         else:
-            ranges = _shuffle.row_ranges(total, n)
+            ranges = _plan.row_ranges(total, n)
         return [MaterializedDataset._of(_shuffle.cut(pieces, a, b), self._context) for a, b in ranges]
 
     def split_at_indices(self, indices: List[int]) -> List["MaterializedDataset"]:
