@@ -45,6 +45,11 @@ def test_range_counts_without_running_and_takes_in_order(small_store):
     assert [r["id"] for r in ds.iter_rows()] == list(range(1000))
 
 
+def test_show_prints_rows(small_store, capsys):
+    data.from_items([{"a": 1}, {"a": 2}]).show()
+    assert capsys.readouterr().out.splitlines() == ["{'a': 1}", "{'a': 2}"]
+
+
 def test_from_python_values(small_store):
     assert data.from_items([1, 2, 3]).take_all() == [{"item": 1}, {"item": 2}, {"item": 3}]
     assert data.from_items([{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]).to_pandas().to_dict("list") == \
