@@ -31,7 +31,7 @@ def _blocks_wanted(override_num_blocks: Optional[int]) -> int:
     return DataContext.get_current().read_op_min_num_blocks
 
 
-def range(n: int, *, override_num_blocks: Optional[int] = None, **_ignored) -> Dataset:  # noqa: A001
+def range(n: int, *, override_num_blocks: Optional[int] = None) -> Dataset:  # noqa: A001
     """Rows {"id": 0} ... {"id": n - 1}, read lazily in blocks."""
     return Dataset(Plan(_read.range_source(n, _blocks_wanted(override_num_blocks))))
 
@@ -91,7 +91,7 @@ def _file_read(name: str, paths, filesystem, reader, override_num_blocks, includ
 
 
 def read_parquet(paths: Union[str, List[str]], *, filesystem=None, columns: Optional[List[str]] = None,
-                 override_num_blocks: Optional[int] = None, file_extensions=None, **_ignored) -> Dataset:
+                 override_num_blocks: Optional[int] = None, file_extensions=None) -> Dataset:
     _read._needs("pyarrow.parquet", "read_parquet")
     import functools
 
@@ -123,7 +123,7 @@ def read_json(paths: Union[str, List[str]], *, filesystem=None, override_num_blo
 
 def read_text(paths: Union[str, List[str]], *, encoding: str = "utf-8", drop_empty_lines: bool = True,
               filesystem=None, override_num_blocks: Optional[int] = None, include_paths: bool = False,
-              file_extensions=None, **_ignored) -> Dataset:
+              file_extensions=None) -> Dataset:
     import functools
 
     return _file_read("read_text", paths, filesystem,
@@ -132,14 +132,14 @@ def read_text(paths: Union[str, List[str]], *, encoding: str = "utf-8", drop_emp
 
 
 def read_binary_files(paths: Union[str, List[str]], *, include_paths: bool = False, filesystem=None,
-                      override_num_blocks: Optional[int] = None, file_extensions=None, **_ignored) -> Dataset:
+                      override_num_blocks: Optional[int] = None, file_extensions=None) -> Dataset:
     return _file_read("read_binary_files", paths, filesystem, _read.binary_reader, override_num_blocks,
                       include_paths, _extensions(file_extensions))
 
 
 def read_images(paths: Union[str, List[str]], *, filesystem=None, size=None, mode: Optional[str] = None,
                 include_paths: bool = False, override_num_blocks: Optional[int] = None,
-                file_extensions=_read.IMAGE_EXTENSIONS, **_ignored) -> Dataset:
+                file_extensions=_read.IMAGE_EXTENSIONS) -> Dataset:
     import functools
 
     if size is not None and (len(size) != 2 or any(not isinstance(s, int) or s < 1 for s in size)):

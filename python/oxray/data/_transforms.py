@@ -2,6 +2,7 @@
 Consecutive transforms with the same compute are fused into one `Stage`: one task per block
 for a whole chain of `map`, `map_batches`, `filter`, ..."""
 
+import abc
 import inspect
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -20,7 +21,7 @@ def is_class(fn: Any) -> bool:
     return inspect.isclass(fn)
 
 
-class Transform:
+class Transform(abc.ABC):
     """One operator's work on a block. `setup` runs once per process before the first block
     (a callable class is constructed there)."""
 
@@ -30,8 +31,9 @@ class Transform:
     def setup(self) -> None:
         pass
 
+    @abc.abstractmethod
     def apply(self, block):
-        raise NotImplementedError
+        """The block this transform makes of `block`."""
 
     def _call(self, target: Callable, *args, rows: int):
         try:

@@ -43,12 +43,11 @@ def write_block(kind: str, filesystem, path: str, args: Dict[str, Any], start: i
 
 
 def write(dataset, path: str, filesystem, kind: str, args: Dict[str, Any], try_create_dir: bool) -> None:
+    from oxray.data._read import _filesystem, _needs
+
     if kind in ("parquet", "csv"):
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise ImportError(f"write_{kind} needs pyarrow: pip install 'oxray[data]'") from None
-    fs, root = _target(path, filesystem)
+        _needs("pyarrow", f"write_{kind}")
+    fs, root = _filesystem(os.fspath(path), filesystem)
     if try_create_dir:
         if fs is None:
             os.makedirs(root, exist_ok=True)
@@ -72,9 +71,3 @@ def write(dataset, path: str, filesystem, kind: str, args: Dict[str, Any], try_c
         oxray.get(running)
     finally:
         execution.close()
-
-
-def _target(path: str, filesystem):
-    from oxray.data._read import _filesystem
-
-    return _filesystem(os.fspath(path), filesystem)

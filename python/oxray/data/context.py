@@ -42,10 +42,6 @@ class DataContext:
                 DataContext._current = DataContext()
             return DataContext._current
 
-    @staticmethod
-    def _set_current(context: "DataContext") -> None:
-        DataContext._current = context
-
     def budget_bytes(self) -> Optional[int]:
         """Bytes of blocks an execution may hold in the object store at once."""
         limit = self.execution_options.resource_limits.object_store_memory

@@ -122,7 +122,7 @@ class Dataset:
             raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
         return self._with(LimitOp(limit))
 
-    def repartition(self, num_blocks: int, *, shuffle: bool = False, **_ignored) -> "Dataset":
+    def repartition(self, num_blocks: int, *, shuffle: bool = False) -> "Dataset":
         if not isinstance(num_blocks, int) or num_blocks < 1:
             raise ValueError(f"repartition: num_blocks must be a positive integer, got {num_blocks!r}")
         if shuffle:
@@ -131,8 +131,7 @@ class Dataset:
         return self._with(AllToAllOp(f"Repartition[{num_blocks}]",
                                      functools.partial(_shuffle.repartition, num_blocks=num_blocks)))
 
-    def random_shuffle(self, *, seed: Optional[int] = None, num_blocks: Optional[int] = None,
-                       **_ignored) -> "Dataset":
+    def random_shuffle(self, *, seed: Optional[int] = None, num_blocks: Optional[int] = None) -> "Dataset":
         run = functools.partial(_shuffle.random_shuffle, seed=seed, num_blocks=num_blocks)
         return self._with(AllToAllOp("RandomShuffle", run))
 
@@ -175,8 +174,8 @@ class Dataset:
         indices = [int(total * p) for p in itertools.accumulate(proportions)]
         return self.split_at_indices(indices)
 
-    def train_test_split(self, test_size: Union[int, float], *, shuffle: bool = False, seed: Optional[int] = None,
-                         **_ignored) -> Tuple["MaterializedDataset", "MaterializedDataset"]:
+    def train_test_split(self, test_size: Union[int, float], *, shuffle: bool = False,
+                         seed: Optional[int] = None) -> Tuple["MaterializedDataset", "MaterializedDataset"]:
         dataset = self.random_shuffle(seed=seed) if shuffle else self
         if isinstance(test_size, float):
             if not 0 < test_size < 1:

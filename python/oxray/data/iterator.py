@@ -4,6 +4,7 @@ the pipeline again (a streaming split's coordinator deals every epoch's rows afr
 Blocks are fetched, cut into batches and formatted on a background thread
 (`prefetch_batches` ahead), so the consumer's step and the pipeline overlap."""
 
+import abc
 import queue
 import threading
 from typing import Any, Callable, Dict, Iterator, Optional
@@ -15,12 +16,12 @@ from oxray.data import _block
 from oxray.data._batcher import batch_blocks
 
 
-class DataIterator:
+class DataIterator(abc.ABC):
     """Base of the iterators `Dataset.iterator()` and `Dataset.streaming_split()` return."""
 
+    @abc.abstractmethod
     def _pieces(self) -> Iterator:
         """The pieces of one epoch; the iterator has a `close()`."""
-        raise NotImplementedError
 
     def _blocks(self) -> Iterator:
         pieces = self._pieces()
