@@ -9,6 +9,9 @@ pub struct NodeSummary {
     pub node_name: String,
     pub is_head_node: bool,
     pub state_message: Option<String>,
+    /// Resources taken by work on this node, without marker resources; empty when idle.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources_used: BTreeMap<String, f64>,
 }
 
 /// What `oxray status` shows: nodes by state, resources in use, and pending demands.
@@ -35,6 +38,7 @@ impl ClusterStatus {
                 node_name: node.node_name.clone(),
                 is_head_node: node.is_head_node,
                 state_message: node.state_message.clone(),
+                resources_used: used(node),
             };
             if node.is_alive() {
                 total.add(&node.resources_total);
@@ -53,6 +57,15 @@ impl ClusterStatus {
     }
 }
 
+fn used(node: &NodeInfo) -> BTreeMap<String, f64> {
+    node.resources_total
+        .iter()
+        .filter(|(name, _)| !name.starts_with("node:"))
+        .map(|(name, total)| (name.to_string(), total - node.resources_available.get(name)))
+        .filter(|(_, taken)| *taken > 1e-9)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +82,7 @@ mod tests {
         assert_eq!(status.resources_total["CPU"], 4.0);
         assert_eq!(status.resources_used["CPU"], 1.5);
         assert!(!status.resources_total.contains_key("node:127.0.0.1"));
+        assert_eq!(status.alive[0].resources_used, BTreeMap::from([("CPU".to_string(), 1.5)]));
+        assert!(status.alive[1].resources_used.is_empty());
     }
 }

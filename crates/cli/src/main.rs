@@ -36,6 +36,9 @@ enum Command {
     },
     /// Print the cluster token that clients and joining nodes must present.
     GetAuthToken,
+    /// Run the Kubernetes operator (RayCluster, RayJob, RayService in oxray.io/v1), or print
+    /// its CRDs (`oxray operator crd`).
+    Operator(commands::operator::OperatorArgs),
     /// Run the control plane in the foreground (what `start --head` launches).
     #[command(hide = true)]
     Head(commands::roles::HeadArgs),
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::List { what } => commands::list::run(what),
         Command::Job { command } => commands::job::run(command),
         Command::GetAuthToken => commands::token::run(),
+        Command::Operator(args) => commands::operator::run(args),
         Command::Head(args) => commands::roles::run_head(args),
         Command::Agent(args) => commands::roles::run_agent(args),
     };

@@ -135,7 +135,7 @@ pub fn positive_seconds(text: &str) -> Result<f64, String> {
     }
 }
 
-fn init_logging() {
+pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OXRAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,h2=warn,tower=warn,hyper=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();

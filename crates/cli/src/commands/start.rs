@@ -45,6 +45,10 @@ pub struct StartArgs {
     /// Seconds without a heartbeat before a node is declared dead
     #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     pub node_death_timeout_s: f64,
+    /// Seconds a joining node keeps trying to reach an unreachable head before it gives up
+    /// (on Kubernetes, worker pods may start before their head)
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+    pub join_timeout_s: f64,
     /// The cluster token [default: $OXRAY_AUTH_TOKEN, else the token file]
     #[arg(long, env = "OXRAY_AUTH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -59,8 +63,8 @@ pub struct StartArgs {
 }
 
 const HEAD_READY_TIMEOUT: Duration = Duration::from_secs(15);
-/// The agent retries an unreachable head for 5 s before it gives up.
-const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long an agent may take to register once it reaches its head.
+const AGENT_READY_MARGIN: Duration = Duration::from_secs(15);
 
 pub fn run(args: StartArgs) -> Result<ExitCode> {
     args.resources.validate()?;
@@ -99,7 +103,7 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         &agent_args(&args, &address, &session_args),
         &token_env,
         &session.logs().join("agent.log"),
-        AGENT_READY_TIMEOUT,
+        Duration::from_secs_f64(args.join_timeout_s) + AGENT_READY_MARGIN,
         args.block,
     );
     let agent = match agent {
@@ -174,6 +178,7 @@ fn agent_args(args: &StartArgs, address: &str, session: &SessionArgs) -> Vec<Str
     if let Some(name) = &args.node_name {
         v.extend(["--node-name".into(), name.clone()]);
     }
+    v.extend(["--join-timeout-s".into(), args.join_timeout_s.to_string()]);
     v.extend(session_flags(session));
     v.extend(args.resources.to_args());
     v

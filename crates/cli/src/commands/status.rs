@@ -71,6 +71,7 @@ mod tests {
             node_name: "10.0.0.1".into(),
             is_head_node: head,
             state_message: msg.map(Into::into),
+            resources_used: Default::default(),
         };
         let status = ClusterStatus {
             alive: vec![node("aa", true, None)],

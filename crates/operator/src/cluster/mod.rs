@@ -1,0 +1,9 @@
+//! Reconciling a `RayCluster`: pure decisions (`params`, `pods`, `objects`, `plan`, `status`)
+//! and the calls that carry them out (`reconcile`).
+
+pub mod objects;
+pub mod params;
+pub mod plan;
+pub mod pods;
+pub mod reconcile;
+pub mod status;

@@ -1,0 +1,269 @@
+//! Carries out a cluster's plan against the API server.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::objects;
+use super::plan::{self, Busy, PodAction, PodView};
+use super::pods::{self, ClusterRef};
+use super::status::{self, Observed};
+use crate::context::Context;
+use crate::crd::cluster::{RayCluster, RayClusterSpec, StorageBackend};
+use crate::error::{Error, Result};
+use crate::head::Head;
+use crate::names::*;
+
+/// The operators whose resources these are: a RayCluster managed by anything else is left alone.
+pub fn managed_here(managed_by: &Option<String>) -> bool {
+    managed_by
+        .as_deref()
+        .is_none_or(|m| m.is_empty() || m == "oxray.io/oxray-operator" || m == "ray.io/kuberay-operator")
+}
+
+pub async fn reconcile(cluster: Arc<RayCluster>, ctx: Arc<Context>) -> Result<Action> {
+    if !managed_here(&cluster.spec.managed_by) || cluster.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = cluster.namespace().unwrap_or_else(|| "default".into());
+    let owner = cluster.controller_owner_ref(&()).expect("a stored resource has a name and uid");
+    let status = converge(
+        &ctx,
+        &namespace,
+        &cluster.name_any(),
+        owner,
+        &cluster.spec,
+        cluster.status.as_ref(),
+        cluster.metadata.generation,
+    )
+    .await;
+    let (status, error) = match status {
+        Ok(status) => (status, None),
+        Err(Error::Spec(message)) => {
+            ctx.event(cluster.as_ref(), true, "InvalidSpec", message.clone()).await;
+            let pods = list_pods(&ctx, &namespace, &cluster.name_any()).await?;
+            let observed = Observed {
+                spec: &cluster.spec,
+                generation: cluster.metadata.generation,
+                pods: &pods,
+                head_service: None,
+                error: Some(message.clone()),
+                previous: cluster.status.as_ref(),
+                now: now(),
+            };
+            (status::status(&observed), Some(message))
+        }
+        Err(e) => return Err(e),
+    };
+    write_status(&ctx, &namespace, &cluster, &status).await?;
+    if error.is_some() {
+        return Ok(Action::await_change());
+    }
+    let settled = status.state.as_deref() == Some("ready") || status.state.as_deref() == Some("suspended");
+    Ok(Action::requeue(if settled { Duration::from_secs(30) } else { Duration::from_secs(3) }))
+}
+
+/// Brings a cluster's objects to its spec and gives the status that results. Shared with
+/// RayJob and RayService, whose clusters are RayClusters of their own.
+pub async fn converge(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    spec: &RayClusterSpec,
+    previous: Option<&crate::crd::RayClusterStatus>,
+    generation: Option<i64>,
+) -> Result<crate::crd::RayClusterStatus> {
+    let cluster = cluster_ref(ctx, namespace, name, owner, spec)?;
+    // Validate every pod before creating anything, so a bad group never half-forms a cluster.
+    let head_pod =
+        pods::head_pod(&cluster, &spec.head_group_spec).map_err(|e| Error::Spec(format!("headGroupSpec: {e}")))?;
+    let mut hashes = BTreeMap::from([(
+        HEAD_GROUP.to_string(),
+        pods::template_hash(&spec.head_group_spec.template, &spec.head_group_spec.ray_start_params),
+    )]);
+    for group in &spec.worker_group_specs {
+        pods::worker_pod(&cluster, group, &spec.head_group_spec.ray_start_params)
+            .map_err(|e| Error::Spec(format!("workerGroupSpecs[{}]: {e}", group.group_name)))?;
+        hashes.insert(group.group_name.clone(), pods::template_hash(&group.template, &group.ray_start_params));
+    }
+
+    let token = ensure_token(ctx, &cluster, spec).await?;
+    if let (Some(storage), Some((claim, _))) = (storage_spec(spec), &cluster.head_claim) {
+        if storage.claim_name.is_none() {
+            let pvc = objects::head_claim(&cluster, storage);
+            create_if_absent(Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace), claim, &pvc)
+                .await?;
+        }
+    }
+    let service = objects::head_service(&cluster, spec, &head_pod);
+    let services = Api::<Service>::namespaced(ctx.client.clone(), namespace);
+    let service =
+        services.patch(&head_service(name), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&service)).await?;
+
+    let pods = list_pods(ctx, namespace, name).await?;
+    let views: Vec<PodView> = pods.iter().map(PodView::of).collect();
+    let busy = busy_nodes(ctx, spec, &views, &token).await;
+    let pod_api = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    for action in plan::plan(spec, &views, &hashes, &busy) {
+        match action {
+            PodAction::CreateHead => {
+                let pod = pods::head_pod(&cluster, &spec.head_group_spec).map_err(Error::Spec)?;
+                create_if_absent(pod_api.clone(), &head_pod_name(name), &pod).await?;
+                tracing::info!(cluster = name, "created the head pod");
+            }
+            PodAction::CreateWorker { group } => {
+                let spec_group =
+                    spec.worker_group_specs.iter().find(|g| g.group_name == group).expect("planned groups exist");
+                let pod = pods::worker_pod(&cluster, spec_group, &spec.head_group_spec.ray_start_params)
+                    .map_err(Error::Spec)?;
+                let created = pod_api.create(&PostParams::default(), &pod).await?;
+                tracing::info!(cluster = name, group, pod = created.name_any(), "created a worker pod");
+            }
+            PodAction::Delete { name: pod, reason } => match pod_api.delete(&pod, &DeleteParams::default()).await {
+                Ok(_) => tracing::info!(cluster = name, pod, reason, "deleted a pod"),
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            },
+        }
+    }
+    let pods = list_pods(ctx, namespace, name).await?;
+    let service_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.clone()).filter(|ip| ip != "None");
+    let observed = Observed {
+        spec,
+        generation,
+        pods: &pods,
+        head_service: Some((head_service(name), service_ip)),
+        error: None,
+        previous,
+        now: now(),
+    };
+    Ok(status::status(&observed))
+}
+
+fn head_pod_name(cluster: &str) -> String {
+    crate::names::head_pod(cluster)
+}
+
+fn storage_spec(spec: &RayClusterSpec) -> Option<&crate::crd::cluster::HeadStorage> {
+    spec.gcs_fault_tolerance_options.as_ref().and_then(|o| o.storage.as_ref())
+}
+
+fn cluster_ref(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    spec: &RayClusterSpec,
+) -> Result<ClusterRef> {
+    if let Some(options) = &spec.gcs_fault_tolerance_options {
+        if options.backend == Some(StorageBackend::Redis) || options.redis_address.is_some() {
+            return Err(Error::Spec(
+                "gcsFaultToleranceOptions: the head keeps its state in its own database and needs no Redis; \
+                 set gcsFaultToleranceOptions.storage to keep it on a persistent volume"
+                    .into(),
+            ));
+        }
+    }
+    let head_claim = storage_spec(spec)
+        .map(|s| (s.claim_name.clone().unwrap_or_else(|| head_storage_claim(name)), s.sub_path.clone()));
+    let token_secret = spec
+        .auth_options
+        .as_ref()
+        .and_then(|a| a.secret_name.clone())
+        .unwrap_or_else(|| crate::names::token_secret(name));
+    Ok(ClusterRef {
+        name: name.into(),
+        namespace: namespace.into(),
+        owner,
+        cluster_domain: ctx.cluster_domain.clone(),
+        token_secret,
+        head_claim,
+    })
+}
+
+/// The cluster token: from the user's Secret, or from the one the operator made (made once).
+async fn ensure_token(ctx: &Context, cluster: &ClusterRef, spec: &RayClusterSpec) -> Result<String> {
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &cluster.namespace);
+    let user_secret = spec.auth_options.as_ref().and_then(|a| a.secret_name.as_ref()).is_some();
+    let secret = match secrets.get_opt(&cluster.token_secret).await? {
+        Some(secret) => secret,
+        None if user_secret => {
+            return Err(Error::Spec(format!("authOptions.secretName: Secret {} does not exist", cluster.token_secret)))
+        }
+        None => create_if_absent(secrets, &cluster.token_secret, &objects::token_secret(cluster)).await?,
+    };
+    secret_token(&secret).ok_or_else(|| Error::Spec(format!("Secret {} has no key \"token\"", cluster.token_secret)))
+}
+
+pub fn secret_token(secret: &Secret) -> Option<String> {
+    let from_data = secret.data.as_ref().and_then(|d| d.get("token")).and_then(|b| String::from_utf8(b.0.clone()).ok());
+    from_data
+        .or_else(|| secret.string_data.as_ref().and_then(|d| d.get("token").cloned()))
+        .map(|t| t.trim().to_string())
+}
+
+/// Creates the object unless one of that name exists; either way gives the stored one.
+async fn create_if_absent<K>(api: Api<K>, name: &str, object: &K) -> Result<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(created) => Ok(created),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(api.get(name).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn list_pods(ctx: &Context, namespace: &str, cluster: &str) -> Result<Vec<Pod>> {
+    let api = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    Ok(api.list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={cluster}"))).await?.items)
+}
+
+/// Asked only when a running worker may have to go: the head knows which nodes run work.
+async fn busy_nodes(ctx: &Context, spec: &RayClusterSpec, pods: &[PodView], token: &str) -> Busy {
+    let live_workers = pods.iter().filter(|p| !p.head && !p.terminating).count() as i32;
+    let wanted: i32 = spec.worker_group_specs.iter().map(plan::desired_workers).sum();
+    if live_workers <= wanted && spec.suspend != Some(true) {
+        return None;
+    }
+    let head = pods.iter().find(|p| p.head && p.ready)?;
+    let url = format!(
+        "http://{}:{}",
+        head.ip.as_ref()?,
+        super::params::dashboard_port(&spec.head_group_spec.ray_start_params).ok()?
+    );
+    let head = Head { http: &ctx.http, url, token: token.into() };
+    match head.busy_nodes().await {
+        Ok(busy) => Some(busy),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not ask the head which nodes are busy; no running worker is removed");
+            None
+        }
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &RayCluster,
+    status: &crate::crd::RayClusterStatus,
+) -> Result<()> {
+    if cluster.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let api = Api::<RayCluster>::namespaced(ctx.client.clone(), namespace);
+    let patch = crate::status_patch::merge_patch(&json!(cluster.status), &json!(status));
+    api.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "status": patch }))).await?;
+    Ok(())
+}
+
+pub fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}

@@ -1,0 +1,58 @@
+//! `RayService`: a cluster running Serve applications, with KubeRay's field names.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::cluster::{RayClusterSpec, RayClusterStatus};
+use super::Condition;
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+#[kube(
+    group = "oxray.io",
+    version = "v1",
+    kind = "RayService",
+    namespaced,
+    status = "RayServiceStatus",
+    category = "all",
+    printcolumn = r#"{"name":"service status","type":"string","jsonPath":".status.serviceStatus"}"#,
+    printcolumn = r#"{"name":"num serve endpoints","type":"integer","jsonPath":".status.numServeEndpoints"}"#,
+    printcolumn = r#"{"name":"age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RayServiceSpec {
+    /// Serve's multi-application config (YAML), applied through the head's Serve REST API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_config_v2: Option<String>,
+    pub ray_cluster_config: RayClusterSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_head_pod_from_serve_svc: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RayServiceStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_status: Option<String>,
+    #[serde(default)]
+    pub num_serve_endpoints: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_service_status: Option<ServiceStatusDetail>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_service_status: Option<ServiceStatusDetail>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceStatusDetail {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_cluster_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_cluster_status: Option<RayClusterStatus>,
+}

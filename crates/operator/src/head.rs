@@ -1,0 +1,105 @@
+//! Calls to a cluster's head over its HTTP API (the dashboard port): which nodes run work,
+//! and the Jobs REST API that RayJobs use.
+
+use std::collections::HashSet;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+pub struct Head<'a> {
+    pub http: &'a reqwest::Client,
+    /// `http://host:port`
+    pub url: String,
+    pub token: String,
+}
+
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+pub struct JobInfo {
+    pub status: String,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub start_time: Option<u64>,
+    #[serde(default)]
+    pub end_time: Option<u64>,
+}
+
+impl Head<'_> {
+    fn error(&self, reason: impl ToString) -> Error {
+        Error::Head { url: self.url.clone(), reason: reason.to_string() }
+    }
+
+    async fn call(&self, request: reqwest::RequestBuilder) -> Result<(reqwest::StatusCode, Value)> {
+        let response = request.bearer_auth(&self.token).send().await.map_err(|e| self.error(e))?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| self.error(e))?;
+        let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        Ok((status, value))
+    }
+
+    /// Names of alive nodes with any resource in use. Nodes are named after their pods.
+    pub async fn busy_nodes(&self) -> Result<HashSet<String>> {
+        let (status, body) = self.call(self.http.get(format!("{}/api/cluster_status", self.url))).await?;
+        if !status.is_success() {
+            return Err(self.error(format!("cluster status answered {status}: {body}")));
+        }
+        let nodes = body
+            .pointer("/data/cluster_status/alive")
+            .and_then(Value::as_array)
+            .ok_or_else(|| self.error(format!("cluster status without nodes: {body}")))?;
+        Ok(nodes.iter().filter(|n| node_is_busy(n)).filter_map(|n| n["node_name"].as_str().map(String::from)).collect())
+    }
+
+    /// The job, or None when the head does not know it.
+    pub async fn job(&self, id: &str) -> Result<Option<JobInfo>> {
+        let (status, body) = self.call(self.http.get(format!("{}/api/jobs/{id}", self.url))).await?;
+        match status.as_u16() {
+            404 => Ok(None),
+            200 => serde_json::from_value(body).map(Some).map_err(|e| self.error(e)),
+            _ => Err(self.error(format!("job {id}: {status} {body}"))),
+        }
+    }
+
+    /// Submits the job; a job already there with this id counts as submitted, so a retried
+    /// reconcile never runs it twice.
+    pub async fn submit(&self, request: &Value) -> Result<()> {
+        let id = request["submission_id"].as_str().unwrap_or_default().to_string();
+        let (status, body) = self.call(self.http.post(format!("{}/api/jobs/", self.url)).json(request)).await?;
+        if status.is_success() || (status == 400 && body.to_string().contains("already exists")) {
+            return Ok(());
+        }
+        if self.job(&id).await?.is_some() {
+            return Ok(());
+        }
+        Err(self.error(format!("submitting job {id}: {status} {body}")))
+    }
+
+    pub async fn stop(&self, id: &str) -> Result<()> {
+        let (status, body) = self.call(self.http.post(format!("{}/api/jobs/{id}/stop", self.url))).await?;
+        if status.is_success() || status == 404 {
+            Ok(())
+        } else {
+            Err(self.error(format!("stopping job {id}: {status} {body}")))
+        }
+    }
+}
+
+/// A node runs work when some of its resources are taken.
+fn node_is_busy(node: &Value) -> bool {
+    node["resources_used"].as_object().is_some_and(|used| used.values().any(|v| v.as_f64().unwrap_or(1.0) > 1e-9))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_node_is_busy_while_any_resource_is_taken() {
+        assert!(!node_is_busy(&json!({"node_name": "a"})));
+        assert!(!node_is_busy(&json!({"node_name": "a", "resources_used": {}})));
+        assert!(node_is_busy(&json!({"node_name": "a", "resources_used": {"CPU": 1.0}})));
+    }
+}

@@ -1,0 +1,38 @@
+//! Status writes as JSON merge patches that also clear what the new status no longer has
+//! (a merge patch keeps every field it does not name).
+
+use serde_json::{Map, Value};
+
+pub fn merge_patch(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(old), Value::Object(new)) => {
+            let mut patch = Map::new();
+            for (key, value) in new {
+                let child = old.get(key).map(|o| merge_patch(o, value)).unwrap_or_else(|| value.clone());
+                patch.insert(key.clone(), child);
+            }
+            for key in old.keys().filter(|k| !new.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn removed_fields_become_null_and_new_ones_are_set() {
+        let old = json!({"state": "ready", "head": {"podIP": "1.2.3.4", "podName": "h"}, "conditions": [1, 2]});
+        let new = json!({"head": {"podName": "h2"}, "conditions": [3]});
+        assert_eq!(
+            merge_patch(&old, &new),
+            json!({"state": null, "head": {"podIP": null, "podName": "h2"}, "conditions": [3]})
+        );
+        assert_eq!(merge_patch(&Value::Null, &new), new);
+    }
+}
