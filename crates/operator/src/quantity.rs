@@ -44,7 +44,7 @@ pub fn format_cpu(cores: f64) -> String {
 pub fn format_bytes(bytes: f64) -> String {
     let bytes = bytes.round() as u64;
     for (suffix, unit) in [("Gi", 1u64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{suffix}", bytes / unit);
         }
     }

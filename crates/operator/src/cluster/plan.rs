@@ -154,3 +154,152 @@ fn removable<'a>(pods: &[&'a PodView], busy: &Busy) -> Vec<&'a PodView> {
     ranked.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
     ranked.into_iter().map(|(_, p)| p).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::cluster::{ClusterUpgradeStrategy, ScaleStrategy};
+
+    fn group(name: &str, replicas: i32) -> WorkerGroupSpec {
+        WorkerGroupSpec { group_name: name.into(), replicas: Some(replicas), ..Default::default() }
+    }
+
+    fn spec(groups: Vec<WorkerGroupSpec>) -> RayClusterSpec {
+        RayClusterSpec { worker_group_specs: groups, ..Default::default() }
+    }
+
+    fn pod(name: &str, group: &str, phase: Phase, ready: bool) -> PodView {
+        PodView {
+            name: name.into(),
+            head: group == HEAD_GROUP,
+            group: group.into(),
+            phase,
+            ready,
+            terminating: false,
+            template_hash: Some(format!("{group}-hash")),
+            ip: None,
+        }
+    }
+
+    fn hashes() -> BTreeMap<String, String> {
+        ["headgroup", "g", "h"].iter().map(|g| (g.to_string(), format!("{g}-hash"))).collect()
+    }
+
+    fn creates(actions: &[PodAction]) -> usize {
+        actions.iter().filter(|a| matches!(a, PodAction::CreateWorker { .. })).count()
+    }
+
+    fn deleted(actions: &[PodAction]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| if let PodAction::Delete { name, .. } = a { Some(name.clone()) } else { None })
+            .collect()
+    }
+
+    #[test]
+    fn replicas_are_clamped_and_multiplied_by_hosts() {
+        let mut g = group("g", 10);
+        g.max_replicas = Some(3);
+        assert_eq!(desired_workers(&g), 3);
+        g.min_replicas = Some(2);
+        g.replicas = None;
+        assert_eq!(desired_workers(&g), 2);
+        g.num_of_hosts = Some(4);
+        assert_eq!(desired_workers(&g), 8);
+        g.suspend = Some(true);
+        assert_eq!(desired_workers(&g), 0);
+    }
+
+    #[test]
+    fn a_new_cluster_gets_its_head_and_workers() {
+        let actions = plan(&spec(vec![group("g", 2)]), &[], &hashes(), &None);
+        assert!(actions.contains(&PodAction::CreateHead));
+        assert_eq!(creates(&actions), 2);
+    }
+
+    #[test]
+    fn a_converged_cluster_needs_nothing_and_replaying_changes_nothing() {
+        let pods = vec![pod("head", HEAD_GROUP, Phase::Running, true), pod("w1", "g", Phase::Running, true)];
+        assert!(plan(&spec(vec![group("g", 1)]), &pods, &hashes(), &None).is_empty());
+        assert!(plan(&spec(vec![group("g", 1)]), &pods, &hashes(), &Some(Default::default())).is_empty());
+    }
+
+    #[test]
+    fn a_terminating_head_is_waited_for_and_an_ended_one_removed() {
+        let mut going = pod("c-head", HEAD_GROUP, Phase::Running, true);
+        going.terminating = true;
+        assert!(!plan(&spec(vec![]), &[going], &hashes(), &None).contains(&PodAction::CreateHead));
+        let ended = pod("c-head", HEAD_GROUP, Phase::Ended, false);
+        assert_eq!(deleted(&plan(&spec(vec![]), &[ended], &hashes(), &None)), vec!["c-head"]);
+    }
+
+    #[test]
+    fn ended_workers_are_replaced() {
+        let pods = vec![pod("head", HEAD_GROUP, Phase::Running, true), pod("w1", "g", Phase::Ended, false)];
+        let actions = plan(&spec(vec![group("g", 1)]), &pods, &hashes(), &None);
+        assert_eq!(deleted(&actions), vec!["w1"]);
+        assert_eq!(creates(&actions), 1);
+    }
+
+    #[test]
+    fn scaling_down_never_removes_a_busy_worker() {
+        let pods = vec![
+            pod("head", HEAD_GROUP, Phase::Running, true),
+            pod("busy", "g", Phase::Running, true),
+            pod("idle", "g", Phase::Running, true),
+        ];
+        let busy: Busy = Some(["busy".to_string()].into());
+        assert_eq!(deleted(&plan(&spec(vec![group("g", 1)]), &pods, &hashes(), &busy)), vec!["idle"]);
+        assert_eq!(deleted(&plan(&spec(vec![group("g", 0)]), &pods, &hashes(), &busy)), vec!["idle"]);
+        // Without word from the head, no running worker goes.
+        assert!(deleted(&plan(&spec(vec![group("g", 0)]), &pods, &hashes(), &None)).is_empty());
+    }
+
+    #[test]
+    fn pending_pods_go_first() {
+        let pods = vec![
+            pod("head", HEAD_GROUP, Phase::Running, true),
+            pod("a-running", "g", Phase::Running, true),
+            pod("b-pending", "g", Phase::Pending, false),
+        ];
+        let busy: Busy = Some(Default::default());
+        assert_eq!(deleted(&plan(&spec(vec![group("g", 1)]), &pods, &hashes(), &busy)), vec!["b-pending"]);
+        assert_eq!(deleted(&plan(&spec(vec![group("g", 1)]), &pods, &hashes(), &None)), vec!["b-pending"]);
+    }
+
+    #[test]
+    fn workers_to_delete_and_removed_groups() {
+        let pods = vec![
+            pod("head", HEAD_GROUP, Phase::Running, true),
+            pod("w1", "g", Phase::Running, true),
+            pod("old", "gone", Phase::Running, true),
+        ];
+        let mut g = group("g", 0);
+        g.scale_strategy = Some(ScaleStrategy { workers_to_delete: vec!["w1".into()] });
+        let busy: Busy = Some(Default::default());
+        let mut names = deleted(&plan(&spec(vec![g]), &pods, &hashes(), &busy));
+        names.sort();
+        assert_eq!(names, vec!["old", "w1"]);
+    }
+
+    #[test]
+    fn recreate_replaces_outdated_pods_and_none_keeps_them() {
+        let mut outdated = pod("w1", "g", Phase::Running, true);
+        outdated.template_hash = Some("older".into());
+        let pods = vec![pod("head", HEAD_GROUP, Phase::Running, true), outdated];
+        assert!(plan(&spec(vec![group("g", 1)]), &pods, &hashes(), &None).is_empty());
+        let mut s = spec(vec![group("g", 1)]);
+        s.upgrade_strategy = Some(ClusterUpgradeStrategy { type_: Some(ClusterUpgradeType::Recreate) });
+        let actions = plan(&s, &pods, &hashes(), &None);
+        assert_eq!(deleted(&actions), vec!["w1"]);
+        assert_eq!(creates(&actions), 1);
+    }
+
+    #[test]
+    fn suspend_removes_every_pod() {
+        let pods = vec![pod("head", HEAD_GROUP, Phase::Running, true), pod("w1", "g", Phase::Running, true)];
+        let mut s = spec(vec![group("g", 1)]);
+        s.suspend = Some(true);
+        assert_eq!(deleted(&plan(&s, &pods, &hashes(), &None)).len(), 2);
+    }
+}

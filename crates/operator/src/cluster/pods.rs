@@ -290,3 +290,106 @@ fn field_env(name: &str, path: &str) -> EnvVar {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn cluster() -> ClusterRef {
+        ClusterRef {
+            name: "c".into(),
+            namespace: "ns".into(),
+            owner: OwnerReference { name: "c".into(), uid: "u".into(), ..Default::default() },
+            cluster_domain: "cluster.local".into(),
+            token_secret: "c-token".into(),
+            head_claim: None,
+        }
+    }
+
+    fn template(cpu: &str) -> PodTemplateSpec {
+        let resources = ResourceRequirements {
+            limits: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity(cpu.into())),
+                ("memory".into(), Quantity("1Gi".into())),
+            ])),
+            ..Default::default()
+        };
+        PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                containers: vec![Container { name: "ray".into(), resources: Some(resources), ..Default::default() }],
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn args(pod: &Pod) -> Vec<String> {
+        pod.spec.as_ref().unwrap().containers[0].args.clone().unwrap()
+    }
+
+    #[test]
+    fn the_head_runs_oxray_start_with_its_resources_and_labels() {
+        let spec = HeadGroupSpec { template: template("1500m"), ..Default::default() };
+        let pod = head_pod(&cluster(), &spec).unwrap();
+        let a = args(&pod).join(" ");
+        assert!(a.starts_with("start --head --block --dashboard-host 0.0.0.0"), "{a}");
+        assert!(a.contains("--num-cpus 2") && a.contains("--memory 1073741824"), "{a}");
+        assert!(a.contains("--node-ip-address $(POD_IP) --node-name $(POD_NAME)"), "{a}");
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels["ray.io/node-type"], "head");
+        assert_eq!(labels["ray.io/cluster"], "c");
+        assert_eq!(pod.metadata.name.as_deref(), Some("c-head"));
+        let container = &pod.spec.as_ref().unwrap().containers[0];
+        let env: Vec<&str> = container.env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect();
+        assert!(env.contains(&"OXRAY_AUTH_TOKEN") && env[0] == "POD_IP", "{env:?}");
+        let mounts = container.volume_mounts.as_ref().unwrap();
+        assert!(mounts.iter().any(|m| m.mount_path == "/dev/shm"));
+        assert!(container.readiness_probe.is_some());
+    }
+
+    #[test]
+    fn workers_join_the_head_service_and_wait_for_it() {
+        let group = WorkerGroupSpec { group_name: "gpu".into(), template: template("2"), ..Default::default() };
+        let head_params = BTreeMap::from([("port".to_string(), "6380".to_string())]);
+        let pod = worker_pod(&cluster(), &group, &head_params).unwrap();
+        let a = args(&pod).join(" ");
+        assert!(a.contains("--address c-head-svc.ns.svc.cluster.local:6380 --block --join-timeout-s"), "{a}");
+        assert_eq!(pod.metadata.generate_name.as_deref(), Some("c-gpu-worker-"));
+    }
+
+    #[test]
+    fn a_kept_command_gets_the_generated_one_in_the_environment() {
+        let mut t = template("1");
+        t.metadata = Some(ObjectMeta {
+            annotations: Some(BTreeMap::from([(ANNOTATION_KEEP_COMMAND.to_string(), "true".to_string())])),
+            ..Default::default()
+        });
+        t.spec.as_mut().unwrap().containers[0].command = Some(vec!["my-entry".into()]);
+        let pod = head_pod(&cluster(), &HeadGroupSpec { template: t, ..Default::default() }).unwrap();
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        assert_eq!(c.command.as_deref(), Some(&["my-entry".to_string()][..]));
+        assert!(c.env.as_ref().unwrap().iter().any(|e| e.name == "OXRAY_START_CMD"));
+    }
+
+    #[test]
+    fn bad_templates_and_params_are_errors() {
+        let empty = HeadGroupSpec { template: PodTemplateSpec::default(), ..Default::default() };
+        assert!(head_pod(&cluster(), &empty).is_err());
+        let typo = HeadGroupSpec {
+            template: template("1"),
+            ray_start_params: BTreeMap::from([("num-cpu".to_string(), "1".to_string())]),
+            ..Default::default()
+        };
+        assert!(head_pod(&cluster(), &typo).unwrap_err().contains("num-cpu"));
+        assert!(head_pod(&cluster(), &HeadGroupSpec { template: template("lots"), ..Default::default() }).is_err());
+    }
+
+    #[test]
+    fn the_hash_follows_the_template() {
+        let params = BTreeMap::new();
+        assert_eq!(template_hash(&template("1"), &params), template_hash(&template("1"), &params));
+        assert_ne!(template_hash(&template("1"), &params), template_hash(&template("2"), &params));
+    }
+}

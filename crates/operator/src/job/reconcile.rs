@@ -39,7 +39,6 @@ pub async fn reconcile(job: Arc<RayJob>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn apply(job: &RayJob, ctx: &Context, namespace: &str) -> Result<Action> {
-    let spec = &job.spec;
     let mut st = job.status.clone().unwrap_or_default();
     let before = st.clone();
     let action = step(job, ctx, namespace, &mut st).await?;
@@ -56,7 +55,6 @@ async fn apply(job: &RayJob, ctx: &Context, namespace: &str) -> Result<Action> {
             );
         }
     }
-    let _ = spec;
     Ok(action)
 }
 
