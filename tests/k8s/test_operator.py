@@ -229,3 +229,35 @@ def test_bad_resources_are_refused_or_reported_never_crash_the_operator(operator
                what="the Redis cluster's reason")
     assert operator["proc"].poll() is None
     assert "panicked" not in Path(operator["log"]).read_text()
+
+
+def test_a_head_on_a_claim_keeps_its_jobs_across_a_pod_restart(operator, kube, kubectl):
+    dashboard = free_port()
+    manifest = cluster_manifest("durable", workers=1, dashboard_port=dashboard)
+    manifest["spec"]["gcsFaultToleranceOptions"] = {"storage": {"size": "1Gi"}}
+    apply(kubectl, manifest)
+    wait_until(lambda: ready(kube, "durable", 1), timeout=90, what="the cluster to be ready")
+    claim = kube.get("/api/v1/namespaces/default/persistentvolumeclaims/durable-head-storage")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+
+    def api(method, path, body=None):
+        ip = status(kube, CLUSTERS, "durable")["head"]["podIP"]
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"http://{ip}:{dashboard}{path}", data=data, method=method,
+                                         headers={"Authorization": f"Bearer {token(kube, 'durable')}",
+                                                  "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as r:
+            return json.load(r)
+
+    api("POST", "/api/jobs/", {"entrypoint": "python -c \"print('kept')\"", "submission_id": "kept-job"})
+    wait_until(lambda: api("GET", "/api/jobs/kept-job")["status"] == "SUCCEEDED", timeout=60, what="the job")
+
+    old_ip = status(kube, CLUSTERS, "durable")["head"]["podIP"]
+    kubectl("delete", "pod", "durable-head", "--wait=false")
+    wait_until(lambda: (s := status(kube, CLUSTERS, "durable")).get("head", {}).get("podIP") not in (None, old_ip)
+               and ready(kube, "durable", 1), timeout=90, what="a new head pod")
+    # The new head read the same database: the job is there, and the worker joined it again.
+    wait_until(lambda: api("GET", "/api/jobs/kept-job")["status"] == "SUCCEEDED", timeout=30,
+               what="the job on the new head")
+    worker = live_pods(kube, "durable", "worker")[0]
+    wait_until(lambda: worker in head_nodes(kube, "durable", dashboard), timeout=60, what="the worker to rejoin")
