@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use crate::context::Context;
 use crate::crd::service::{RayService, RayServiceStatus, ServiceStatusDetail};
@@ -54,11 +53,6 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
         observed_generation: service.metadata.generation,
         ..Default::default()
     };
-    if service.status.as_ref() != Some(&status) {
-        let api = Api::<RayService>::namespaced(ctx.client.clone(), &namespace);
-        let patch = crate::status_patch::merge_patch(&json!(service.status), &json!(status));
-        api.patch_status(&service.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "status": patch })))
-            .await?;
-    }
+    crate::status_patch::write(&ctx.client, service.as_ref(), service.status.as_ref(), &status).await?;
     Ok(Action::requeue(std::time::Duration::from_secs(30)))
 }

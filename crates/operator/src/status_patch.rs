@@ -1,7 +1,28 @@
 //! Status writes as JSON merge patches that also clear what the new status no longer has
 //! (a merge patch keeps every field it does not name).
 
-use serde_json::{Map, Value};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+/// Writes `new` as the object's status when it differs from `old`.
+pub async fn write<K, S>(client: &kube::Client, object: &K, old: Option<&S>, new: &S) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    S: Serialize + PartialEq,
+{
+    if old == Some(new) {
+        return Ok(());
+    }
+    let api = Api::<K>::namespaced(client.clone(), &object.namespace().unwrap_or_else(|| "default".into()));
+    let patch = merge_patch(&json!(old), &json!(new));
+    api.patch_status(&object.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "status": patch }))).await?;
+    Ok(())
+}
 
 pub fn merge_patch(old: &Value, new: &Value) -> Value {
     match (old, new) {

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::objects;
 use super::plan::{self, Busy, PodAction, PodView};
@@ -61,7 +60,7 @@ pub async fn reconcile(cluster: Arc<RayCluster>, ctx: Arc<Context>) -> Result<Ac
         }
         Err(e) => return Err(e),
     };
-    write_status(&ctx, &namespace, &cluster, &status).await?;
+    crate::status_patch::write(&ctx.client, cluster.as_ref(), cluster.status.as_ref(), &status).await?;
     if error.is_some() {
         return Ok(Action::await_change());
     }
@@ -247,21 +246,6 @@ async fn busy_nodes(ctx: &Context, spec: &RayClusterSpec, pods: &[PodView], toke
             None
         }
     }
-}
-
-async fn write_status(
-    ctx: &Context,
-    namespace: &str,
-    cluster: &RayCluster,
-    status: &crate::crd::RayClusterStatus,
-) -> Result<()> {
-    if cluster.status.as_ref() == Some(status) {
-        return Ok(());
-    }
-    let api = Api::<RayCluster>::namespaced(ctx.client.clone(), namespace);
-    let patch = crate::status_patch::merge_patch(&json!(cluster.status), &json!(status));
-    api.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "status": patch }))).await?;
-    Ok(())
 }
 
 pub fn now() -> String {

@@ -4,11 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::stages;
 use crate::cluster::reconcile::{now, secret_token};
@@ -42,18 +41,14 @@ async fn apply(job: &RayJob, ctx: &Context, namespace: &str) -> Result<Action> {
     let mut st = job.status.clone().unwrap_or_default();
     let before = st.clone();
     let action = step(job, ctx, namespace, &mut st).await?;
-    if st != before {
-        let api = Api::<RayJob>::namespaced(ctx.client.clone(), namespace);
-        let patch = crate::status_patch::merge_patch(&json!(job.status), &json!(st));
-        api.patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "status": patch }))).await?;
-        if st.job_deployment_status != before.job_deployment_status {
-            tracing::info!(
-                rayjob = job.name_any(),
-                stage = st.job_deployment_status,
-                job_status = st.job_status,
-                "RayJob moved on"
-            );
-        }
+    crate::status_patch::write(&ctx.client, job, job.status.as_ref(), &st).await?;
+    if st.job_deployment_status != before.job_deployment_status {
+        tracing::info!(
+            rayjob = job.name_any(),
+            stage = st.job_deployment_status,
+            job_status = st.job_status,
+            "RayJob moved on"
+        );
     }
     Ok(action)
 }
