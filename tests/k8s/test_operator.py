@@ -31,13 +31,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def operator(kubeconfig, kubelet, k8s_tmp):
-    """The operator as users run it, installing its own CRDs."""
+def start_operator(log_path):
+    """The operator as users run it, installing its own CRDs; ready once /healthz answers."""
     port = free_port()
-    log = open(k8s_tmp / "operator.log", "w")
+    log = open(log_path, "a")
     proc = subprocess.Popen([OXRAY, "operator", "--install-crds", "--health-addr", f"127.0.0.1:{port}"],
                             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, OXRAY_LOG="info"))
+    log.close()
     url = f"http://127.0.0.1:{port}"
 
     def healthy():
@@ -45,14 +45,24 @@ def operator(kubeconfig, kubelet, k8s_tmp):
             return r.status == 200
 
     wait_until(healthy, timeout=30, what="the operator's /healthz")
-    yield {"proc": proc, "url": url, "log": k8s_tmp / "operator.log"}
+    return proc
+
+
+def stop_operator(proc):
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=15)
+        return proc.wait(timeout=15)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    log.close()
+        raise
+
+
+@pytest.fixture
+def operator(kubeconfig, kubelet, k8s_tmp):
+    state = {"proc": start_operator(k8s_tmp / "operator.log"), "log": k8s_tmp / "operator.log"}
+    yield state
+    stop_operator(state["proc"])
 
 
 def cluster_manifest(name, workers=2, gcs_port=None, dashboard_port=None, extra_head_params=None):
@@ -277,3 +287,19 @@ def test_the_cluster_chart_installs_a_working_cluster(operator, kube, kubectl):
     wait_until(lambda: ready(kube, "raycluster-oxray", 1), timeout=90, what="the chart's cluster to be ready")
     wait_until(lambda: len(head_nodes(kube, "raycluster-oxray", dashboard)) == 2, timeout=30,
                what="both nodes in the head's view")
+
+
+def test_a_restarted_operator_changes_nothing_that_is_right(operator, kube, kubectl):
+    dashboard = free_port()
+    apply(kubectl, cluster_manifest("steady", workers=1, dashboard_port=dashboard))
+    wait_until(lambda: ready(kube, "steady", 1), timeout=90, what="the cluster to be ready")
+    pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.list(PODS, labelSelector="ray.io/cluster=steady")["items"]}
+    before = kube.get(f"{CLUSTERS}/steady")
+    assert stop_operator(operator["proc"]) == 0
+    operator["proc"] = start_operator(operator["log"])
+    # Every object replayed to the new process: the pods, the service, the status stay.
+    time.sleep(3)
+    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.list(PODS, labelSelector="ray.io/cluster=steady")["items"]}
+    assert after == pods
+    assert kube.get(f"{CLUSTERS}/steady")["status"] == before["status"]
+    assert len(head_nodes(kube, "steady", dashboard)) == 2
