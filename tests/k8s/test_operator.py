@@ -264,7 +264,7 @@ def test_a_head_on_a_claim_keeps_its_jobs_across_a_pod_restart(operator, kube, k
 
     old_ip = status(kube, CLUSTERS, "durable")["head"]["podIP"]
     kubectl("delete", "pod", "durable-head", "--wait=false")
-    wait_until(lambda: (s := status(kube, CLUSTERS, "durable")).get("head", {}).get("podIP") not in (None, old_ip)
+    wait_until(lambda: status(kube, CLUSTERS, "durable").get("head", {}).get("podIP") not in (None, old_ip)
                and ready(kube, "durable", 1), timeout=90, what="a new head pod")
     # The new head read the same database: the job is there, and the worker joined it again.
     wait_until(lambda: api("GET", "/api/jobs/kept-job")["status"] == "SUCCEEDED", timeout=30,
