@@ -1,13 +1,16 @@
 # One entry point for every developer task. `make help` lists them.
 SHELL := /bin/bash
 CARGO ?= cargo
-# podman, runc (crun cannot run containers on hybrid cgroups) and skopeo: the container image.
-APT_PACKAGES := protobuf-compiler python3-venv chromium podman runc skopeo
+# The container image: podman, runc (crun cannot run containers on hybrid cgroups), skopeo, and
+# iptables for published ports (netavark, podman's network stack, does not depend on it).
+APT_PACKAGES := protobuf-compiler python3-venv chromium podman runc skopeo iptables
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TOOLS ?= .tools
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 IMAGE := target/image/oxray-$(VERSION)-oci.tar
+# The image's org.opencontainers.image.source label, e.g. the repository's URL.
+IMAGE_SOURCE ?=
 
 .PHONY: help setup venv wheel build release test test-rust test-python test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data demo clean helm-tools lint-helm image podman-setup test-image bench-image
 
@@ -113,7 +116,7 @@ test-dist: dist helm-tools
 # (no engine, no base image to pull: no registry is reachable in CI); deploy/image/README.md.
 image: wheel podman-setup
 	$(PY) deploy/image/build.py --wheel $$(ls target/wheels/oxray-$(VERSION)-cp39-abi3-*.whl | head -n1) \
-	  --binary target/release/oxray --load auto
+	  --binary target/release/oxray --source "$(IMAGE_SOURCE)" --load auto
 
 # Podman on machines like CI's needs runc and lower ulimits (deploy/image/containers.conf).
 podman-setup: setup
