@@ -304,6 +304,10 @@ class PodWorker(threading.Thread):
             {"source": os.path.join(self.dir, "tmp"), "target": "/tmp"},
             {"source": self.hosts_path, "target": "/etc/hosts", "file": True},
         ]
+        # Programs on the pods' PATH that live under /tmp (a checkout there) stay visible
+        # through the pod's own /tmp, as an image's files would.
+        for top in tmp_roots(self.kubelet.path):
+            spec_mounts.insert(1, {"source": top, "target": top})
         if not any(target == "/dev/shm" for _, target, *_ in mounts):
             spec_mounts.append({"type": "tmpfs", "target": "/dev/shm",
                                 "options": f"size={shm},mode=1777"})
@@ -488,3 +492,14 @@ class PodWorker(threading.Thread):
                 self.mark_gone()
         except OSError:
             pass
+
+
+def tmp_roots(path):
+    """The directories directly under /tmp that hold entries of a PATH."""
+    roots = set()
+    for entry in path.split(os.pathsep):
+        real = os.path.realpath(entry) if entry else ""
+        parts = real.split(os.sep)
+        if len(parts) > 2 and parts[1] == "tmp" and parts[2] and os.path.isdir(real):
+            roots.add(os.sep.join(parts[:3]))
+    return sorted(roots)
