@@ -18,7 +18,7 @@ pub fn head_service(cluster: &ClusterRef, spec: &RayClusterSpec, head: &Pod) -> 
     let mut service = spec.head_group_spec.head_service.clone().unwrap_or_default();
     let mut labels = service.metadata.labels.take().unwrap_or_default();
     labels.extend(cluster.labels("head", HEAD_GROUP));
-    let mut meta = cluster.meta(Some(head_service_name(cluster)), labels);
+    let mut meta = cluster.meta(Some(crate::names::head_service(&cluster.name)), labels);
     let mut annotations = service.metadata.annotations.take().unwrap_or_default();
     annotations.extend(spec.head_service_annotations.clone().unwrap_or_default());
     meta.annotations = Some(annotations).filter(|a| !a.is_empty());
@@ -39,10 +39,6 @@ pub fn head_service(cluster: &ClusterRef, spec: &RayClusterSpec, head: &Pod) -> 
     service.spec = Some(svc_spec);
     service.status = None;
     service
-}
-
-fn head_service_name(cluster: &ClusterRef) -> String {
-    crate::names::head_service(&cluster.name)
 }
 
 /// The head container's named ports, sorted by name, and `metrics` (which oxray serves on

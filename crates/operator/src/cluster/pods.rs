@@ -70,7 +70,7 @@ pub fn head_pod(cluster: &ClusterRef, spec: &HeadGroupSpec) -> Result<Pod, Strin
     }
     let dashboard = params::dashboard_port(&spec.ray_start_params)?;
     let mut pod = build(cluster, &spec.template, &spec.ray_start_params, "head", HEAD_GROUP, flags)?;
-    pod.metadata.name = Some(head_pod_name(cluster));
+    pod.metadata.name = Some(crate::names::head_pod(&cluster.name));
     let podspec = pod.spec.as_mut().expect("built pods have a spec");
     let container = &mut podspec.containers[0];
     container
@@ -109,10 +109,6 @@ pub fn head_pod(cluster: &ClusterRef, spec: &HeadGroupSpec) -> Result<Pod, Strin
         });
     }
     Ok(pod)
-}
-
-fn head_pod_name(cluster: &ClusterRef) -> String {
-    crate::names::head_pod(&cluster.name)
 }
 
 pub fn worker_pod(

@@ -87,9 +87,11 @@ pub async fn converge(
         HEAD_GROUP.to_string(),
         pods::template_hash(&spec.head_group_spec.template, &spec.head_group_spec.ray_start_params),
     )]);
+    let mut worker_pods = BTreeMap::new();
     for group in &spec.worker_group_specs {
-        pods::worker_pod(&cluster, group, &spec.head_group_spec.ray_start_params)
+        let pod = pods::worker_pod(&cluster, group, &spec.head_group_spec.ray_start_params)
             .map_err(|e| Error::Spec(format!("workerGroupSpecs[{}]: {e}", group.group_name)))?;
+        worker_pods.insert(group.group_name.clone(), pod);
         hashes.insert(group.group_name.clone(), pods::template_hash(&group.template, &group.ray_start_params));
     }
 
@@ -113,16 +115,11 @@ pub async fn converge(
     for action in plan::plan(spec, &views, &hashes, &busy) {
         match action {
             PodAction::CreateHead => {
-                let pod = pods::head_pod(&cluster, &spec.head_group_spec).map_err(Error::Spec)?;
-                create_if_absent(pod_api.clone(), &head_pod_name(name), &pod).await?;
+                create_if_absent(pod_api.clone(), &crate::names::head_pod(name), &head_pod).await?;
                 tracing::info!(cluster = name, "created the head pod");
             }
             PodAction::CreateWorker { group } => {
-                let spec_group =
-                    spec.worker_group_specs.iter().find(|g| g.group_name == group).expect("planned groups exist");
-                let pod = pods::worker_pod(&cluster, spec_group, &spec.head_group_spec.ray_start_params)
-                    .map_err(Error::Spec)?;
-                let created = pod_api.create(&PostParams::default(), &pod).await?;
+                let created = pod_api.create(&PostParams::default(), &worker_pods[&group]).await?;
                 tracing::info!(cluster = name, group, pod = created.name_any(), "created a worker pod");
             }
             PodAction::Delete { name: pod, reason } => match pod_api.delete(&pod, &DeleteParams::default()).await {
@@ -144,10 +141,6 @@ pub async fn converge(
         now: now(),
     };
     Ok(status::status(&observed))
-}
-
-fn head_pod_name(cluster: &str) -> String {
-    crate::names::head_pod(cluster)
 }
 
 fn storage_spec(spec: &RayClusterSpec) -> Option<&crate::crd::cluster::HeadStorage> {
