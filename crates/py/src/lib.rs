@@ -41,7 +41,7 @@ struct Client {
     /// This process's object server, started when a reference first leaves the process.
     object_address: Mutex<Option<String>>,
     /// The agent and address of the node this process runs on, once looked up.
-    local_node: Mutex<Option<(String, String)>>,
+    local_node: Mutex<Option<LocalNode>>,
     /// The node's object store, when this process runs on the node's machine.
     store: Mutex<Option<Option<Arc<oxray_worker::NodeStore>>>>,
     /// The other processes' object servers.
@@ -64,6 +64,14 @@ fn get_error(e: GetError) -> PyErr {
         GetError::Timeout(_) => pyo3::exceptions::PyTimeoutError::new_err(e.to_string()),
         GetError::Unknown(_) => PyValueError::new_err(e.to_string()),
     }
+}
+
+/// The node a driver or worker runs on, as its cluster knows it.
+#[derive(Clone)]
+struct LocalNode {
+    agent: String,
+    ip: String,
+    id: String,
 }
 
 /// Resolves `address` as `ray.init` does and connects; starts a private local cluster when
@@ -229,6 +237,11 @@ impl Client {
     fn nodes_json(&self, py: Python<'_>) -> PyResult<String> {
         let nodes = py.detach(|| self.cluster.nodes()).map_err(to_py)?;
         serde_json::to_string(&nodes).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// The id of the node this process runs on (`get_runtime_context().get_node_id()`).
+    fn node_id(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(py.detach(|| self.local_node())?.id)
     }
 
     fn cluster_resources(&self, py: Python<'_>) -> PyResult<BTreeMap<String, f64>> {
@@ -492,7 +505,7 @@ impl Client {
         if let Some(address) = slot.as_ref() {
             return Ok(address.clone());
         }
-        let (_, ip) = py.detach(|| self.local_node())?;
+        let ip = py.detach(|| self.local_node())?.ip;
         let actors: Arc<dyn oxray_worker::ActorOwner> = Arc::new(py.detach(|| self.submitter())?);
         let serving = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone());
         let port = py.detach(|| self.runtime.block_on(serving)).map_err(PyRuntimeError::new_err)?;
@@ -843,7 +856,7 @@ impl Client {
 
     fn open_store(&self) -> Option<Arc<oxray_worker::NodeStore>> {
         let nodes = self.cluster.nodes().ok()?;
-        let (agent, _) = self.local_node().ok()?;
+        let agent = self.local_node().ok()?.agent;
         let node = nodes.iter().find(|n| format!("{}:{}", n.node_ip, n.agent_port) == agent)?;
         let (memory, spill) = oxray_config::paths::object_store_dirs(node.agent_port);
         let owner = std::fs::read_to_string(memory.join("node")).ok()?;
@@ -860,9 +873,8 @@ impl Client {
         }
     }
 
-    /// `(agent address, node ip)` of the node this process runs on: the one it was told,
-    /// else the head's node.
-    fn local_node(&self) -> PyResult<(String, String)> {
+    /// The node this process runs on: the one it was told, else the head's node.
+    fn local_node(&self) -> PyResult<LocalNode> {
         let mut slot = self.local_node.lock().expect("local node lock");
         if let Some(node) = slot.as_ref() {
             return Ok(node.clone());
@@ -875,7 +887,11 @@ impl Client {
             .or_else(|| usable.iter().find(|n| n.is_head_node))
             .or_else(|| usable.first())
             .ok_or_else(|| PyRuntimeError::new_err("no alive node can run tasks"))?;
-        let found = (format!("{}:{}", node.node_ip, node.agent_port), node.node_ip.clone());
+        let found = LocalNode {
+            agent: format!("{}:{}", node.node_ip, node.agent_port),
+            ip: node.node_ip.clone(),
+            id: node.node_id.hex(),
+        };
         *slot = Some(found.clone());
         Ok(found)
     }
@@ -886,7 +902,7 @@ impl Client {
         if let Some(s) = slot.as_ref() {
             return Ok(s.clone());
         }
-        let (agent, _) = self.local_node()?;
+        let agent = self.local_node()?.agent;
         // Lazy channels start their connection task on the runtime.
         let _runtime = self.runtime.enter();
         let submitter = Arc::new(

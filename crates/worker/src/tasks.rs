@@ -781,6 +781,11 @@ impl Submitter {
 
     /// A lease placed by a scheduling strategy.
     /// `detached`: the lease outlives this process (a detached actor's).
+    ///
+    /// DEFAULT and SPREAD never wait long at a node without room: each ask waits there at
+    /// most `BUSY_WAIT`, then the choice is made again (as Ray's raylets spill queued leases
+    /// back), so a lease queued behind resources held for long (a training worker's CPU)
+    /// goes where room is instead of waiting for them.
     pub async fn lease_with(
         &self,
         resources: ResourceSet,
@@ -788,40 +793,56 @@ impl Submitter {
         strategy: &Strategy,
         holder: LeaseFor,
     ) -> Result<Lease, LeaseError> {
-        let target = match strategy {
-            Strategy::Bundle { group, index } => {
-                return self.lease_in_bundle(self.request(&resources, env, holder), group, *index).await;
-            }
-            Strategy::Default => None,
-            Strategy::Spread => self.spread_target(&resources).await?,
+        let mut request = self.request(&resources, env, holder);
+        match strategy {
+            Strategy::Bundle { group, index } => return self.lease_in_bundle(request, group, *index).await,
             Strategy::Node { node_id, soft } => match self.node_agent(node_id).await? {
-                Some(address) => Some(address),
-                None if *soft => None,
+                Some(address) => return self.ask(&address, &request).await.map(|l| l.expect("an unbounded ask")),
+                None if *soft => {}
                 None => return Err(format!("node {node_id} of the NodeAffinitySchedulingStrategy is not alive").into()),
             },
-        };
-        if let Some(address) = target {
-            let request = self.request(&resources, env, holder);
-            let agent = self.agent(&address)?;
-            let reply = agent.clone().request_worker_lease(request).await?;
-            return Ok(Lease { reply: reply.into_inner(), agent, agent_address: address });
+            Strategy::Default | Strategy::Spread => {}
         }
-        let request = self.request(&resources, env, holder);
-        let local = self.leases.clone().request_worker_lease(request.clone()).await;
-        let status = match local {
-            Ok(reply) => {
-                let agent_address = self.local_agent.clone();
-                return Ok(Lease { reply: reply.into_inner(), agent: self.leases.clone(), agent_address });
+        request.wait_ms = BUSY_WAIT.as_millis() as u32;
+        loop {
+            if *strategy == Strategy::Spread {
+                if let Some(address) = self.spread_target(&resources).await? {
+                    if let Some(lease) = self.ask(&address, &request).await? {
+                        return Ok(lease);
+                    }
+                    continue;
+                }
             }
-            Err(status) if status.code() == tonic::Code::InvalidArgument => status,
-            Err(status) => return Err(status.into()),
-        };
-        let Some((agent_address, agent)) = self.spill_target(&resources).await? else {
-            let why = status.message();
-            return Err(format!("no node of the cluster can hold {:?} ({why})", resources.as_map()).into());
-        };
-        let reply = agent.clone().request_worker_lease(request).await?;
-        Ok(Lease { reply: reply.into_inner(), agent, agent_address })
+            // Why this node can never hold it, if it cannot.
+            let never_here = match self.ask(&self.local_agent, &request).await {
+                Ok(Some(lease)) => return Ok(lease),
+                Ok(None) => None,
+                Err(e) if e.never_fits => Some(e.message),
+                Err(e) => return Err(e),
+            };
+            let Some(address) = self.spill_target(&resources, never_here.is_some()).await? else {
+                match never_here {
+                    None => continue,
+                    Some(why) => {
+                        return Err(format!("no node of the cluster can hold {:?} ({why})", resources.as_map()).into())
+                    }
+                }
+            };
+            if let Some(lease) = self.ask(&address, &request).await? {
+                return Ok(lease);
+            }
+        }
+    }
+
+    /// A lease from the agent at `address`; None when it had no room within the request's
+    /// `wait_ms`.
+    async fn ask(&self, address: &str, request: &v1::LeaseRequest) -> Result<Option<Lease>, LeaseError> {
+        let agent = self.agent(address)?;
+        match agent.clone().request_worker_lease(request.clone()).await {
+            Ok(reply) => Ok(Some(Lease { reply: reply.into_inner(), agent, agent_address: address.to_string() })),
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => Ok(None),
+            Err(s) => Err(s.into()),
+        }
     }
 
     async fn alive_nodes(&self) -> Result<Vec<v1::Node>, String> {
@@ -837,7 +858,7 @@ impl Submitter {
 
     async fn node_agent(&self, node_id: &str) -> Result<Option<String>, String> {
         let nodes = self.alive_nodes().await?;
-        Ok(nodes.iter().find(|n| n.node_id == node_id).map(|n| format!("{}:{}", n.node_ip, n.agent_port)))
+        Ok(nodes.iter().find(|n| n.node_id == node_id).map(agent_address))
     }
 
     /// The next of the alive nodes that could hold the request, in turn.
@@ -852,24 +873,26 @@ impl Submitter {
         }
         nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         let turn = self.spread_turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize;
-        let node = &nodes[spread_pick(&nodes, resources, turn)];
-        Ok(Some(format!("{}:{}", node.node_ip, node.agent_port)))
+        Ok(Some(agent_address(&nodes[spread_pick(&nodes, resources, turn)])))
     }
 
-    /// The agent of another alive node whose resources could hold the request.
-    async fn spill_target(
-        &self,
-        resources: &ResourceSet,
-    ) -> Result<Option<(String, LeaseServiceClient<Authed>)>, String> {
-        let address = self
+    /// Another alive node's agent for the request: the first in turn with room now (as its
+    /// last heartbeat said), else with `any` the first in turn whose resources could hold it.
+    async fn spill_target(&self, resources: &ResourceSet, any: bool) -> Result<Option<String>, String> {
+        let mut nodes: Vec<v1::Node> = self
             .alive_nodes()
             .await?
-            .iter()
-            .filter(|n| fits(n, resources))
-            .map(|n| format!("{}:{}", n.node_ip, n.agent_port))
-            .find(|a| *a != self.local_agent);
-        let Some(address) = address else { return Ok(None) };
-        Ok(Some((address.clone(), self.agent(&address)?)))
+            .into_iter()
+            .filter(|n| fits(n, resources) && agent_address(n) != self.local_agent)
+            .collect();
+        if nodes.is_empty() {
+            return Ok(None);
+        }
+        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        let turn = self.spread_turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize;
+        let pick = spread_pick(&nodes, resources, turn);
+        let roomy = fits_in(&nodes[pick].resources_available, resources);
+        Ok((roomy || any).then(|| agent_address(&nodes[pick])))
     }
 
     fn agent(&self, address: &str) -> Result<LeaseServiceClient<Authed>, String> {
@@ -924,6 +947,10 @@ struct Want {
     strategy: Strategy,
 }
 
+fn agent_address(node: &v1::Node) -> String {
+    format!("{}:{}", node.node_ip, node.agent_port)
+}
+
 /// Whether a node's total resources could hold the request.
 fn fits(node: &v1::Node, resources: &ResourceSet) -> bool {
     fits_in(&node.resources_total, resources)
@@ -956,6 +983,9 @@ pub enum LeaseFor {
 /// How long a lease with nothing left to run is kept for the next task of its shape.
 const LEASE_LINGER: Duration = Duration::from_millis(10);
 
+/// How long a DEFAULT or SPREAD lease waits at a node without room before it is placed anew.
+const BUSY_WAIT: Duration = Duration::from_millis(200);
+
 /// How long a lease is asked for again while agents cannot be reached.
 const LEASE_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -965,6 +995,8 @@ const LEASE_PATIENCE: Duration = Duration::from_secs(30);
 pub struct LeaseError {
     pub message: String,
     pub transient: bool,
+    /// The agent's node can never hold the request (another may).
+    pub never_fits: bool,
 }
 
 impl std::fmt::Display for LeaseError {
@@ -975,7 +1007,7 @@ impl std::fmt::Display for LeaseError {
 
 impl From<String> for LeaseError {
     fn from(message: String) -> Self {
-        Self { message, transient: false }
+        Self { message, transient: false, never_fits: false }
     }
 }
 
@@ -985,7 +1017,7 @@ impl From<tonic::Status> for LeaseError {
         let transient =
             matches!(status.code(), Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded);
         let message = if transient { oxray_rpc::root_cause(&status) } else { status.message().to_string() };
-        Self { message, transient }
+        Self { message, transient, never_fits: status.code() == Code::InvalidArgument }
     }
 }
 
