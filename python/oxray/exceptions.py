@@ -13,6 +13,11 @@ class WorkerCrashedError(RayError):
     """The worker running a task died or became unreachable."""
 
 
+class OutOfMemoryError(RayError):
+    """The task's worker was ended by its node's memory monitor: the node's memory use passed
+    the threshold (`--memory-usage-threshold`) and the task had no retries left."""
+
+
 class GetTimeoutError(RayError, TimeoutError):
     """`get` ran out of time."""
 

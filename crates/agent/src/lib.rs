@@ -3,6 +3,7 @@
 
 pub mod detect;
 mod jobs;
+pub mod memory;
 mod store_dirs;
 mod workers;
 
@@ -35,6 +36,7 @@ pub struct AgentConfig {
     pub port: u16,
     /// Job logs go to `logs/`, runtime environments to `runtime_resources/`.
     pub session_dir: PathBuf,
+    pub memory_monitor: memory::MonitorConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +126,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
         gpus.clone(),
     ));
     workers::reap_periodically(&pool);
+    memory::watch(&pool, config.memory_monitor);
     let runner = Arc::new(jobs::Runner::new(
         config.session_dir.join("logs"),
         cache,

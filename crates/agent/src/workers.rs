@@ -1,6 +1,7 @@
 //! The node's pool of Python worker processes and the leases drivers hold on them: a lease
 //! holds the task's resources on this node until the driver returns it.
 
+use crate::memory;
 use oxray_proto::v1::{self, lease_service_server};
 use oxray_types::ResourceSet;
 use std::collections::HashMap;
@@ -76,6 +77,10 @@ struct Lease {
     blocked: bool,
     /// The node's GPUs it holds.
     gpu_ids: Vec<u32>,
+    /// When it was granted, as a count of grants: larger is newer.
+    granted: u64,
+    /// Why the agent ended its worker (the memory monitor), told to whoever returns it.
+    ended_for: Option<String>,
 }
 
 impl Lease {
@@ -113,6 +118,7 @@ struct State {
     starting: HashMap<String, oneshot::Sender<(u16, u32)>>,
     /// Warm workers being started, by kind.
     warming: HashMap<WorkerKind, usize>,
+    grants: u64,
 }
 
 pub struct WorkerPool {
@@ -288,9 +294,23 @@ impl WorkerPool {
             None => (None, String::new()),
         };
         let kind = worker.kind.clone();
-        self.lock()
-            .leases
-            .insert(lease_id, Lease { worker, resources, bundle, owner, notify, actor_id, blocked: false, gpu_ids });
+        let mut state = self.lock();
+        state.grants += 1;
+        let granted = state.grants;
+        let lease = Lease {
+            worker,
+            resources,
+            bundle,
+            owner,
+            notify,
+            actor_id,
+            blocked: false,
+            gpu_ids,
+            granted,
+            ended_for: None,
+        };
+        state.leases.insert(lease_id, lease);
+        drop(state);
         self.keep_warm(&kind);
         Ok(reply)
     }
@@ -497,8 +517,35 @@ impl WorkerPool {
         }
     }
 
-    fn give_back(&self, lease_id: &str, disconnect: bool) {
-        let Some(mut lease) = self.lock().leases.remove(lease_id) else { return };
+    /// Ends the worker of the newest task lease (else actor lease) because the node's memory
+    /// ran short (`why`), unless a worker ended so is still exiting: its memory is not free yet.
+    pub fn end_one_for_memory(&self, why: &str) {
+        let mut state = self.lock();
+        let exiting =
+            state.leases.values_mut().any(|l| l.ended_for.is_some() && matches!(l.worker.child.try_wait(), Ok(None)));
+        if exiting {
+            return;
+        }
+        let candidates: Vec<memory::Candidate> = state
+            .leases
+            .iter()
+            .filter(|(_, l)| l.ended_for.is_none())
+            .map(|(id, l)| memory::Candidate { lease_id: id.clone(), is_actor: l.notify.is_some(), granted: l.granted })
+            .collect();
+        let Some(victim) = memory::pick(&candidates).map(|c| c.lease_id.clone()) else { return };
+        let Some(lease) = state.leases.get_mut(&victim) else { return };
+        let what = if lease.notify.is_some() { format!("actor {}", lease.actor_id) } else { "task".to_string() };
+        tracing::warn!(worker = %lease.worker.id, "ending the worker of a {what}: {why}");
+        let _ = lease.worker.child.start_kill();
+        lease.ended_for = Some(format!(
+            "the worker running the {what} (at {}) was ended to free memory: {why}",
+            lease.worker.address
+        ));
+    }
+
+    /// Takes a lease back; returns why the agent ended its worker, if it did.
+    fn give_back(&self, lease_id: &str, disconnect: bool) -> Option<String> {
+        let mut lease = self.lock().leases.remove(lease_id)?;
         let holding = lease.holding();
         self.gpus.lock().expect("gpu lock").give_back_amount(lease.resources.get("GPU"), &lease.gpu_ids);
         let alive = matches!(lease.worker.child.try_wait(), Ok(None));
@@ -510,6 +557,7 @@ impl WorkerPool {
             tracing::info!(worker = %lease.worker.id, "worker retired");
         }
         self.release(&holding, lease.bundle.as_ref());
+        lease.ended_for
     }
 
     /// Starts a worker process; a `warm` one loads its modules only once the machine's CPUs
@@ -662,8 +710,8 @@ impl lease_service_server::LeaseService for LeaseService {
         request: Request<v1::ReturnWorkerRequest>,
     ) -> Result<Response<v1::ReturnWorkerReply>, Status> {
         let request = request.into_inner();
-        self.0.give_back(&request.lease_id, request.disconnect);
-        Ok(Response::new(v1::ReturnWorkerReply {}))
+        let exit_reason = self.0.give_back(&request.lease_id, request.disconnect).unwrap_or_default();
+        Ok(Response::new(v1::ReturnWorkerReply { exit_reason }))
     }
 
     async fn worker_blocked(

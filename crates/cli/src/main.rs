@@ -2,6 +2,7 @@
 
 mod commands;
 mod launch;
+mod monitor;
 mod output;
 mod resources;
 mod target;

@@ -421,7 +421,7 @@ impl Submitter {
             self.actors.lock().get_mut(actor_id).and_then(|r| r.lease.take())
         };
         match lease {
-            Some(lease) => self.give_back(&lease, true).await,
+            Some(lease) => self.give_back(&lease, true).await.map(|_| ()),
             None => Ok(()),
         }
     }

@@ -24,6 +24,8 @@ pub enum Outcome {
     Lost = 4,
     /// The process that owned the object ended: the data is a message.
     OwnerDied = 5,
+    /// The task's worker was ended to free its node's memory: the data is a message.
+    OutOfMemory = 6,
 }
 
 impl Outcome {
@@ -34,6 +36,7 @@ impl Outcome {
             2 => Self::SystemError,
             3 => Self::ActorDied,
             5 => Self::OwnerDied,
+            6 => Self::OutOfMemory,
             _ => Self::Lost,
         }
     }

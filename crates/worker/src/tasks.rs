@@ -151,7 +151,28 @@ pub struct Submitter {
     result_store: std::sync::OnceLock<String>,
 }
 
-type Reply = Result<v1::PushTaskReply, String>;
+type Reply = Result<v1::PushTaskReply, NoReply>;
+
+/// Why a queued task got no reply from a worker.
+#[derive(Debug)]
+enum NoReply {
+    /// No worker, a broken connection, a cancel: the message says which.
+    Failed(String),
+    /// The agent ended the worker to free the node's memory: the message is its reason.
+    OutOfMemory(String),
+}
+
+impl From<String> for NoReply {
+    fn from(message: String) -> Self {
+        Self::Failed(message)
+    }
+}
+
+impl From<&str> for NoReply {
+    fn from(message: &str) -> Self {
+        Self::Failed(message.to_string())
+    }
+}
 
 /// How a value written to a node store file starts (see the Python `serialization`).
 const STORED_AT: &[u8] = b"OXRAYREF";
@@ -311,6 +332,7 @@ impl Submitter {
             Err(Failure::Dependency(ready)) => (ready.data.to_vec(), ready.outcome),
             Err(Failure::System(message)) if actor => (message.into_bytes(), Outcome::ActorDied),
             Err(Failure::System(message)) => (message.into_bytes(), Outcome::SystemError),
+            Err(Failure::OutOfMemory(message)) => (message.into_bytes(), Outcome::OutOfMemory),
         };
         // Every return value of a failed task carries the failure.
         for id in ids {
@@ -388,8 +410,12 @@ impl Submitter {
                 };
             if !retry || attempt >= spec.max_retries {
                 // A worker ended by a forced cancel broke the call: that is the cancel.
-                let reason = |e: String| if cancelled { CANCELLED.to_string() } else { e };
-                return reply.map_err(|e| Failure::System(format!("task {} failed: {}", spec.name, reason(e))));
+                let name = &spec.name;
+                return reply.map_err(|e| match e {
+                    _ if cancelled => Failure::System(format!("task {name} failed: {CANCELLED}")),
+                    NoReply::OutOfMemory(why) => Failure::OutOfMemory(format!("task {name} failed: {why}")),
+                    NoReply::Failed(why) => Failure::System(format!("task {name} failed: {why}")),
+                });
             }
             attempt += 1;
             if reply.is_err() {
@@ -511,7 +537,7 @@ impl Submitter {
                     shape.waiting.drain(..).collect()
                 };
                 for q in waiting {
-                    let _ = q.reply.send(Err(format!("no worker: {e}")));
+                    let _ = q.reply.send(Err(format!("no worker: {e}").into()));
                 }
                 return;
             }
@@ -548,15 +574,23 @@ impl Submitter {
             self.running.lock().expect("running lock").insert(task_id.clone(), lease.reply.worker_address.clone());
             let mut push = queued.push;
             push.gpu_ids = lease.reply.gpu_ids.clone();
-            let reply = (self.pushes.push(&lease.reply.worker_address, None, push).await)
-                .map_err(|cause| format!("the worker died or broke off: {cause}"));
+            let reply = self.pushes.push(&lease.reply.worker_address, None, push).await;
             self.running.lock().expect("running lock").remove(&task_id);
-            let broken = reply.is_err();
-            let _ = queued.reply.send(reply);
-            if broken {
-                let _ = self.give_back(&lease, true).await;
-                self.request_more(&key, &want);
-                return;
+            match reply {
+                Ok(reply) => {
+                    let _ = queued.reply.send(Ok(reply));
+                }
+                Err(cause) => {
+                    // The agent says why when it ended the worker itself.
+                    let ended = self.give_back(&lease, true).await.unwrap_or_default();
+                    let _ = queued.reply.send(Err(if ended.is_empty() {
+                        NoReply::Failed(format!("the worker died or broke off: {cause}"))
+                    } else {
+                        NoReply::OutOfMemory(ended)
+                    }));
+                    self.request_more(&key, &want);
+                    return;
+                }
             }
         }
     }
@@ -689,7 +723,7 @@ impl Submitter {
             })
         };
         if let Some(q) = waiting {
-            let _ = q.reply.send(Err(CANCELLED.to_string()));
+            let _ = q.reply.send(Err(CANCELLED.into()));
             return true;
         }
         let worker = self.running.lock().expect("running lock").get(task_id).cloned();
@@ -914,10 +948,12 @@ impl Submitter {
         self.agent(agent_address)?.return_worker(request).await.map(|_| ()).map_err(|s| s.message().to_string())
     }
 
-    /// Gives a worker back; `disconnect` retires it (its process is killed).
-    pub async fn give_back(&self, lease: &Lease, disconnect: bool) -> Result<(), String> {
+    /// Gives a worker back; `disconnect` retires it (its process is killed). Returns why the
+    /// agent ended the worker, if it did (empty when it did not).
+    pub async fn give_back(&self, lease: &Lease, disconnect: bool) -> Result<String, String> {
         let request = v1::ReturnWorkerRequest { lease_id: lease.reply.lease_id.clone(), disconnect };
-        lease.agent.clone().return_worker(request).await.map(|_| ()).map_err(|s| s.message().to_string())
+        let reply = lease.agent.clone().return_worker(request).await.map_err(|s| s.message().to_string())?;
+        Ok(reply.into_inner().exit_reason)
     }
 }
 
@@ -1027,6 +1063,8 @@ pub const CANCELLED: &str = "the task was cancelled";
 enum Failure {
     Dependency(crate::objects::Ready),
     System(String),
+    /// Its worker was ended to free the node's memory.
+    OutOfMemory(String),
 }
 
 #[cfg(test)]

@@ -246,6 +246,8 @@ def get(refs, *, timeout: Optional[float] = None):
             raise exceptions.ObjectLostError(data.decode(errors="replace"))
         elif outcome == 5:
             raise exceptions.OwnerDiedError(data.decode(errors="replace"))
+        elif outcome == 6:
+            raise exceptions.OutOfMemoryError(data.decode(errors="replace"))
         else:
             message = data.decode(errors="replace")
             if message.endswith("the task was cancelled"):

@@ -126,6 +126,8 @@ pub struct AgentArgs {
     /// Port of this agent's service (jobs, logs) [default: any free port]
     #[arg(long, default_value_t = 0)]
     pub agent_port: u16,
+    #[command(flatten)]
+    pub memory_monitor: crate::monitor::MemoryMonitorArgs,
 }
 
 pub fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -262,6 +264,7 @@ pub fn run_agent(args: AgentArgs) -> Result<ExitCode> {
             join_timeout: Duration::from_secs_f64(args.join_timeout_s),
             port: args.agent_port,
             session_dir: session.path().to_path_buf(),
+            memory_monitor: args.memory_monitor.config(),
         };
         Ok((config, session))
     };

@@ -42,6 +42,8 @@ pub struct StartArgs {
     pub storage: Option<PathBuf>,
     #[command(flatten)]
     pub state: StateArgs,
+    #[command(flatten)]
+    pub memory_monitor: crate::monitor::MemoryMonitorArgs,
     /// Seconds without a heartbeat before a node is declared dead
     #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     pub node_death_timeout_s: f64,
@@ -181,6 +183,7 @@ fn agent_args(args: &StartArgs, address: &str, session: &SessionArgs) -> Vec<Str
     v.extend(["--join-timeout-s".into(), args.join_timeout_s.to_string()]);
     v.extend(session_flags(session));
     v.extend(args.resources.to_args());
+    v.extend(args.memory_monitor.to_args());
     v
 }
 
