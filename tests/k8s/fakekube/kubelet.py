@@ -273,7 +273,9 @@ class Kubelet:
 
     def base_env(self, worker):
         host, _, port = self.url.split("://", 1)[-1].partition(":")
-        env = {"PATH": self.path, "HOME": "/root",
+        # HOME inside the pod's own /tmp, as a container's home is its own: what `oxray start`
+        # writes under ~/.oxray must not reach the home of the user running the tests.
+        env = {"PATH": self.path, "HOME": "/tmp",
                "HOSTNAME": (worker.spec.get("hostname") or worker.pod_name)[:63],
                "POD_IP": worker.pod_ip, "KUBERNETES_SERVICE_HOST": host,
                "KUBERNETES_SERVICE_PORT": port or "80"}
