@@ -4,11 +4,12 @@ import os
 from typing import Any, Dict, Optional
 
 from oxray._private import generators, serialization, worker
-from oxray.util import scheduling_strategies
+from oxray.util import _labels, scheduling_strategies
 
 _OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "num_returns", "max_retries", "retry_exceptions", "name",
             "namespace", "lifetime", "get_if_exists", "max_concurrency", "scheduling_strategy", "runtime_env",
-            "max_restarts", "max_task_retries"}
+            "max_restarts", "max_task_retries", "concurrency_groups", "max_calls", "label_selector",
+            "fallback_strategy"}
 
 
 def resource_request(options: Dict[str, Any], default_cpus: float) -> Dict[str, float]:
@@ -68,11 +69,37 @@ def check_options(options: Dict[str, Any]) -> None:
         raise ValueError(f"num_returns must be a positive integer, 'streaming' or 'dynamic', got {num_returns!r}")
 
 
+def check_max_calls(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"max_calls must be an integer >= 0 (0: without limit), got {value!r}")
+    return value
+
+
+class TaskFunction:
+    """What a task's worker runs: the function, with what the worker needs to know of its
+    options (`max_calls`: the process ends after that many calls; the resources it holds,
+    for `get_runtime_context().get_assigned_resources()`)."""
+
+    def __init__(self, function, max_calls: int, resources: Dict[str, float]):
+        self.function = function
+        self.max_calls = max_calls
+        self.resources = resources
+
+    def __call__(self, *args, **kwargs):
+        return self.function(*args, **kwargs)
+
+
+# Options that change what the worker gets with the function (see TaskFunction).
+_BLUEPRINT_OPTIONS = ("num_returns", "max_calls", "num_cpus", "num_gpus", "memory", "resources")
+
+
 class RemoteFunction:
     """What `@oxray.remote` makes of a function: `.remote(...)` runs it as a task."""
 
     def __init__(self, function, options: Dict[str, Any]):
         check_options(options)
+        check_max_calls(options.get("max_calls", 0))
+        _labels.check(options)
         self._function = function
         self._options = options
         self._pickled = None
@@ -88,7 +115,7 @@ class RemoteFunction:
 
     def options(self, **options) -> "RemoteFunction":
         merged = RemoteFunction(self._function, {**self._options, **options})
-        if "num_returns" not in options:
+        if not any(name in options for name in _BLUEPRINT_OPTIONS):
             merged._pickled = self._pickled
         return merged
 
@@ -96,16 +123,21 @@ class RemoteFunction:
         check_arguments(self._signature, self.__name__, args, kwargs)
         client = worker.client()
         generator = generators.mode(self._options.get("num_returns"), self._function)
+        resources = resource_request(self._options, default_cpus=1)
         if self._pickled is None:
             # A dynamic generator's values are put by the worker as they come.
             dynamic = generator == generators.DYNAMIC
             function = functools.partial(generators.run_dynamic, self._function) if dynamic else self._function
-            self._pickled = serialization.dumps(function)
+            self._pickled = serialization.dumps(TaskFunction(function, self._options.get("max_calls", 0), resources))
         chosen = scheduling_strategies.effective(self._options.get("scheduling_strategy"))
+        node = _labels.node_for(self._options)
+        if _labels.unmatched(node):
+            return self._when_labels_match(generator, args, kwargs)
+        if node is not None:
+            chosen = scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False)
         strategy = scheduling_strategies.native(chosen)
         payload, dependencies, contained = serialization.dumps_args(args, kwargs,
                                                                     scheduling_strategies.placement(chosen))
-        resources = resource_request(self._options, default_cpus=1)
         job_env = worker.runtime_env()
         if self._env is None or self._env[0] is not job_env:
             self._env = (job_env, env_vars(self._options, resources["CPU"]))
@@ -121,3 +153,23 @@ class RemoteFunction:
         if generator == generators.STREAMING:
             return generators.ObjectRefGenerator(refs[0], client)
         return refs if num_returns > 1 else refs[0]
+
+    def _when_labels_match(self, generator, args, kwargs):
+        """No node matches the label selector: as in Ray the task waits until one does, here
+        in a task of no resources that submits it then and passes its result on."""
+        if generator:
+            raise ValueError(f"{self.__name__}: a generator with a label_selector no node matches is not supported")
+        num_returns = self._options.get("num_returns", 1)
+        waiter = RemoteFunction(_run_when_labels_match, {"num_cpus": 0, "max_retries": 0, "num_returns": num_returns})
+        return waiter.remote(self, args, kwargs)
+
+
+def _run_when_labels_match(function: RemoteFunction, args, kwargs):
+    import time
+
+    while _labels.unmatched(node := _labels.node_for(function._options)):
+        time.sleep(0.5)
+    strategy = scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False)
+    placed = function.options(label_selector=None, fallback_strategy=None, scheduling_strategy=strategy)
+    refs = placed.remote(*args, **kwargs)
+    return worker.get(refs)

@@ -48,6 +48,24 @@ class RuntimeContext:
     def get_namespace(self) -> Optional[str]:
         return worker.namespace()
 
+    @property
+    def current_actor(self):
+        """A handle to the actor this code runs in (as Ray's: an error outside an actor)."""
+        actor = _current.get("actor")
+        if actor is None:
+            raise RuntimeError("current_actor is only available inside an actor")
+        from oxray.actor import ActorHandle
+
+        # Not holding the actor's creation object: the actor still ends with its last
+        # handle outside itself.
+        return ActorHandle(actor["actor_id"], "", actor["class_name"], actor["methods"], name=actor.get("name"),
+                           namespace=actor.get("namespace") if actor.get("name") else None, owner=actor["owner"],
+                           max_task_retries=actor.get("max_task_retries") or 0)
+
+    def get_assigned_resources(self) -> Dict[str, float]:
+        """The resources the current task or actor holds (empty in a driver), as Ray's."""
+        return {name: amount for name, amount in (_current.get("resources") or {}).items() if amount > 0}
+
     def get_accelerator_ids(self) -> Dict[str, List[str]]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         return {"GPU": [g for g in visible.split(",") if g] if visible else []}

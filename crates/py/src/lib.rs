@@ -1032,7 +1032,9 @@ impl TaskExecutor {
 
     /// `contained`: `(object_id, owner, return_index)` of the ObjectRefs inside the results,
     /// each already held at its owner for the caller.
-    #[pyo3(signature = (task_id, result, is_error, returns=Vec::new(), output=String::new(), contained=Vec::new()))]
+    /// `exits`: this process ends after the reply (`max_calls`).
+    #[pyo3(signature = (task_id, result, is_error, returns=Vec::new(), output=String::new(), contained=Vec::new(), exits=false))]
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
         task_id: &str,
@@ -1041,6 +1043,7 @@ impl TaskExecutor {
         returns: Vec<Vec<u8>>,
         output: String,
         contained: Vec<(String, String, u32)>,
+        exits: bool,
     ) {
         let contained = contained
             .into_iter()
@@ -1052,6 +1055,7 @@ impl TaskExecutor {
             returns,
             output,
             contained,
+            worker_exits: exits,
             ..Default::default()
         };
         self.executor.finish(task_id, reply);

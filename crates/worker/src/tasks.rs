@@ -577,6 +577,12 @@ impl Submitter {
             let reply = self.pushes.push(&lease.reply.worker_address, None, push).await;
             self.running.lock().expect("running lock").remove(&task_id);
             match reply {
+                Ok(reply) if reply.worker_exits => {
+                    let _ = queued.reply.send(Ok(reply));
+                    let _ = self.give_back(&lease, true).await;
+                    self.request_more(&key, &want);
+                    return;
+                }
                 Ok(reply) => {
                     let _ = queued.reply.send(Ok(reply));
                 }

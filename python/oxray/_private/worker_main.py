@@ -11,7 +11,7 @@ import time
 
 from oxray import _native
 from oxray._private import generators, serialization
-from oxray._private.actor_runner import ActorRunner, method_of
+from oxray._private.actor_runner import ActorExit, ActorRunner
 from oxray.exceptions import ActorDiedError, TaskCancelledError
 from oxray.runtime_context import _current as current_context
 
@@ -64,23 +64,22 @@ def _use_gpus(ids: str) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = wanted
 
 
-def _run(task, state):
+def _decode(task):
+    """(args, kwargs, extra) of a task: `extra` is the placement group of a task, the call's
+    own options (`.options(concurrency_group=...)`) of an actor call."""
+    values = {object_id: serialization.loads(data) for object_id, data in task[4]}
+    return serialization.loads_args(task[3], values)
+
+
+def _run(task, state, decoded=None):
     """Returns (result, is_error, returns)."""
     task_id, name, function, args, dependencies, actor_creation, actor_method, num_returns = task[:8]
     if not actor_method:
         _use_gpus(task[10])
-    values = {object_id: serialization.loads(data) for object_id, data in dependencies}
-    call_args, call_kwargs, placement = serialization.loads_args(args, values)
+    call_args, call_kwargs, extra = decoded or _decode(task)
     if actor_creation:
         try:
-            cls, options = serialization.loads(function)
-            # An actor is inside its group for its whole life.
-            current_context["placement_group"] = options.get("placement_group")
-            state["actor"] = cls(*call_args, **call_kwargs)
-            state["runner"] = ActorRunner(state["actor"], options.get("max_concurrency"))
-            current_context["actor_id"] = options.get("actor_id")
-            current_context["actor_class"] = cls.__name__
-            current_context["actor_name"] = options.get("name")
+            _become_actor(state, *serialization.loads(function), call_args, call_kwargs)
         except BaseException as error:
             state["creation_error"] = error
             raise
@@ -88,12 +87,38 @@ def _run(task, state):
     if actor_method:
         if state.get("actor") is None:
             raise ActorDiedError(f"the actor could not be created: {state.get('creation_error')!r}")
-        return method_of(state["actor"], actor_method)(*call_args, **call_kwargs)
-    current_context["placement_group"] = placement
+        return state["runner"].call(actor_method, call_args, call_kwargs, extra)
+    current_context["placement_group"] = extra
     fn = state["functions"].get(function)
     if fn is None:
         fn = state["functions"][function] = serialization.loads(function)
+    current_context["resources"] = getattr(fn, "resources", None)
+    _count_call(state, function, getattr(fn, "max_calls", 0))
     return fn(*call_args, **call_kwargs)
+
+
+def _become_actor(state, cls, options, call_args, call_kwargs):
+    # An actor is inside its group for its whole life.
+    current_context["placement_group"] = options.get("placement_group")
+    current_context["resources"] = options.get("resources")
+    state["options"] = options
+    state["actor"] = cls(*call_args, **call_kwargs)
+    state["runner"] = ActorRunner(state["actor"], options.get("max_concurrency"), options.get("concurrency_groups"),
+                                  options.get("max_task_retries"))
+    current_context["actor_id"] = options.get("actor_id")
+    current_context["actor_class"] = cls.__name__
+    current_context["actor_name"] = options.get("name")
+    current_context["actor"] = options
+
+
+def _count_call(state, function, max_calls):
+    """With `max_calls`, the process ends once the call that reaches it is answered."""
+    if not max_calls:
+        return
+    calls = state.setdefault("calls", {})
+    calls[function] = calls.get(function, 0) + 1
+    if calls[function] >= max_calls:
+        state["exit_after_reply"] = True
 
 
 def _cpu_has_room(sample_s: float = 0.5) -> bool:
@@ -154,32 +179,82 @@ def main() -> None:
             return
         current_context["task_id"], current_context["task_name"] = task[0], task[1]
         _run_one(executor, task, state, out, err)
+        if state.get("exit_after_reply"):
+            return _exit_worker()
         runner = state.get("runner")
         if runner is not None and runner.is_async:
             return _serve_async(executor, runner, state, out, err)
+        if runner is not None and runner.grouped:
+            return _serve_grouped(executor, runner, state, out, err)
         if runner is not None and runner.threads:
             return _serve_threaded(executor, runner, state, out, err)
 
 
-def _run_one(executor, task, state, out, err):
+def _exit_worker():
+    """Ends this worker process once what it printed is out (`max_calls` reached)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _died_by_exit(name, error):
+    """What the caller of the call that ended the actor gets, as in Ray: its death."""
+    actor_id = current_context.get("actor_id")
+    return serialization.dumps(ActorDiedError(f"the actor {actor_id} exited intentionally in {name}: {error}",
+                                              actor_id))
+
+
+def _exit_actor(state):
+    """Ends this actor for good once the call that asked for it is answered: its atexit
+    handlers run, its name is freed, and its owner marks it dead without restarting it (an
+    intentional exit is not a failure), failing the calls still queued."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # the actor ends whatever its handlers do
+        pass
+    options = state.get("options") or {}
+
+    def tell_owner():
+        from oxray._private import worker
+
+        client = worker.client()
+        if options.get("name"):
+            client.remove_actor(options["name"], options.get("namespace") or "default")
+        client.kill_actor(options["actor_id"], "", options.get("owner"), True)
+
+    # The owner retires this worker; should it not answer, the process ends anyway.
+    teller = threading.Thread(target=tell_owner, name="exit-actor", daemon=True)
+    teller.start()
+    teller.join(timeout=10)
+    _exit_worker()
+
+
+def _run_one(executor, task, state, out, err, decoded=None):
     """Runs a task in this thread and hands back its reply."""
     task_id, name, num_returns = task[0], task[1], task[7]
+    exiting = False
     try:
         if task[9] and state.get("runner") is not None and state["runner"].threads:
             raise TypeError(f"{task[6]}: num_returns='streaming' is not supported on threaded actors yet")
-        result = _run(task, state)
+        result = _run(task, state, decoded)
         if task[9]:  # streaming: each value goes as it comes, the reply says it ended
             generators.stream(executor, task_id, result)
             result = None
         reply = _encode(name, result, num_returns, task[8], task_id)
     except KeyboardInterrupt:  # `cancel` interrupted it
         reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [], [])
+    except ActorExit as error:  # exit_actor(): the caller sees the actor's death
+        reply, exiting = (_died_by_exit(name, error), True, [], []), task[6] != ""
     except BaseException as error:  # the task's failure is its result
         reply = (serialization.dumps_error(name, error), True, [], [])
     out.flush()
     err.flush()
     output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
-    executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3])
+    executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3], bool(state.get("exit_after_reply")))
+    if exiting:
+        _exit_actor(state)
 
 
 def _serve_threaded(executor, runner, state, out, err):
@@ -202,6 +277,43 @@ def _serve_threaded(executor, runner, state, out, err):
                 continue
 
 
+def _serve_grouped(executor, runner, state, out, err):
+    """An actor with concurrency groups: this thread takes each call and queues it for its
+    group, whose own threads run it, so a group that is busy holds up no other group."""
+    import queue
+
+    queues = {}
+
+    def run_group(calls):
+        while True:
+            task, decoded = calls.get()
+            current_context["task_id"], current_context["task_name"] = task[0], task[1]
+            _run_one(executor, task, state, out, err, decoded)
+
+    def queue_of(group):
+        if group not in queues:
+            queues[group] = queue.SimpleQueue()
+            for i in range(runner.group_sizes()[group]):
+                threading.Thread(target=run_group, args=(queues[group],), name=f"actor-{group}-{i}",
+                                 daemon=True).start()
+        return queues[group]
+
+    while True:
+        try:
+            task = executor.next_task(True)
+        except KeyboardInterrupt:  # a cancel meant for a call: calls here run to their end
+            continue
+        if task is None:
+            return
+        try:
+            decoded = _decode(task)
+            group = runner.group(task[6], decoded[2])
+        except BaseException as error:  # a bad group or arguments: the call's own failure
+            executor.finish(task[0], serialization.dumps_error(task[1], error), True)
+            continue
+        queue_of(group).put((task, decoded))
+
+
 def _serve_async(executor, runner, state, out, err):
     """An async actor: its event loop runs in this thread and starts each call as it
     arrives (the native side writes a byte to a pipe the loop watches), so a call reaches
@@ -221,7 +333,7 @@ def _serve_async(executor, runner, state, out, err):
             while (task := executor.try_next_task()) is not None:
                 current_context["task_id"], current_context["task_name"] = task[0], task[1]
                 if task[6]:
-                    _submit_concurrent(executor, runner, task, out, err)
+                    _submit_concurrent(executor, runner, task, state, out, err)
                 else:
                     _run_one(executor, task, state, out, err)
         except EOFError:
@@ -261,16 +373,15 @@ def _encode(name, result, num_returns, result_store="", task_id=""):
     return encoded[0][0], False, [], contained
 
 
-def _submit_concurrent(executor, runner, task, out, err):
+def _submit_concurrent(executor, runner, task, state, out, err):
     """Starts a call of an async actor and goes back for the next one."""
-    task_id, name, _function, args, dependencies, _creation, method, num_returns, result_store = task[:9]
+    task_id, name, _function, _args, _dependencies, _creation, method, num_returns, result_store = task[:9]
     if task[9]:
         error = TypeError(f"{method}: num_returns='streaming' is not supported on async actors yet")
         reply = (serialization.dumps_error(name, error), True, [], [])
         return executor.finish(task_id, reply[0], reply[1], reply[2], "", reply[3])
     try:
-        values = {object_id: serialization.loads(data) for object_id, data in dependencies}
-        call_args, call_kwargs, _ = serialization.loads_args(args, values)
+        call_args, call_kwargs, call_options = _decode(task)
     except BaseException as error:
         executor.finish(task_id, serialization.dumps_error(name, error), True)
         return
@@ -281,6 +392,9 @@ def _submit_concurrent(executor, runner, task, out, err):
         out.flush()
         err.flush()
         output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
+        if isinstance(error, ActorExit):
+            executor.finish(task_id, _died_by_exit(name, error), True, [], output)
+            return _exit_actor(state)
         if error is None:
             try:
                 data, is_error, returns, contained = _encode(name, result, num_returns, result_store, task_id)
@@ -290,7 +404,7 @@ def _submit_concurrent(executor, runner, task, out, err):
                 error = e
         executor.finish(task_id, serialization.dumps_error(name, error), True, [], output)
 
-    runner.submit(method, call_args, call_kwargs, done)
+    runner.submit(method, call_args, call_kwargs, done, call_options)
 
 
 if __name__ == "__main__":
