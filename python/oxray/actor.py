@@ -12,12 +12,13 @@ from oxray.remote_function import check_arguments, check_options, env_vars, reso
 from oxray.util import _labels, scheduling_strategies
 
 
-def method(*, num_returns: int = 1, concurrency_group: Optional[str] = None, max_task_retries: Optional[int] = None,
+def method(*, num_returns: Optional[int] = None, concurrency_group: Optional[str] = None, max_task_retries: Optional[int] = None,
            retry_exceptions=None):
     """As `ray.method`: how many ObjectRefs a call of the decorated actor method returns, the
     concurrency group its calls run in, and how its calls are retried (over the actor's
     `max_task_retries`)."""
-    check_options({"num_returns": num_returns})
+    if num_returns is not None:  # else as the method is: a stream for a generator, else one value
+        check_options({"num_returns": num_returns})
     check_call_options(concurrency_group, max_task_retries, retry_exceptions)
 
     def decorate(function):
@@ -294,7 +295,8 @@ def _returns_of(method):
     declared = getattr(method, "__oxray_num_returns__", None)
     if declared is not None:
         return declared
-    return generators.STREAMING if inspect.isgeneratorfunction(method) else 1
+    streams = inspect.isgeneratorfunction(method) or inspect.isasyncgenfunction(method)
+    return generators.STREAMING if streams else 1
 
 
 def _method_signature(cls, name: str):

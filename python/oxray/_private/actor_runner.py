@@ -6,15 +6,25 @@ calls of another."""
 
 import asyncio
 import inspect
+import time
 from typing import Any, Dict, Optional, Tuple
 
 # The group of methods that name none (Ray's name for it).
 DEFAULT_GROUP = "_ray_system_default"
 
+# How long an exiting actor lets the calls already running go on before it ends anyway.
+EXIT_GRACE_S = 30.0
+
 
 class ActorExit(SystemExit):
-    """Raised by `exit_actor()`: the actor ends once the call that raised it is answered.
-    A SystemExit, so that a method's `except Exception` does not swallow it."""
+    """Raised by `exit_actor()`: the actor ends once the call that raised it is answered
+    and the calls running beside it have ended. A SystemExit, so that a method's
+    `except Exception` does not swallow it."""
+
+
+class _Exiting(Exception):
+    """Carries an ActorExit out of a call's task: a SystemExit raised out of a task would
+    stop the event loop itself, before the call is answered."""
 
 
 def _terminate():
@@ -83,7 +93,12 @@ class ActorRunner:
         self.max_task_retries = max_task_retries or 0
         self._policies: Dict[str, Tuple[int, Any]] = {}
         # Looked up on the class, so no property of the instance runs.
-        self.is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(self.cls))
+        self.is_async = any(inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
+                            for _, m in inspect.getmembers(self.cls))
+        # The ids of the calls running now, on an actor that runs several at once: once one
+        # of them calls exit_actor(), the others still end and reply, and no new one starts.
+        self.running = set()
+        self.exiting = False
         self.groups = dict(concurrency_groups or {})
         self.grouped = bool(self.groups) or any(declared(self.cls, name, "concurrency_group")
                                                 for name, _ in inspect.getmembers(self.cls))
@@ -130,20 +145,39 @@ class ActorRunner:
         method_options = {name: declared(self.cls, method, name) for name in ("max_task_retries", "retry_exceptions")}
         return retry_policy(call_options or {}, method_options, self.max_task_retries)
 
-    def submit(self, method, args, kwargs, done, call_options=None):
+    def wait_for_others(self, own: str, timeout: float = EXIT_GRACE_S) -> None:
+        """Waits (at most `timeout`) until the calls running beside `own` have ended."""
+        self.running.discard(own)
+        deadline = time.monotonic() + timeout
+        while self.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    async def wait_for_others_async(self, timeout: float = EXIT_GRACE_S) -> None:
+        """`wait_for_others` on the actor's loop, whose other calls go on meanwhile."""
+        deadline = time.monotonic() + timeout
+        while self.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    def submit(self, method, args, kwargs, done, call_options=None, consume=None):
         """Starts a call of an async actor on its loop (from the loop's thread) without
-        waiting; `done(result, error)` is called when it ends."""
+        waiting; `done(result, error)` is called when it ends. `consume`: a coroutine
+        function that takes what a streaming call returned (a generator, sync or async)
+        and sends its values; the call holds its group's slot until it is through, and is
+        not run again on an error, as values may have gone already."""
         target = method_of(self.instance, method)
         try:
             group = self.group(method, call_options)
         except ValueError as error:
             return done(None, error)
-        retries, which = self.retries(method, call_options)
+        retries, which = (0, False) if consume else self.retries(method, call_options)
 
         async def attempt():
             result = target(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
+            if consume is not None:
+                await consume(result)
+                return None
             return result
 
         async def call():
@@ -155,6 +189,8 @@ class ActorRunner:
                 while True:
                     try:
                         return await attempt()
+                    except ActorExit as error:
+                        raise _Exiting() from error
                     except BaseException as error:
                         if not should_retry(error, which, left):
                             raise
@@ -164,6 +200,8 @@ class ActorRunner:
 
         def finished(f):
             error = f.exception()
+            if type(error) is _Exiting:
+                error = error.__cause__
             done(None if error else f.result(), error)
 
         future.add_done_callback(finished)

@@ -119,10 +119,33 @@ def run_dynamic(function, *args, **kwargs):
 
 def stream(executor, task_id: str, values) -> None:
     """In the worker: sends each value a streaming task yields to the caller as it comes,
-    with the refs inside it held at their owners for the caller."""
+    with the refs inside it held at their owners for the caller. Safe from several threads
+    at once (a threaded actor's streams) and from an event loop's thread."""
+    for index, value in enumerate(values):
+        _send(executor, task_id, index, value)
+
+
+async def stream_async(executor, task_id: str, values) -> None:
+    """`stream` for a call of an async actor, on its event loop: an async generator's values
+    go as it yields them; a plain generator's too, with the loop let go between values so
+    that the actor's other calls move on while it streams."""
+    import asyncio
+
+    index = 0
+    if hasattr(values, "__aiter__"):
+        async for value in values:
+            _send(executor, task_id, index, value)
+            index += 1
+        return
+    for value in values:
+        _send(executor, task_id, index, value)
+        index += 1
+        await asyncio.sleep(0)
+
+
+def _send(executor, task_id: str, index: int, value) -> None:
     from oxray._private import serialization, worker
 
-    for index, value in enumerate(values):
-        data, refs = serialization.dumps_with_refs(value)
-        held = worker.client().hold_for_caller([r.hex() for r in refs]) if refs else []
-        executor.report_item(task_id, index, data, held)
+    data, refs = serialization.dumps_with_refs(value)
+    held = worker.client().hold_for_caller([r.hex() for r in refs]) if refs else []
+    executor.report_item(task_id, index, data, held)

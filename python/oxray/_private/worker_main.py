@@ -204,11 +204,23 @@ def _died_by_exit(name, error):
                                               actor_id))
 
 
-def _exit_actor(state):
-    """Ends this actor for good once the call that asked for it is answered: its atexit
-    handlers run, its name is freed, and its owner marks it dead without restarting it (an
-    intentional exit is not a failure), failing the calls still queued."""
+def _refuse(executor, task):
+    """A call that came after exit_actor(): it does not run, its caller sees the death."""
+    actor_id = current_context.get("actor_id")
+    error = ActorDiedError(f"the actor {actor_id} exited intentionally before {task[1]} ran", actor_id)
+    executor.finish(task[0], serialization.dumps(error), True)
+
+
+def _exit_actor(state, own=""):
+    """Ends this actor for good once the call that asked for it (`own`) is answered, and the
+    calls running beside it on other threads too, as in Ray: its atexit handlers run, its
+    name is freed, and its owner marks it dead without restarting it (an intentional exit
+    is not a failure), failing the calls still queued."""
     import atexit
+
+    runner = state.get("runner")
+    if runner is not None and not runner.is_async:  # an async actor's loop waited already
+        runner.wait_for_others(own)
 
     try:
         atexit._run_exitfuncs()
@@ -236,8 +248,6 @@ def _run_one(executor, task, state, out, err, decoded=None):
     task_id, name, num_returns = task[0], task[1], task[7]
     exiting = False
     try:
-        if task[9] and state.get("runner") is not None and state["runner"].threads:
-            raise TypeError(f"{task[6]}: num_returns='streaming' is not supported on threaded actors yet")
         result = _run(task, state, decoded)
         if task[9]:  # streaming: each value goes as it comes, the reply says it ended
             generators.stream(executor, task_id, result)
@@ -246,7 +256,11 @@ def _run_one(executor, task, state, out, err, decoded=None):
     except KeyboardInterrupt:  # `cancel` interrupted it
         reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [], [])
     except ActorExit as error:  # exit_actor(): the caller sees the actor's death
-        reply, exiting = (_died_by_exit(name, error), True, [], []), task[6] != ""
+        reply = (_died_by_exit(name, error), True, [], [])
+        if task[6]:
+            state["runner"].exiting = True  # calls that come from now on do not run
+            # Of calls exiting at once on several threads, the first ends the actor.
+            exiting = state.setdefault("exiting_call", task_id) == task_id
     except BaseException as error:  # the task's failure is its result
         reply = (serialization.dumps_error(name, error), True, [], [])
     out.flush()
@@ -254,7 +268,19 @@ def _run_one(executor, task, state, out, err, decoded=None):
     output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
     executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3], bool(state.get("exit_after_reply")))
     if exiting:
-        _exit_actor(state)
+        _exit_actor(state, task_id)
+
+
+def _run_counted(executor, runner, task, state, out, err, decoded=None):
+    """Runs a call of an actor that runs several at once, known as running meanwhile so
+    that an exit waits for it; once the actor is exiting, a new call is refused. (Added
+    before the check: an exit that starts in between still sees it.)"""
+    runner.running.add(task[0])
+    if runner.exiting:
+        runner.running.discard(task[0])
+        return _refuse(executor, task)
+    _run_one(executor, task, state, out, err, decoded)
+    runner.running.discard(task[0])
 
 
 def _serve_threaded(executor, runner, state, out, err):
@@ -264,7 +290,7 @@ def _serve_threaded(executor, runner, state, out, err):
     def take_calls():
         while (task := executor.next_task(True)) is not None:
             current_context["task_id"], current_context["task_name"] = task[0], task[1]
-            _run_one(executor, task, state, out, err)
+            _run_counted(executor, runner, task, state, out, err)
 
     threads = [threading.Thread(target=take_calls, name=f"actor-{i}", daemon=True) for i in range(runner.threads)]
     for thread in threads:
@@ -288,7 +314,7 @@ def _serve_grouped(executor, runner, state, out, err):
         while True:
             task, decoded = calls.get()
             current_context["task_id"], current_context["task_name"] = task[0], task[1]
-            _run_one(executor, task, state, out, err, decoded)
+            _run_counted(executor, runner, task, state, out, err, decoded)
 
     def queue_of(group):
         if group not in queues:
@@ -376,17 +402,17 @@ def _encode(name, result, num_returns, result_store="", task_id=""):
 def _submit_concurrent(executor, runner, task, state, out, err):
     """Starts a call of an async actor and goes back for the next one."""
     task_id, name, _function, _args, _dependencies, _creation, method, num_returns, result_store = task[:9]
-    if task[9]:
-        error = TypeError(f"{method}: num_returns='streaming' is not supported on async actors yet")
-        reply = (serialization.dumps_error(name, error), True, [], [])
-        return executor.finish(task_id, reply[0], reply[1], reply[2], "", reply[3])
+    if runner.exiting:
+        return _refuse(executor, task)
     try:
         call_args, call_kwargs, call_options = _decode(task)
     except BaseException as error:
         executor.finish(task_id, serialization.dumps_error(name, error), True)
         return
+    runner.running.add(task_id)
 
     def done(result, error):
+        runner.running.discard(task_id)
         # Calls running at once share the streams: what was printed goes with the call
         # that ends first.
         out.flush()
@@ -394,7 +420,7 @@ def _submit_concurrent(executor, runner, task, state, out, err):
         output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
         if isinstance(error, ActorExit):
             executor.finish(task_id, _died_by_exit(name, error), True, [], output)
-            return _exit_actor(state)
+            return _exit_async_actor(runner, state)
         if error is None:
             try:
                 data, is_error, returns, contained = _encode(name, result, num_returns, result_store, task_id)
@@ -404,7 +430,23 @@ def _submit_concurrent(executor, runner, task, state, out, err):
                 error = e
         executor.finish(task_id, serialization.dumps_error(name, error), True, [], output)
 
-    runner.submit(method, call_args, call_kwargs, done, call_options)
+    consume = (lambda values: generators.stream_async(executor, task_id, values)) if task[9] else None
+    runner.submit(method, call_args, call_kwargs, done, call_options, consume)
+
+
+def _exit_async_actor(runner, state):
+    """exit_actor() on an async actor: new calls are refused, the ones running go on on the
+    loop until they end (or the grace time is over), then the actor ends."""
+    if runner.exiting:
+        return  # another call asked first and ends it
+    runner.exiting = True
+
+    async def when_idle():
+        await runner.wait_for_others_async()
+        _exit_actor(state)
+
+    # Held, as the loop keeps only a weak reference to its tasks.
+    state["exit_task"] = runner.loop.create_task(when_idle())
 
 
 if __name__ == "__main__":
