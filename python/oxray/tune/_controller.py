@@ -1,0 +1,249 @@
+"""Runs an experiment from the driver: asks the searcher for configs, starts trials on
+pooled workers (at most `max_concurrent_trials` at once), long-polls them for results,
+lets the scheduler and stop conditions decide after each one, retries failed trials from
+their newest checkpoint, and writes every trial's files as results come."""
+
+import os
+import time
+import uuid
+from typing import Dict, List, Optional
+
+import oxray
+from oxray.exceptions import RayActorError, RayError
+from oxray.train._checkpoint import Checkpoint
+from oxray.tune import _trial
+from oxray.tune._experiment import Experiment
+from oxray.tune._metrics import flatten
+from oxray.tune._pool import WorkerPool
+from oxray.tune._progress import Reporter
+from oxray.tune._stopper import make_stopper
+from oxray.tune._trainable import resources_for
+from oxray.tune._trial import ERROR, PENDING, RUNNING, TERMINATED, Trial
+from oxray.tune.schedulers import TrialScheduler
+from oxray.tune.search import BasicVariantGenerator, Searcher
+from oxray.tune.search.variants import format_vars
+
+POLL_S = 1.0
+
+
+def default_concurrency(resources: Dict[str, float]) -> int:
+    """As many trials as the cluster's CPUs (or GPUs) hold, at least one."""
+    total = oxray.cluster_resources()
+    fits = [total.get(k, 0) // v for k, v in resources.items() if v > 0 and k in ("CPU", "GPU")]
+    if not fits:
+        return max(1, int(total.get("CPU", 1)))
+    return max(1, int(min(fits)))
+
+
+class Running:
+    """A started trial: its worker and the poll in flight."""
+
+    def __init__(self, trial: Trial, actor, poll):
+        self.trial, self.actor, self.poll = trial, actor, poll
+
+
+class TuneController:
+    def __init__(self, trainable, trainable_name: str, experiment: Experiment, searcher: Searcher,
+                 scheduler: TrialScheduler, tune_config, run_config, trials: Optional[List[Trial]] = None):
+        self.trainable, self.trainable_name = trainable, trainable_name
+        self.experiment, self.searcher, self.scheduler = experiment, searcher, scheduler
+        self.tune_config, self.run_config = tune_config, run_config
+        self.stopper = make_stopper(run_config.stop)
+        self.trials: List[Trial] = list(trials or [])
+        self.pending: List[Trial] = [t for t in self.trials if t.status == PENDING]
+        self.running: Dict[object, Running] = {}  # poll ref -> running trial
+        self.search_done = False
+        self.stop_all = False
+        self.prefix = uuid.uuid4().hex[:5]
+        self.iteration = 0
+        self.reporter = Reporter(run_config.verbose, tune_config.metric, tune_config.mode)
+        self.pool = WorkerPool()
+        inner = getattr(searcher, "searcher", searcher)
+        # A searcher other than the variant generator suggests forever: num_samples bounds it.
+        counts_itself = isinstance(inner, BasicVariantGenerator)
+        self.max_trials = None if counts_itself or tune_config.num_samples == -1 else tune_config.num_samples
+
+    # ----- trials
+
+    def _next_trial(self) -> Optional[Trial]:
+        if self.pending:
+            return self.pending.pop(0)
+        if self.search_done or self.stop_all:
+            return None
+        if self.max_trials is not None and len(self.trials) >= self.max_trials:
+            self.search_done = True
+            return None
+        trial_id = f"{self.prefix}_{len(self.trials):05d}"
+        config = self.searcher.suggest(trial_id)
+        if config == Searcher.FINISHED:
+            self.search_done = True
+            return None
+        if config is None:
+            return None
+        chosen = self.searcher.chosen_values(trial_id)
+        tag = f"{len(self.trials)}" + (f"_{format_vars(chosen)}" if chosen else "")
+        name = _trial.dir_name(self.trainable_name, trial_id, tag, _date())
+        trial = Trial(trial_id, self.trainable_name, config, tag, self.experiment.path(name),
+                      resources_for(self.trainable, config))
+        _trial.write_params(trial)
+        self.trials.append(trial)
+        self.scheduler.on_trial_add(self, trial)
+        self.experiment.record(trial)
+        return trial
+
+    def _start(self, trial: Trial) -> None:
+        actor = self.pool.acquire(trial.resources)
+        resume = trial.resume_from or {}
+        checkpoint = (Checkpoint(os.path.join(trial.path, trial.latest_checkpoint))
+                      if trial.latest_checkpoint else None)
+        info = {"trial_id": trial.trial_id, "trial_name": str(trial), "trial_dir": trial.path,
+                "experiment_name": self.experiment.name, "config": trial.config, "resources": trial.resources,
+                "iteration": resume.get("training_iteration", 0) if checkpoint else 0,
+                "time_total_s": resume.get("time_total_s", 0.0) if checkpoint else 0.0,
+                "checkpoint_index": trial.checkpoint_index}
+        actor.start.remote(info, self.trainable, checkpoint, self.run_config.checkpoint_config)
+        trial.status, trial.stopping = RUNNING, False
+        self.experiment.record(trial)
+        poll = actor.poll.remote(POLL_S, None)
+        self.running[poll] = Running(trial, actor, poll)
+        for callback in self.run_config.callbacks:
+            callback.on_trial_start(self.iteration, self.trials, trial)
+
+    def _limit(self) -> int:
+        if self.tune_config.max_concurrent_trials:
+            return self.tune_config.max_concurrent_trials
+        probe = self.trials[0].resources if self.trials else resources_for(self.trainable, {})
+        return default_concurrency(probe)
+
+    def _fill(self, limit: int) -> None:
+        while len(self.running) < limit:
+            trial = self._next_trial()
+            if trial is None:
+                return
+            self._start(trial)
+
+    # ----- the loop
+
+    def run(self) -> List[Trial]:
+        started = time.monotonic()
+        budget = self.tune_config.time_budget_s
+        limit = self._limit()
+        self.pool.prewarm(min(limit, 2 * (os.cpu_count() or 1)), resources_for(self.trainable, {}))
+        try:
+            while True:
+                if budget is not None and time.monotonic() - started > budget and not self.stop_all:
+                    self.stop_all = True
+                    self.pending.clear()
+                self._fill(limit)
+                if not self.running:
+                    if self.pending or (not self.search_done and not self.stop_all):
+                        time.sleep(0.01)  # a searcher that has nothing yet
+                        continue
+                    break
+                self._step()
+                self.reporter.maybe_print(self.trials)
+        finally:
+            self.pool.shutdown()
+        self.reporter.maybe_print(self.trials, final=True)
+        for callback in self.run_config.callbacks:
+            callback.on_experiment_end(self.trials)
+        return self.trials
+
+    def _step(self) -> None:
+        ready, _ = oxray.wait(list(self.running), num_returns=1, timeout=POLL_S * 2)
+        if ready:
+            rest = [r for r in self.running if r not in ready]
+            if rest:
+                more, _ = oxray.wait(rest, num_returns=len(rest), timeout=0)
+                ready = list(ready) + list(more)
+        for ref in ready:
+            run = self.running.pop(ref)
+            try:
+                item = oxray.get(ref)
+            except (RayActorError, RayError) as error:
+                self.pool.discard(run.actor)
+                self._failed(run.trial, error, f"the trial's worker died: {error}")
+                continue
+            self._handle(run, item)
+
+    def _handle(self, run: Running, item: Dict) -> None:
+        trial = run.trial
+        if not item:  # nothing new yet
+            self._poll(run, None)
+        elif "result" in item:
+            self._poll(run, self._on_result(trial, item["result"]))
+        elif "error" in item:
+            self.pool.release(run.actor, trial.resources)
+            error, trace = item["error"]
+            self._failed(trial, error, trace)
+        else:  # it ended, or stopped when asked to
+            self.pool.release(run.actor, trial.resources)
+            self._complete(trial)
+
+    def _poll(self, run: Running, decision: Optional[str]) -> None:
+        run.poll = run.actor.poll.remote(POLL_S, decision)
+        self.running[run.poll] = run
+
+    # ----- decisions
+
+    def _on_result(self, trial: Trial, result: Dict) -> str:
+        self.iteration += 1
+        trial.last_result = result
+        trial.num_results += 1
+        _trial.append_result(trial, result)
+        if result.get("checkpoint_dir_name"):
+            trial.checkpoints.append((result["checkpoint_dir_name"], result))
+            trial.checkpoint_index = int(result["checkpoint_dir_name"].rsplit("_", 1)[1]) + 1
+            trial.resume_from = {k: result.get(k) for k in ("training_iteration", "time_total_s")}
+            _trial.prune_checkpoints(trial, self.run_config.checkpoint_config)
+            self.experiment.record(trial)
+        flat = flatten(result)
+        self.searcher.on_trial_result(trial.trial_id, flat)
+        for callback in self.run_config.callbacks:
+            callback.on_trial_result(self.iteration, self.trials, trial, result)
+        decision = self.scheduler.on_trial_result(self, trial, flat)
+        if self.stopper is not None:
+            if self.stopper(trial.trial_id, flat):
+                decision = TrialScheduler.STOP
+            if self.stopper.stop_all():
+                self.stop_all = True
+        if self.stop_all or result.get("done"):
+            decision = TrialScheduler.STOP
+        trial.stopping = decision == TrialScheduler.STOP
+        return "stop" if trial.stopping else "continue"
+
+    def _complete(self, trial: Trial) -> None:
+        trial.status = TERMINATED
+        if trial.last_result:
+            trial.last_result["done"] = True
+        self.scheduler.on_trial_complete(self, trial, flatten(trial.last_result))
+        self.searcher.on_trial_complete(trial.trial_id, flatten(trial.last_result))
+        self.experiment.record(trial)
+        for callback in self.run_config.callbacks:
+            callback.on_trial_complete(self.iteration, self.trials, trial)
+
+    def _failed(self, trial: Trial, error: BaseException, trace: str) -> None:
+        trial.num_failures += 1
+        _trial.write_error(trial, error, trace)
+        allowed = self.run_config.failure_config.max_failures
+        if not self.stop_all and (allowed == -1 or trial.num_failures <= allowed):
+            trial.status = PENDING  # again, from its newest checkpoint
+            self.pending.insert(0, trial)
+            self.experiment.record(trial)
+            return
+        trial.status, trial.error = ERROR, error
+        trial.error_msg = trace or repr(error)
+        self.scheduler.on_trial_error(self, trial)
+        self.searcher.on_trial_complete(trial.trial_id, None, error=True)
+        self.experiment.record(trial)
+        for callback in self.run_config.callbacks:
+            callback.on_trial_error(self.iteration, self.trials, trial)
+        if self.run_config.failure_config.fail_fast:
+            self.stop_all = True
+            self.pending.clear()
+
+
+def _date() -> str:
+    import datetime
+
+    return datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")

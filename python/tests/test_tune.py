@@ -1,0 +1,211 @@
+"""oxray.tune end to end on a real 2-CPU cluster: grid and random search, ASHA stopping
+bad trials early, errors, retries from checkpoints, class trainables, and trial workers
+reused across trials."""
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from oxray import tune
+from oxray.tune import Checkpoint, FailureConfig, RunConfig, TuneConfig, Tuner
+from oxray.tune.schedulers import ASHAScheduler
+
+from conftest import Cluster, driver_of
+
+
+@pytest.fixture(scope="module")
+def tune_cluster(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("tune"))
+    try:
+        cluster.start()
+        # The workers import this module's trainables by name, as a job's would.
+        with driver_of(cluster, runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}}):
+            yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def storage(tmp_path):
+    return str(tmp_path / "results")
+
+
+def quadratic(config):
+    for step in range(3):
+        tune.report({"loss": (config["x"] - 3) ** 2 + config["noise"] / (step + 1), "step": step})
+
+
+def test_grid_and_random_search(tune_cluster, storage):
+    grid = Tuner(quadratic, param_space={"x": tune.grid_search([1, 2, 3, 4]), "noise": tune.uniform(0, 0.1)},
+                 tune_config=TuneConfig(metric="loss", mode="min", num_samples=2),
+                 run_config=RunConfig(name="grid", storage_path=storage, verbose=0)).fit()
+    assert len(grid) == 8 and grid.num_errors == 0 and grid.num_terminated == 8
+    best = grid.get_best_result()
+    assert best.config["x"] == 3 and best.metrics["training_iteration"] == 3
+    assert sorted(r.config["x"] for r in grid) == [1, 1, 2, 2, 3, 3, 4, 4]
+    trial_dir = Path(best.path)
+    assert trial_dir.parent == Path(storage, "grid")
+    assert trial_dir.name.startswith("quadratic_") and "x=3_" in trial_dir.name
+    for name in ("params.json", "params.pkl", "result.json", "progress.csv"):
+        assert (trial_dir / name).exists(), name
+    assert len((trial_dir / "result.json").read_text().splitlines()) == 3
+    assert (trial_dir / "progress.csv").read_text().splitlines()[0].startswith("loss,step,")
+    assert Tuner.can_restore(os.path.join(storage, "grid"))
+    with pytest.raises(tune.TuneError, match="accuracy"):
+        grid.get_best_result(metric="accuracy", mode="max")
+    pandas = pytest.importorskip("pandas")
+    frame = grid.get_dataframe()
+    assert isinstance(frame, pandas.DataFrame) and len(frame) == 8 and "config/x" in frame.columns
+
+
+def climbing(config):
+    for i in range(1, 9):
+        tune.report({"score": config["q"] * i})
+
+
+def test_asha_stops_bad_trials_early(tune_cluster, storage):
+    scheduler = ASHAScheduler(grace_period=2, reduction_factor=2, max_t=8)
+    grid = Tuner(climbing, param_space={"q": tune.grid_search([8, 7, 6, 5, 4, 3, 2, 1])},
+                 tune_config=TuneConfig(metric="score", mode="max", scheduler=scheduler, max_concurrent_trials=1),
+                 run_config=RunConfig(name="asha", storage_path=storage, verbose=0)).fit()
+    iterations = sorted(r.metrics["training_iteration"] for r in grid)
+    # Best first, one at a time: every later trial is below its rungs' cutoffs.
+    assert iterations[-1] == 8 and iterations.count(2) >= 4, iterations
+    assert grid.get_best_result().config["q"] == 8
+
+
+def flaky(config):
+    if config["fail"]:
+        raise ValueError("bad config")
+    tune.report({"ok": 1})
+
+
+def test_a_raising_trial_is_in_errors(tune_cluster, storage):
+    grid = Tuner(flaky, param_space={"fail": tune.grid_search([False, True])},
+                 run_config=RunConfig(name="errors", storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 1 and grid.num_terminated == 1
+    assert "bad config" in str(grid.errors[0])
+    failed = [r for r in grid if r.error is not None][0]
+    assert (Path(failed.path) / "error.txt").exists()
+
+
+def crash_once(config):
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = int(Path(d, "step").read_text()) + 1
+    for step in range(start, 4):
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "step").write_text(str(step))
+            tune.report({"step": step, "start": start}, checkpoint=Checkpoint.from_directory(d))
+        marker = Path(config["marker"])
+        if step == 1 and not marker.exists():
+            marker.write_text("crashed")
+            os._exit(1)  # the worker process dies, not only the function
+
+
+def test_crashed_trial_retried_from_checkpoint(tune_cluster, storage, tmp_path):
+    grid = Tuner(crash_once, param_space={"marker": str(tmp_path / "marker")},
+                 run_config=RunConfig(name="retry", storage_path=storage, verbose=0,
+                                      failure_config=FailureConfig(max_failures=1))).fit()
+    result = grid[0]
+    assert result.error is None, result.error
+    assert result.metrics["step"] == 3 and result.metrics["start"] == 2
+    assert result.metrics["training_iteration"] == 4
+    assert sorted(p.name for p in Path(result.path).glob("checkpoint_*")) == [f"checkpoint_00000{i}" for i in range(4)]
+
+
+class Counter(tune.Trainable):
+    def setup(self, config):
+        self.total = 0
+        self.inc = config["inc"]
+
+    def step(self):
+        self.total += self.inc
+        return {"total": self.total, "done": self.iteration >= 4}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"total": self.total}
+
+    def load_checkpoint(self, checkpoint):
+        self.total = checkpoint["total"]
+
+
+def test_class_trainable(tune_cluster, storage):
+    grid = Tuner(Counter, param_space={"inc": tune.grid_search([1, 2])},
+                 tune_config=TuneConfig(metric="total", mode="max"),
+                 run_config=RunConfig(name="class", storage_path=storage, verbose=0, stop={"training_iteration": 3},
+                                      checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2))).fit()
+    best = grid.get_best_result()
+    assert best.config["inc"] == 2 and best.metrics["total"] == 6 and best.metrics["training_iteration"] == 3
+    assert best.checkpoint is not None and best.checkpoint.path.endswith("checkpoint_000000")
+
+
+def pid_of(config):
+    tune.report({"i": config["i"]})
+
+
+def test_workers_are_reused_across_trials(tune_cluster, storage):
+    grid = Tuner(pid_of, param_space={"i": tune.grid_search(list(range(12)))},
+                 run_config=RunConfig(name="reuse", storage_path=storage, verbose=0)).fit()
+    pids = {r.metrics["pid"] for r in grid}
+    assert len(grid) == 12 and grid.num_errors == 0
+    assert len(pids) <= 2, pids  # two CPUs: two pooled workers ran all twelve trials
+
+
+def fails_until_marker(config):
+    checkpoint = tune.get_checkpoint()
+    start = 0
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = int(Path(d, "step").read_text()) + 1
+    for step in range(start, 3):
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "step").write_text(str(step))
+            tune.report({"step": step, "start": start}, checkpoint=Checkpoint.from_directory(d))
+        if config["id"] == 1 and step == 0 and not Path(config["marker"]).exists():
+            raise RuntimeError("interrupted")
+
+
+def test_restore_resumes_errored_trials_from_checkpoints(tune_cluster, storage, tmp_path):
+    space = {"id": tune.grid_search([0, 1]), "marker": str(tmp_path / "marker")}
+    first = Tuner(fails_until_marker, param_space=space,
+                  run_config=RunConfig(name="restore", storage_path=storage, verbose=0)).fit()
+    assert first.num_errors == 1
+    Path(tmp_path / "marker").write_text("go on")
+    path = os.path.join(storage, "restore")
+    restored = Tuner.restore(path, fails_until_marker, resume_errored=True).fit()
+    assert len(restored) == 2 and restored.num_errors == 0
+    by_id = {r.config["id"]: r for r in restored}
+    assert by_id[1].metrics["start"] == 1 and by_id[1].metrics["training_iteration"] == 3
+    assert by_id[0].metrics["step"] == 2
+
+
+def with_data(config, data=None):
+    tune.report({"total": sum(data) * config["k"], "ctx": tune.get_context().get_trial_id()})
+
+
+def test_with_parameters_and_resources(tune_cluster, storage):
+    trainable = tune.with_resources(tune.with_parameters(with_data, data=list(range(100))), {"cpu": 1})
+    grid = Tuner(trainable, param_space={"k": tune.grid_search([1, 2])},
+                 tune_config=TuneConfig(metric="total", mode="max"),
+                 run_config=RunConfig(name="params", storage_path=storage, verbose=0)).fit()
+    best = grid.get_best_result()
+    assert best.metrics["total"] == 9900 and best.metrics["ctx"] == best.metrics["trial_id"]
+
+
+def train_style(config):
+    from oxray import train
+
+    for i in range(2):
+        train.report({"loss": config["x"] - i})
+
+
+def test_train_report_inside_a_trial(tune_cluster, storage):
+    grid = Tuner(train_style, param_space={"x": tune.grid_search([1, 5])},
+                 tune_config=TuneConfig(metric="loss", mode="min"),
+                 run_config=RunConfig(name="train_report", storage_path=storage, verbose=0)).fit()
+    assert grid.get_best_result().metrics["loss"] == 0 and grid.num_errors == 0
