@@ -209,3 +209,128 @@ def test_train_report_inside_a_trial(tune_cluster, storage):
                  tune_config=TuneConfig(metric="loss", mode="min"),
                  run_config=RunConfig(name="train_report", storage_path=storage, verbose=0)).fit()
     assert grid.get_best_result().metrics["loss"] == 0 and grid.num_errors == 0
+
+
+def _read_step(default=0):
+    checkpoint = tune.get_checkpoint()
+    if not checkpoint:
+        return default, None
+    with checkpoint.as_directory() as d:
+        return int(Path(d, "step").read_text()) + 1, Path(d, "owner").read_text()
+
+
+def _report_with_checkpoint(step, metrics):
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "step").write_text(str(step))
+        Path(d, "owner").write_text(tune.get_context().get_trial_id())
+        tune.report(metrics, checkpoint=Checkpoint.from_directory(d))
+
+
+def stepping(config):
+    start, _ = _read_step()
+    for step in range(start, 9):
+        _report_with_checkpoint(step, {"score": config["q"] * (step + 1), "start": start, "pid_now": os.getpid()})
+
+
+def test_hyperband_pauses_and_resumes_trials_from_checkpoints(tune_cluster, storage):
+    from oxray.tune.schedulers import HyperBandScheduler
+
+    scheduler = HyperBandScheduler(max_t=9, reduction_factor=3)
+    grid = Tuner(stepping, param_space={"q": tune.grid_search([1, 2, 3])},
+                 tune_config=TuneConfig(metric="score", mode="max", scheduler=scheduler, max_concurrent_trials=2),
+                 run_config=RunConfig(name="hyperband", storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0 and grid.num_terminated == 3
+    by_q = {r.config["q"]: r for r in grid}
+    # Three trials in a 9-trial bracket: all go past milestone 1, one past 3, and it runs to max_t.
+    assert {q: r.metrics["training_iteration"] for q, r in by_q.items()} == {1: 3, 2: 3, 3: 9}
+    # Each paused at milestone 1 (its worker freed) and went on later from its checkpoint.
+    assert all(r.metrics["start"] >= 1 for r in grid), [r.metrics["start"] for r in grid]
+    lines = (Path(by_q[3].path) / "result.json").read_text().splitlines()
+    assert len(lines) == 9  # one line per iteration: nothing was run twice
+
+
+def climbing_by_lr(config):
+    start, owner = _read_step()
+    value = 0.0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            value = float(Path(d, "value").read_text())
+    for step in range(start, 8):
+        value += config["lr"]
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "step").write_text(str(step))
+            Path(d, "value").write_text(str(value))
+            Path(d, "owner").write_text(tune.get_context().get_trial_id())
+            tune.report({"value": value, "from": owner or "", "lr": config["lr"]},
+                        checkpoint=Checkpoint.from_directory(d))
+        import time
+
+        time.sleep(0.05)  # both trials interleave their reports
+
+
+def test_pbt_exploits_a_bad_trial_onto_a_good_checkpoint(tune_cluster, storage):
+    from oxray.tune.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2, quantile_fraction=0.5,
+                                  hyperparam_mutations={"lr": [1.0, 2.0]}, seed=0)
+    grid = Tuner(climbing_by_lr, param_space={"lr": tune.grid_search([1.0, -1.0])},
+                 tune_config=TuneConfig(metric="value", mode="max", scheduler=pbt, max_concurrent_trials=2),
+                 run_config=RunConfig(name="pbt", storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0
+    good, bad = sorted(grid, key=lambda r: r.metrics["trial_id"])  # made in grid order: lr 1.0, then -1.0
+    # The bad trial took the good one's checkpoint and a config from the mutations, and went on from there.
+    assert bad.metrics["from"] == good.metrics["trial_id"], bad.metrics
+    assert bad.config["lr"] in (1.0, 2.0) and bad.metrics["value"] > 0
+    assert bad.metrics["training_iteration"] == 8
+
+
+def linear_regression_per_worker(config):
+    import torch
+
+    from oxray import train
+    from oxray.train.torch import prepare_model
+
+    torch.manual_seed(0)
+    x = torch.linspace(-1, 1, 64).unsqueeze(1)
+    y = 3 * x + 1
+    model = prepare_model(torch.nn.Linear(1, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for _ in range(config["epochs"]):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        train.report({"loss": loss.item(), "rank": train.get_context().get_world_rank()})
+
+
+def train_driver(config):
+    from oxray.train import RunConfig as TrainRunConfig, ScalingConfig
+    from oxray.train.torch import TorchTrainer
+    from oxray.tune.integration.ray_train import TuneReportCallback
+
+    trial_id = tune.get_context().get_trial_id()
+    TorchTrainer(linear_regression_per_worker, train_loop_config={"lr": config["lr"], "epochs": 3},
+                 scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+                 run_config=TrainRunConfig(name=f"train-trial_id={trial_id}", storage_path=config["storage"],
+                                           callbacks=[TuneReportCallback()],
+                                           # Train workers started from a trial's worker get their
+                                           # own env: they find this module only when told where.
+                                           worker_runtime_env={"env_vars": {"PYTHONPATH": config["path"]}})).fit()
+
+
+def test_tune_over_torch_trainer(tune_cluster, storage):
+    pytest.importorskip("torch")
+    # Each trial is a 0-CPU driver of a 2-worker gloo group (half a CPU a worker), so both
+    # trials' groups fit the 2-CPU cluster at once.
+    driver = tune.with_resources(train_driver, {"cpu": 0})
+    grid = Tuner(driver, param_space={"lr": tune.grid_search([0.01, 0.3]), "storage": storage + "_train",
+                                                  "path": str(Path(__file__).parent)},
+                 tune_config=TuneConfig(metric="loss", mode="min", max_concurrent_trials=2),
+                 run_config=RunConfig(name="tune_train", storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert all(r.metrics["training_iteration"] == 3 and r.metrics["rank"] == 0 for r in grid)
+    assert all("checkpoint_path" in r.metrics for r in grid)
+    assert grid.get_best_result().config["lr"] == 0.3
+    for result in grid:  # each trial ran its own Train run, named after the trial
+        assert Path(storage + "_train", f"train-trial_id={result.metrics['trial_id']}").is_dir()

@@ -276,3 +276,238 @@ def test_ray_tune_names_resolve_to_oxray_through_the_alias():
             "assert ray.tune.Tuner is oxray.tune.Tuner and ray.tune.Checkpoint is oxray.train.Checkpoint\n"
             "assert ASHAScheduler is oxray.tune.schedulers.ASHAScheduler\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# ----- HyperBand and PBT
+
+def test_hyperband_defaults_and_bracket_plan():
+    from oxray.tune.schedulers import HyperBandScheduler
+    from oxray.tune.schedulers.hyperband import bracket_plan
+
+    hb = HyperBandScheduler()
+    assert (hb.time_attr, hb.max_t, hb.reduction_factor, hb.stop_last_trials) == ("training_iteration", 81, 3, True)
+    assert bracket_plan(81, 3) == [(81, 1), (34, 3), (15, 9), (8, 27), (5, 81)]
+    assert bracket_plan(9, 3) == [(9, 1), (5, 3), (3, 9)]
+    with pytest.raises(ValueError):
+        HyperBandScheduler(reduction_factor=1)
+
+
+def _hyperband_lockstep(hb, scores):
+    """Runs trials as a controller would: paused trials wait, resumed ones go on."""
+    PAUSE = TrialScheduler.PAUSE
+    for trial in range(len(scores)):
+        hb.on_trial_add(None, str(trial))
+    t = {str(i): 0 for i in range(len(scores))}
+    live, stopped_at, paused = set(t), {}, set()
+    while live - paused:
+        for trial in sorted(live - paused):
+            t[trial] += 1
+            decision = hb.on_trial_result(None, trial, {"training_iteration": t[trial], "m": scores[int(trial)]})
+            if decision == STOP:
+                stopped_at[trial] = t[trial]
+                live.discard(trial)
+            elif decision == PAUSE:
+                paused.add(trial)
+            resume, stop = hb.take_paused_decisions()
+            paused -= set(resume)
+            for trial_id in stop:
+                paused.discard(trial_id)
+                live.discard(trial_id)
+                stopped_at[trial_id] = t[trial_id]
+        if not (live - paused) and paused:
+            hb.on_no_more_trials()
+            resume, stop = hb.take_paused_decisions()
+            paused -= set(resume)
+            for trial_id in stop:
+                paused.discard(trial_id)
+                live.discard(trial_id)
+                stopped_at[trial_id] = t[trial_id]
+    return stopped_at
+
+
+def test_hyperband_halves_synchronously():
+    from oxray.tune.schedulers import HyperBandScheduler
+
+    hb = HyperBandScheduler(metric="m", mode="max", max_t=9, reduction_factor=3)
+    # Nine trials fill the first bracket (9 trials, milestones 1, 3, 9): 3 go past 1, 1 past 3.
+    stopped = _hyperband_lockstep(hb, [5, 1, 9, 3, 7, 2, 8, 4, 6])
+    assert sorted(stopped.values()) == [1] * 6 + [3] * 2 + [9]
+    assert stopped["2"] == 9  # the best one ran to max_t
+    assert {k for k, v in stopped.items() if v == 3} == {"4", "6"}
+
+
+def test_hyperband_pauses_until_the_bracket_reached_its_milestone():
+    from oxray.tune.schedulers import HyperBandScheduler
+
+    hb = HyperBandScheduler(metric="loss", mode="min", max_t=9, reduction_factor=3)
+    for trial in "abc":
+        hb.on_trial_add(None, trial)
+    PAUSE = TrialScheduler.PAUSE
+    assert hb.on_trial_result(None, "a", {"training_iteration": 1, "loss": 0.1}) == PAUSE
+    assert hb.on_trial_result(None, "b", {"training_iteration": 1, "loss": 0.5}) == PAUSE
+    assert hb.take_paused_decisions() == ([], [])  # the bracket wants 9 trials before it cuts
+    assert hb.on_trial_result(None, "c", {"training_iteration": 1, "loss": 0.9}) == PAUSE
+    hb.on_no_more_trials()  # no more trials come: cut with three (keep ceil(9 / 3) = 3)
+    assert hb.take_paused_decisions() == (["a", "b", "c"], [])
+    for trial, loss in (("a", 0.1), ("b", 0.5)):
+        assert hb.on_trial_result(None, trial, {"training_iteration": 2, "loss": loss}) == CONTINUE
+        assert hb.on_trial_result(None, trial, {"training_iteration": 3, "loss": loss}) == PAUSE
+    # c ends early: the others at the milestone are cut now (keep ceil(3 / 3) = 1).
+    hb.on_trial_complete(None, "c", {"training_iteration": 2, "loss": 0.9})
+    assert hb.take_paused_decisions() == (["a"], ["b"])
+    assert hb.on_trial_result(None, "a", {"training_iteration": 9, "loss": 0.0}) == STOP  # max_t
+
+
+def test_hyperband_fills_a_new_bracket_after_a_full_one():
+    from oxray.tune.schedulers import HyperBandScheduler
+
+    hb = HyperBandScheduler(metric="m", mode="max", max_t=9, reduction_factor=3)
+    for i in range(12):
+        hb.on_trial_add(None, str(i))
+    first, second = hb.bands[0]
+    assert (len(first.added), first.milestone) == (9, 1) and (len(second.added), second.milestone) == (3, 3)
+    for i in range(19):
+        hb.on_trial_add(None, f"x{i}")
+    assert len(hb.bands) == 2  # 9 + 5 + 3 fill the first band
+
+
+def test_pbt_quantiles_and_explore():
+    from oxray.tune.schedulers.pbt import explore, quantiles
+
+    assert quantiles({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}, 0.25) == (["a", "b"], ["d", "e"])
+    assert quantiles({"a": 1, "b": 2, "c": 3}, 0.5) == (["a"], ["c"])
+    assert quantiles({"a": 1}, 0.25) == ([], [])
+    rng = random.Random(0)
+    seen_lr, seen_bs = set(), set()
+    for _ in range(200):
+        new = explore({"lr": 0.1, "bs": 32, "opt": {"m": 0.9}, "fixed": 1},
+                      {"lr": tune.uniform(0.5, 0.6), "bs": [16, 32, 64], "opt": {"m": [0.8, 0.9, 0.99]}}, rng)
+        assert new["fixed"] == 1 and new["opt"]["m"] in (0.8, 0.9, 0.99) and new["bs"] in (16, 32, 64)
+        seen_lr.add(round(new["lr"], 6) if new["lr"] < 0.5 else "resampled")
+        seen_bs.add(new["bs"])
+    assert seen_lr == {0.12, 0.08, "resampled"} and seen_bs == {16, 32, 64}
+    always = explore({"lr": 0.1}, {"lr": [1, 2]}, rng)  # not among the list's values: resampled
+    assert always["lr"] in (1, 2)
+    assert explore({"n": 10}, {"n": tune.randint(1, 5)}, rng, resample_probability=0)["n"] in (8, 12)
+    custom = explore({"lr": 0.1}, {}, rng, custom_explore_fn=lambda c: {**c, "lr": c["lr"] * 10})
+    assert custom == {"lr": 1.0}
+
+
+def test_pbt_exploits_a_bottom_trial_onto_a_top_trial():
+    from oxray.tune.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(time_attr="training_iteration", metric="acc", mode="max", perturbation_interval=2,
+                                  hyperparam_mutations={"lr": [0.001, 0.01, 0.1]}, seed=1)
+    defaults = PopulationBasedTraining(hyperparam_mutations={"lr": [1]})
+    assert (defaults.time_attr, defaults.perturbation_interval, defaults.quantile_fraction,
+            defaults.resample_probability, defaults.perturbation_factors) == ("time_total_s", 60.0, 0.25, 0.25,
+                                                                            (1.2, 0.8))
+
+    class T:
+        def __init__(self, trial_id, lr):
+            self.trial_id, self.config = trial_id, {"lr": lr}
+
+    trials = [T("good", 0.01), T("mid", 0.01), T("bad", 0.1), T("ok", 0.001)]
+    for trial in trials:
+        pbt.on_trial_add(None, trial)
+    accs = {"good": 0.9, "mid": 0.5, "bad": 0.1, "ok": 0.6}
+    for trial in trials:  # first interval not reached: nothing happens
+        assert pbt.on_trial_result(None, trial, {"training_iteration": 1, "acc": accs[trial.trial_id],
+                                                 "checkpoint_dir_name": "checkpoint_000000"}) == CONTINUE
+    decisions = {t.trial_id: pbt.on_trial_result(None, t, {"training_iteration": 2, "acc": accs[t.trial_id]})
+                 for t in trials}
+    # Each is ranked among the scores so far: mid is the bottom of two, bad of three; ok is not.
+    assert decisions == {"good": CONTINUE, "mid": TrialScheduler.PAUSE, "bad": TrialScheduler.PAUSE, "ok": CONTINUE}
+    donor, config = pbt.take_exploit("bad")
+    assert donor == "good" and config["lr"] in (0.001, 0.01, 0.1)
+    assert pbt.take_exploit("bad") is None  # handed out once
+    # Within the interval after its perturbation, the trial is left alone.
+    assert pbt.on_trial_result(None, trials[2], {"training_iteration": 3, "acc": 0.0}) == CONTINUE
+    with pytest.raises(ValueError, match="hyperparam_mutations"):
+        PopulationBasedTraining()
+
+
+# ----- OptunaSearch, against a stand-in for optuna's ask/tell API when optuna is absent
+
+def _fake_optuna():
+    """The parts of optuna 4.x OptunaSearch calls, recording what it was given."""
+    import types
+
+    optuna = types.ModuleType("optuna")
+
+    def distribution(name):
+        return type(name, (), {"__init__": lambda self, **kw: self.__dict__.update(kw, kind=name)})
+
+    optuna.distributions = types.SimpleNamespace(**{n: distribution(n) for n in (
+        "FloatDistribution", "IntDistribution", "CategoricalDistribution")})
+    optuna.samplers = types.SimpleNamespace(TPESampler=lambda seed=None: ("tpe", seed))
+    state = types.SimpleNamespace(FAIL="FAIL", COMPLETE="COMPLETE")
+
+    class Trial:
+        def __init__(self, params):
+            self.params, self.reports = params, []
+
+        def report(self, value, step):
+            self.reports.append((step, value))
+
+    class Study:
+        def __init__(self, **kwargs):
+            self.kwargs, self.queue, self.told, self.added = kwargs, [], [], []
+
+        def enqueue_trial(self, params):
+            self.queue.append(dict(params))
+
+        def add_trial(self, trial):
+            self.added.append(trial)
+
+        def ask(self, fixed_distributions=None):
+            if self.queue:
+                return Trial(self.queue.pop(0))
+            params = {}
+            for key, d in (fixed_distributions or {}).items():
+                params[key] = d.choices[-1] if d.kind == "CategoricalDistribution" else d.high
+            return Trial(params)
+
+        def tell(self, trial, values=None, state=None):
+            self.told.append((trial.params, values, state))
+
+    optuna.create_study = lambda **kwargs: Study(**kwargs)
+    optuna.trial = types.SimpleNamespace(TrialState=state,
+                                         create_trial=lambda **kwargs: dict(kwargs))
+    return optuna
+
+
+def test_optuna_search_asks_and_tells(monkeypatch):
+    import sys
+
+    fake = _fake_optuna()
+    monkeypatch.setitem(sys.modules, "optuna", fake)
+    from oxray.tune.search.optuna import OptunaSearch, distribution_spec
+
+    assert distribution_spec(tune.randint(0, 10)) == ("IntDistribution", {"low": 0, "high": 9, "log": False, "step": 1})
+    assert distribution_spec(tune.qrandint(0, 10, 5))[1] == {"low": 0, "high": 10, "log": False, "step": 5}
+    assert distribution_spec(tune.qloguniform(1e-4, 1, 1e-4))[1]["step"] is None  # optuna: no step on a log range
+    assert distribution_spec(tune.quniform(0, 1, 0.5))[1] == {"low": 0.0, "high": 1.0, "log": False, "step": 0.5}
+
+    space = {"x": tune.uniform(-5, 5), "n": {"k": tune.choice([1, 2])}, "fixed": 7}
+    searcher = OptunaSearch(points_to_evaluate=[{"x": 0.5, "n": {"k": 1}}], seed=3)
+    searcher.set_search_properties("loss", "min", space)
+    study = searcher.study
+    assert study.kwargs["directions"] == ["minimize"] and study.kwargs["sampler"] == ("tpe", 3)
+    assert searcher.suggest("a") == {"x": 0.5, "n": {"k": 1}, "fixed": 7}  # the point first, flattened for optuna
+    assert searcher.suggest("b") == {"x": 5.0, "n": {"k": 2}, "fixed": 7}  # then the sampler, constants kept
+    searcher.on_trial_result("a", {"loss": 2.0, "training_iteration": 1})
+    assert searcher.trials["a"].reports == [(1, 2.0)]
+    searcher.on_trial_complete("a", {"loss": 1.5})
+    searcher.on_trial_complete("b", None, error=True)
+    assert study.told == [({"x": 0.5, "n/k": 1}, 1.5, None), ({"x": 5.0, "n/k": 2}, None, "FAIL")]
+
+    known = OptunaSearch(space=space, metric=["a", "b"], mode=["max", "min"],
+                         points_to_evaluate=[{"x": 1.0, "n": {"k": 2}}], evaluated_rewards=[[0.5, 0.1]])
+    assert known.study.kwargs["directions"] == ["maximize", "minimize"] and not known.study.queue
+    assert known.study.added[0]["params"] == {"x": 1.0, "n/k": 2} and known.study.added[0]["values"] == [0.5, 0.1]
+    known.suggest("c")
+    known.on_trial_complete("c", {"a": 1, "b": 2})
+    assert known.study.told[-1][1] == [1, 2]
+    with pytest.raises(ValueError, match="metric"):
+        OptunaSearch().set_search_properties(None, None, space)

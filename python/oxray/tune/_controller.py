@@ -1,7 +1,11 @@
 """Runs an experiment from the driver: asks the searcher for configs, starts trials on
 pooled workers (at most `max_concurrent_trials` at once), long-polls them for results,
 lets the scheduler and stop conditions decide after each one, retries failed trials from
-their newest checkpoint, and writes every trial's files as results come."""
+their newest checkpoint, and writes every trial's files as results come.
+
+A paused trial (HyperBand) gives its worker back and waits, PAUSED, until the scheduler
+resumes it from its newest checkpoint or ends it. An exploited trial (PBT) stops, takes a
+copy of a better trial's checkpoint and a new config, and starts again from that copy."""
 
 import os
 import time
@@ -13,12 +17,13 @@ from oxray.exceptions import RayActorError, RayError
 from oxray.train._checkpoint import Checkpoint
 from oxray.tune import _trial
 from oxray.tune._experiment import Experiment
+from oxray.tune._exploit import adopt, discard, stage_checkpoint
 from oxray.tune._metrics import flatten
 from oxray.tune._pool import WorkerPool
 from oxray.tune._progress import Reporter
 from oxray.tune._stopper import make_stopper
 from oxray.tune._trainable import resources_for
-from oxray.tune._trial import ERROR, PENDING, RUNNING, TERMINATED, Trial
+from oxray.tune._trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
 from oxray.tune.schedulers import TrialScheduler
 from oxray.tune.search import BasicVariantGenerator, Searcher
 from oxray.tune.search.variants import format_vars
@@ -52,6 +57,7 @@ class TuneController:
         self.trials: List[Trial] = list(trials or [])
         self.pending: List[Trial] = [t for t in self.trials if t.status == PENDING]
         self.running: Dict[object, Running] = {}  # poll ref -> running trial
+        self.paused: Dict[str, Trial] = {}
         self.search_done = False
         self.stop_all = False
         self.prefix = uuid.uuid4().hex[:5]
@@ -102,7 +108,7 @@ class TuneController:
                 "time_total_s": resume.get("time_total_s", 0.0) if checkpoint else 0.0,
                 "checkpoint_index": trial.checkpoint_index}
         actor.start.remote(info, self.trainable, checkpoint, self.run_config.checkpoint_config)
-        trial.status, trial.stopping = RUNNING, False
+        trial.status, trial.stopping, trial.pausing, trial.after_pause = RUNNING, False, False, None
         self.experiment.record(trial)
         poll = actor.poll.remote(POLL_S, None)
         self.running[poll] = Running(trial, actor, poll)
@@ -135,6 +141,9 @@ class TuneController:
                     self.stop_all = True
                     self.pending.clear()
                 self._fill(limit)
+                if not self.running and self.paused and not self.pending:
+                    self._unstall()
+                    continue
                 if not self.running:
                     if self.pending or (not self.search_done and not self.stop_all):
                         time.sleep(0.01)  # a searcher that has nothing yet
@@ -163,8 +172,9 @@ class TuneController:
             except (RayActorError, RayError) as error:
                 self.pool.discard(run.actor)
                 self._failed(run.trial, error, f"the trial's worker died: {error}")
-                continue
-            self._handle(run, item)
+            else:
+                self._handle(run, item)
+            self._apply_paused_decisions()
 
     def _handle(self, run: Running, item: Dict) -> None:
         trial = run.trial
@@ -178,7 +188,10 @@ class TuneController:
             self._failed(trial, error, trace)
         else:  # it ended, or stopped when asked to
             self.pool.release(run.actor, trial.resources)
-            self._complete(trial)
+            if "stopped" in item and trial.pausing:
+                self._let_go(trial)
+            else:
+                self._complete(trial)
 
     def _poll(self, run: Running, decision: Optional[str]) -> None:
         run.poll = run.actor.poll.remote(POLL_S, decision)
@@ -202,6 +215,8 @@ class TuneController:
         for callback in self.run_config.callbacks:
             callback.on_trial_result(self.iteration, self.trials, trial, result)
         decision = self.scheduler.on_trial_result(self, trial, flat)
+        if decision == TrialScheduler.PAUSE and not self._plan_exploit(trial):
+            decision = self._pause_or_continue(trial)
         if self.stopper is not None:
             if self.stopper(trial.trial_id, flat):
                 decision = TrialScheduler.STOP
@@ -210,7 +225,85 @@ class TuneController:
         if self.stop_all or result.get("done"):
             decision = TrialScheduler.STOP
         trial.stopping = decision == TrialScheduler.STOP
-        return "stop" if trial.stopping else "continue"
+        trial.pausing = decision == TrialScheduler.PAUSE
+        if not trial.pausing:
+            discard(trial)
+        return "stop" if trial.stopping or trial.pausing else "continue"
+
+    # ----- pausing and exploiting
+
+    def _plan_exploit(self, trial: Trial) -> bool:
+        """Stages the checkpoint a PBT exploit gives this trial; False when there is none."""
+        take = getattr(self.scheduler, "take_exploit", None)
+        plan = take(trial.trial_id) if take is not None else None
+        if plan is None:
+            return False
+        donor_id, config = plan
+        donor = self._by_id(donor_id)
+        if donor is None or donor.latest_checkpoint is None:
+            return False
+        staged = stage_checkpoint(donor, trial)
+        trial.exploit = (config, staged, dict(donor.checkpoints[-1][1]))
+        return True
+
+    def _pause_or_continue(self, trial: Trial) -> str:
+        # A scheduler that never resumes trials would leave a paused one waiting for ever.
+        if getattr(self.scheduler, "take_paused_decisions", None) is None:
+            return TrialScheduler.CONTINUE
+        return TrialScheduler.PAUSE
+
+    def _by_id(self, trial_id: str) -> Optional[Trial]:
+        return next((t for t in self.trials if t.trial_id == trial_id), None)
+
+    def _let_go(self, trial: Trial) -> None:
+        """The worker of a pausing trial has stopped it: it waits, or goes on at once."""
+        trial.pausing = False
+        if trial.exploit is not None:
+            adopt(trial)
+            self._requeue(trial)
+        elif trial.after_pause == "resume":
+            self._requeue(trial)
+        elif trial.after_pause == "stop":
+            self._complete(trial)
+        else:
+            trial.status = PAUSED
+            self.paused[trial.trial_id] = trial
+            self.experiment.record(trial)
+        trial.after_pause = None
+
+    def _requeue(self, trial: Trial) -> None:
+        trial.status = PENDING
+        self.pending.insert(0, trial)
+        self.experiment.record(trial)
+
+    def _apply_paused_decisions(self) -> None:
+        take = getattr(self.scheduler, "take_paused_decisions", None)
+        while take is not None:
+            resume, stop = take()
+            if not resume and not stop:
+                return
+            for trial_id, verdict in [(t, "resume") for t in resume] + [(t, "stop") for t in stop]:
+                trial = self.paused.pop(trial_id, None)
+                if trial is None:  # still letting go of its worker: decided when it has
+                    trial = self._by_id(trial_id)
+                    if trial is not None and trial.pausing:
+                        trial.after_pause = verdict
+                elif verdict == "resume":
+                    self._requeue(trial)
+                else:
+                    self._complete(trial)
+
+    def _unstall(self) -> None:
+        """Nothing runs and no trial comes: brackets waiting for more trials decide with those
+        they have; trials still paused after that end where they are."""
+        hook = getattr(self.scheduler, "on_no_more_trials", None)
+        if hook is not None and not self.stop_all:
+            hook()
+            self._apply_paused_decisions()
+        if not self.pending:
+            for trial in list(self.paused.values()):
+                del self.paused[trial.trial_id]
+                self._complete(trial)
 
     def _complete(self, trial: Trial) -> None:
         trial.status = TERMINATED

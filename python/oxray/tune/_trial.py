@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from oxray.tune._metrics import flatten, is_number, to_json
 
-PENDING, RUNNING, TERMINATED, ERROR = "PENDING", "RUNNING", "TERMINATED", "ERROR"
+PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 
 
 @dataclasses.dataclass(eq=False)
@@ -34,6 +34,9 @@ class Trial:
     error_msg: Optional[str] = None
     csv_header: Optional[List[str]] = None
     stopping: bool = False
+    pausing: bool = False  # told to yield its worker; it goes on later from its checkpoint
+    after_pause: Optional[str] = None  # "resume" or "stop", when decided before its worker let go
+    exploit: Optional[Tuple[Dict[str, Any], str, Dict[str, Any]]] = None  # (config, staged checkpoint, its result)
 
     def __str__(self):
         return f"{self.trainable_name}_{self.trial_id}"

@@ -2,10 +2,10 @@
 oxray) through its ask/tell interface. The space is a Tune space, a dict of Optuna
 distributions, or a define-by-run function `fn(trial) -> Optional[dict of constants]`."""
 
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from oxray.tune.search.sample import Categorical, Domain, Float, Integer
-from oxray.tune.search.searcher import Searcher
+from oxray.tune.search.searcher import Searcher, merge_suggestion
 from oxray.tune.search.variants import find_unresolved, is_grid
 
 
@@ -17,6 +17,22 @@ def _optuna():
     return optuna
 
 
+def distribution_spec(domain: Domain) -> Tuple[str, Dict[str, Any]]:
+    """The Optuna distribution class name and its arguments for a Tune domain. Optuna's
+    bounds are inclusive: an integer range's exclusive upper bound becomes `upper - 1`.
+    Optuna cannot quantize a log range, so a q on one is dropped (as Ray Tune does)."""
+    if isinstance(domain, Float):
+        step = None if domain.log else domain.q
+        return "FloatDistribution", {"low": domain.lower, "high": domain.upper, "log": domain.log, "step": step}
+    if isinstance(domain, Integer):
+        quantized = domain.q > 1
+        return "IntDistribution", {"low": domain.lower, "high": domain.upper if quantized else domain.upper - 1,
+                                   "log": domain.log, "step": 1 if domain.log or not quantized else domain.q}
+    if isinstance(domain, Categorical):
+        return "CategoricalDistribution", {"choices": list(domain.categories)}
+    raise ValueError(f"OptunaSearch cannot search {type(domain).__name__}")
+
+
 def to_distributions(space: Dict) -> Dict[str, Any]:
     """A Tune space's domains as Optuna distributions, keyed by "a/b" paths."""
     dist = _optuna().distributions
@@ -25,16 +41,21 @@ def to_distributions(space: Dict) -> Dict[str, Any]:
         key = "/".join(map(str, path))
         if is_grid(domain):
             raise ValueError(f"OptunaSearch cannot search a grid_search ({key}): use tune.choice")
-        if isinstance(domain, Float):
-            out[key] = dist.FloatDistribution(domain.lower, domain.upper, log=domain.log, step=domain.q)
-        elif isinstance(domain, Integer):
-            out[key] = dist.IntDistribution(domain.lower, domain.upper - (1 if domain.q <= 1 else 0),
-                                            log=domain.log, step=max(domain.q, 1))
-        elif isinstance(domain, Categorical):
-            out[key] = dist.CategoricalDistribution(domain.categories)
-        elif isinstance(domain, Domain):
-            raise ValueError(f"OptunaSearch cannot search {type(domain).__name__} ({key})")
+        if isinstance(domain, Domain):
+            name, kwargs = distribution_spec(domain)
+            out[key] = getattr(dist, name)(**kwargs)
     return out
+
+
+def flatten_point(point: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """A nested config as Optuna's flat params, keyed by "a/b" paths."""
+    flat: Dict[str, Any] = {}
+    for key, value in point.items():
+        if isinstance(value, dict):
+            flat.update(flatten_point(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _unflatten(flat: Dict[str, Any]) -> Dict[str, Any]:
@@ -62,10 +83,13 @@ class OptunaSearch(Searcher):
         self.evaluated_rewards = evaluated_rewards
         self.study = None
         self.trials: Dict[str, Any] = {}
-        if space is not None and mode is not None:
+        self.base: Dict[str, Any] = {}  # the Tune space: its constants stay in every config
+        if space is not None and metric is not None and mode is not None:
             self._setup()
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        if isinstance(config, dict) and config:
+            self.base = config
         if self.study is not None:
             return True
         if self.space is None:
@@ -76,19 +100,31 @@ class OptunaSearch(Searcher):
 
     def _setup(self) -> None:
         optuna = _optuna()
+        if self._metric is None:
+            raise ValueError("OptunaSearch needs a metric (and a mode): pass them to it or to TuneConfig")
         modes = self._mode if isinstance(self._mode, list) else [self._mode or "max"]
         directions = ["minimize" if m == "min" else "maximize" for m in modes]
         self.study = optuna.create_study(sampler=self.sampler, study_name=self.study_name, storage=self.storage,
                                          load_if_exists=True, directions=directions)
         if isinstance(self.space, dict) and any(isinstance(v, Domain) or is_grid(v)
                                                 for _, v in find_unresolved(self.space)):
+            self.base = self.base or self.space
             self.space = to_distributions(self.space)
-        for point in self.points:
-            self.study.enqueue_trial(point)
-        if self.evaluated_rewards:
-            for point, reward in zip(self.points, self.evaluated_rewards):
-                dists = {k: v for k, v in (self.space or {}).items() if k in point}
-                self.study.add_trial(optuna.trial.create_trial(params=point, distributions=dists, value=reward))
+        points = [flatten_point(p) for p in self.points]
+        if self.evaluated_rewards is None:
+            for point in points:
+                self.study.enqueue_trial(point)
+            return
+        # Points with known rewards are results already: the study learns from them, no trial runs them.
+        if len(self.evaluated_rewards) != len(points):
+            raise ValueError(f"evaluated_rewards has {len(self.evaluated_rewards)} values for {len(points)} "
+                             "points_to_evaluate")
+        if not isinstance(self.space, dict):
+            raise ValueError("evaluated_rewards needs a space of distributions, not a define-by-run function")
+        for point, reward in zip(points, self.evaluated_rewards):
+            dists = {k: v for k, v in self.space.items() if k in point}
+            values = {"values": list(reward)} if isinstance(reward, (list, tuple)) else {"value": reward}
+            self.study.add_trial(optuna.trial.create_trial(params=point, distributions=dists, **values))
 
     def suggest(self, trial_id: str):
         if self.study is None:
@@ -97,8 +133,8 @@ class OptunaSearch(Searcher):
         self.trials[trial_id] = trial
         if callable(self.space):
             constants = self.space(trial) or {}
-            return _unflatten({**trial.params, **constants})
-        return _unflatten(dict(trial.params))
+            return merge_suggestion(self.base, _unflatten({**trial.params, **constants}))
+        return merge_suggestion(self.base, _unflatten(dict(trial.params)))
 
     def on_trial_result(self, trial_id: str, result: Dict) -> None:
         trial = self.trials.get(trial_id)

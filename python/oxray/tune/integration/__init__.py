@@ -1,0 +1,1 @@
+"""Bridges from other libraries into Tune results (`tune.integration`)."""
