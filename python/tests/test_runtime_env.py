@@ -70,11 +70,23 @@ def test_a_job_runtime_env_merges_with_the_tasks(tmp_path):
         def read():
             return os.environ["A"], os.environ["B"]
 
-        print(*oxray.get(read.remote()))
+        @oxray.remote(num_cpus=0)
+        class Reader:
+            def read(self):
+                return os.environ["A"], os.environ["B"]
+
+        @oxray.remote(num_cpus=0, runtime_env={"env_vars": {"B": "parent"}})
+        def nested():
+            # Work started by a task inherits the task's runtime_env, its own merged over it.
+            own = oxray.get(read.remote())
+            inherited = oxray.get(Reader.remote().read.remote())
+            return own + inherited
+
+        print(*oxray.get(read.remote()), *oxray.get(nested.remote()))
     """)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["job", "task"]
+    assert out.stdout.split() == ["job", "task", "job", "task", "job", "parent"]
 
 
 def test_tasks_of_a_submitted_job_inherit_its_working_dir(cluster, tmp_path):

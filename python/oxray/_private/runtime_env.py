@@ -57,7 +57,13 @@ def worker_env(task: Optional[Dict[str, Any]]) -> Dict[str, str]:
     variables = dict(variables)
     rest = {k: merged[k] for k in ("working_dir", "py_modules", "pip", "excludes") if merged.get(k)}
     if rest.get("working_dir") or rest.get("py_modules") or rest.get("pip"):
-        variables[RUNTIME_ENV_KEY] = json.dumps(_uploaded_form(rest), sort_keys=True)
+        rest = _uploaded_form(rest)
+        variables[RUNTIME_ENV_KEY] = json.dumps(rest, sort_keys=True)
+    if merged:
+        # What the task starts inherits its runtime_env, as in Ray: the worker reads it as
+        # its job's (with packages already uploaded, so nothing is uploaded again).
+        inherited = {**rest, "env_vars": dict(merged.get("env_vars") or {})}
+        variables["OXRAY_JOB_RUNTIME_ENV"] = json.dumps(inherited, sort_keys=True)
     return variables
 
 
