@@ -3,30 +3,22 @@ concurrency groups, async), and exit_actor() on such actors letting the calls al
 running end first, as in Ray."""
 
 import asyncio
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import oxray
 from oxray.exceptions import ActorDiedError
 
-from conftest import Cluster, driver_of
+from conftest import driver_of
 
 
 @pytest.fixture(scope="module")
-def driver():
-    """A one-node cluster and this process as its driver."""
-    with tempfile.TemporaryDirectory(prefix="oxray-actor-streams-") as tmp:
-        cluster = Cluster(Path(tmp))
-        cluster.start()
-        try:
-            with driver_of(cluster):
-                yield cluster
-        finally:
-            cluster.stop()
+def driver(cluster):
+    """conftest's one-node cluster, and this process as its driver."""
+    with driver_of(cluster):
+        yield cluster
 
 
 def values(gen):

@@ -446,3 +446,13 @@ def dumps_error(function_name: str, error: BaseException) -> bytes:
         return dumped
     except Exception:  # the exception itself does not pickle: keep its text
         return _cloudpickle().dumps(RayTaskError(function_name, tb, RuntimeError(f"{type(error).__name__}: {error}")))
+
+
+def portable_error(error: BaseException) -> BaseException:
+    """The error itself when it pickles, else a RuntimeError that says what it was: an
+    error that cannot travel must not hide the failure it reports."""
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")

@@ -4,18 +4,12 @@ import json
 import math
 from typing import Any, Dict
 
+from oxray.train._checkpoints import flatten as flatten_metrics
 
-def flatten(result: Dict[str, Any], prefix: str = "", keep_config: bool = True) -> Dict[str, Any]:
-    flat: Dict[str, Any] = {}
-    for key, value in result.items():
-        if not keep_config and not prefix and key == "config":
-            continue
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, name + "/"))
-        else:
-            flat[name] = value
-    return flat
+
+def flatten(result: Dict[str, Any], keep_config: bool = True) -> Dict[str, Any]:
+    """Nested results as `a/b` keys; without the trial's `config` unless `keep_config`."""
+    return flatten_metrics(result if keep_config else {k: v for k, v in result.items() if k != "config"})
 
 
 class SafeEncoder(json.JSONEncoder):

@@ -3,25 +3,17 @@ in a thread of its own; the driver long-polls for its results and answers each w
 decision in its next poll, so a result costs one round trip."""
 
 import os
-import pickle
 import queue
 import sys
 import threading
 import traceback
 from typing import Any, Dict, Optional
 
+from oxray._private.serialization import portable_error
 from oxray.tune import _session, _trainable
 from oxray.tune._errors import StopTrial
 
 JOIN_S = 30.0
-
-
-def _portable(error: BaseException) -> BaseException:
-    try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
 
 
 class TrialRunner:
@@ -62,7 +54,7 @@ class TrialRunner:
             except StopTrial:
                 item = {"stopped": True}
             except BaseException as error:  # the driver decides what a trial's error means
-                item = {"error": (_portable(error), traceback.format_exc())}
+                item = {"error": (portable_error(error), traceback.format_exc())}
             finally:
                 _session.install(None)
                 if train_session is not None:
