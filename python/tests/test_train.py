@@ -262,6 +262,40 @@ def test_local_mode_runs_in_the_driver(two_agents, tmp_path):
     assert result.metrics == {"pid": os.getpid(), "x": 5} and result.return_value == "ok"
 
 
+def async_shards(config):
+    """Each rank checkpoints its own shard every step with an asynchronous upload, then
+    reads back what the run committed; each rank's view goes to `config["log"]`."""
+    rank = train.get_context().get_world_rank()
+    for step in range(3):
+        d = os.path.join(config["scratch"], f"step{step}-rank{rank}")
+        os.makedirs(d)
+        Path(d, f"shard_rank{rank}.txt").write_text(str(step))
+        train.report({"step": step, "rank": rank}, checkpoint=Checkpoint.from_directory(d),
+                     checkpoint_upload_mode=train.CheckpointUploadMode.ASYNC)
+    seen = [(os.path.basename(r.checkpoint.path), sorted(os.listdir(r.checkpoint.path)), r.metrics)
+            for r in train.get_all_reported_checkpoints(timeout_s=30)]
+    with open(config["log"], "a") as log:
+        log.write(json.dumps({"rank": rank, "seen": seen, "local_left": os.listdir(config["scratch"])}) + "\n")
+    return seen
+
+
+def test_async_uploads_from_every_rank_commit_in_order(two_agents, tmp_path):
+    from oxray.train import DataParallelTrainer
+
+    config = _config(tmp_path)
+    result = DataParallelTrainer(async_shards, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                                 run_config=RunConfig(name="async", storage_path=str(tmp_path / "results"))).fit()
+    assert [m["step"] for m in result._reports] == [0, 1, 2]
+    seen = result.return_value
+    assert [metrics for _, _, metrics in seen] == [{"step": s, "rank": 0} for s in range(3)], "rank 0's metrics"
+    assert all(files == ["shard_rank0.txt", "shard_rank1.txt"] for _, files, _ in seen), "both ranks' shards merge"
+    assert [name for name, _, _ in seen] == [Path(c.path).name for c, _ in result.best_checkpoints]
+    views = _log(config["log"])
+    assert len(views) == 2 and views[0]["seen"] == views[1]["seen"], "every rank sees the same committed list"
+    # A round is committed only after every rank's upload, and each removes its copy before that.
+    assert all(v["local_left"] == [] for v in views), "ASYNC removes the local copies once uploaded"
+
+
 def _wait_for(predicate, timeout=60, what="the condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

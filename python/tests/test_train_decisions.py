@@ -3,6 +3,8 @@
 import json
 import math
 import os
+import shutil
+import time
 
 import pytest
 
@@ -181,3 +183,174 @@ def test_storage_through_a_pyarrow_filesystem(tmp_path):
     assert not storage.exists("checkpoint_1")
     uri_fs, path = __import__("oxray.train._storage", fromlist=["resolve"]).resolve(f"file://{tmp_path}/x")
     assert uri_fs is None and path == f"{tmp_path}/x"
+
+
+def test_upload_mode_decisions():
+    from oxray.train import CheckpointUploadMode as Mode
+    from oxray.train._session import child_name, committed_checkpoints, deletes_local, upload_mode
+
+    assert upload_mode(Mode.ASYNC) is Mode.ASYNC and upload_mode("no_upload") is Mode.NO_UPLOAD
+    with pytest.raises(ValueError, match="SYNC"):
+        upload_mode("later")
+    assert deletes_local(Mode.ASYNC, None) and not deletes_local(Mode.SYNC, None)
+    assert deletes_local(Mode.SYNC, True) and not deletes_local(Mode.ASYNC, False)
+    assert not deletes_local(Mode.NO_UPLOAD, True), "a checkpoint already in storage is never removed"
+    assert child_name("/r/run/ckpt_1/", "/r/run") == "ckpt_1"
+    assert child_name("/r/run/a/b", "/r/run") is None and child_name("/elsewhere/c", "/r/run") is None
+    snapshot = json.dumps({"checkpoint_results": [{"dir_name": "a", "metrics": {}}], "current_report_index": 2})
+    assert committed_checkpoints(None, 0) == [] and committed_checkpoints(None, 1) is None
+    assert committed_checkpoints(snapshot, 2) == [{"dir_name": "a", "metrics": {}}]
+    assert committed_checkpoints(snapshot, 3) is None, "this worker's third round is not committed yet"
+    assert committed_checkpoints(snapshot[:10], 1) is None, "a snapshot caught half written"
+
+
+def _local_run(tmp_path, fn, name="run", **checkpoint_config):
+    """A run in local mode (num_workers=0): the function runs here, no cluster needed."""
+    from oxray.train import DataConfig
+    from oxray.train._controller import Controller
+    from oxray.train._trainer import Backend
+
+    run_config = RunConfig(name=name, storage_path=str(tmp_path / "results"),
+                           checkpoint_config=CheckpointConfig(**checkpoint_config))
+    return Controller("test", fn, (), ScalingConfig(num_workers=0), run_config, Backend(), None, DataConfig()).run()
+
+
+def _write_checkpoint(tmp_path, step: int) -> str:
+    d = tmp_path / f"local_{step}"
+    d.mkdir()
+    (d / "step.txt").write_text(str(step))
+    return str(d)
+
+
+def test_async_uploads_keep_report_order_and_remove_the_local_copy(tmp_path, monkeypatch):
+    from oxray import train
+    from oxray.train import _storage
+
+    copy = _storage.copy_dir
+
+    def slow_copy(*args):
+        time.sleep(0.2)  # the training thread goes on meanwhile
+        copy(*args)
+
+    monkeypatch.setattr("oxray.train._session.copy_dir", slow_copy)
+    seen = {}
+
+    def fn():
+        began = time.monotonic()
+        for step in range(3):
+            train.report({"step": step}, checkpoint=train.Checkpoint.from_directory(_write_checkpoint(tmp_path, step)),
+                         checkpoint_upload_mode=train.CheckpointUploadMode.ASYNC)
+        seen["report_s"] = time.monotonic() - began
+        train.report({"step": 3})  # metrics only: committed after the uploads before it
+        seen["all"] = train.get_all_reported_checkpoints()
+        seen["latest"] = train.get_checkpoint()
+
+    result = _local_run(tmp_path, fn, num_to_keep=2)
+    assert seen["report_s"] < 0.3, "asynchronous reports do not wait for their uploads"
+    assert [m["step"] for m in result._reports] == [0, 1, 2, 3], "committed in the order they were made"
+    assert [(os.path.basename(r.checkpoint.path), r.metrics["step"]) for r in seen["all"]] == [
+        (os.path.basename(c.path), m["step"]) for c, m in result.best_checkpoints]
+    assert [r.metrics["step"] for r in seen["all"]] == [1, 2]
+    assert seen["latest"] == result.checkpoint and result.checkpoint.get_metadata() == {}
+    with result.checkpoint.as_directory() as d:
+        assert open(os.path.join(d, "step.txt")).read() == "2"
+    assert not any((tmp_path / f"local_{s}").exists() for s in range(3)), "ASYNC removes the local copies"
+
+
+def test_no_upload_and_upload_fn_take_checkpoints_already_in_storage(tmp_path):
+    from oxray import train
+
+    def fn():
+        storage = train.get_context().get_storage()
+        assert storage.experiment_fs_path == storage.storage_fs_path + "/run"
+        assert train.get_all_reported_checkpoints(train.CheckpointConsistencyMode.COMMITTED) == []
+        mine = storage.path("written_by_me")
+        os.makedirs(mine)
+        train.report({"step": 0}, checkpoint=train.Checkpoint(mine),
+                     checkpoint_upload_mode=train.CheckpointUploadMode.NO_UPLOAD)
+
+        def upload(checkpoint, dir_name):
+            target = storage.path("custom_" + dir_name)
+            shutil.copytree(checkpoint.path, target)
+            return train.Checkpoint(target)
+
+        local = _write_checkpoint(tmp_path, 1)
+        train.report({"step": 1}, checkpoint=train.Checkpoint.from_directory(local), checkpoint_dir_name="one",
+                     checkpoint_upload_fn=upload, delete_local_checkpoint_after_upload=True)
+        assert not os.path.exists(local)
+        with pytest.raises(ValueError, match="not a directory of the run's storage"):
+            train.report({"step": 2}, checkpoint=train.Checkpoint.from_directory(_write_checkpoint(tmp_path, 2)),
+                         checkpoint_upload_mode="NO_UPLOAD")
+        with pytest.raises(ValueError, match="validation"):
+            train.report({"step": 2}, validation=True)
+        return [os.path.basename(r.checkpoint.path) for r in train.get_all_reported_checkpoints(timeout_s=5)]
+
+    result = _local_run(tmp_path, fn)
+    assert result.return_value == ["written_by_me", "custom_one"]
+    assert os.path.basename(result.checkpoint.path) == "custom_one"
+    assert os.path.exists(os.path.join(result.checkpoint.path, "step.txt"))
+
+
+def test_a_failed_async_upload_fails_the_run_and_commits_nothing_after_it(tmp_path, monkeypatch):
+    from oxray import train
+    from oxray.train import WorkerGroupError
+
+    def broken_copy(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("oxray.train._session.copy_dir", broken_copy)
+
+    def fn():
+        train.report({"step": 0}, checkpoint=train.Checkpoint.from_directory(_write_checkpoint(tmp_path, 0)),
+                     checkpoint_upload_mode=train.CheckpointUploadMode.ASYNC)
+        train.report({"step": 1})
+
+    with pytest.raises(WorkerGroupError, match="disk full"):
+        _local_run(tmp_path, fn)
+    assert not (tmp_path / "results" / "run" / "result.json").exists(), "neither report was committed"
+    with pytest.raises(TimeoutError):  # outside a run there is nothing to wait for
+        from oxray.train._session import Session, TrainContext
+
+        Session(TrainContext(storage=Storage(str(tmp_path), "none")), None, lambda r: None, lambda v: v,
+                reports_before=1).reported_checkpoints(timeout_s=0.1)
+
+
+def test_user_callbacks_see_every_report_and_the_failure(tmp_path):
+    from oxray import train
+
+    class Tracker(train.UserCallback):
+        def __init__(self):
+            self.reports, self.failures = [], []
+
+        def after_report(self, run_context, metrics, checkpoint):
+            self.reports.append((metrics, checkpoint))
+
+        def after_exception(self, run_context, worker_exceptions):
+            self.failures.append(worker_exceptions)
+
+    tracker = Tracker()
+
+    def fn():
+        train.report({"step": 0})
+        raise KeyError("bad batch")
+
+    from oxray.train import DataConfig, WorkerGroupError
+    from oxray.train._controller import Controller
+    from oxray.train._trainer import Backend
+
+    run_config = RunConfig(name="tracked", storage_path=str(tmp_path), callbacks=[tracker, train.UserCallback()])
+    with pytest.raises(WorkerGroupError):
+        Controller("test", fn, (), ScalingConfig(num_workers=0), run_config, Backend(), None, DataConfig()).run()
+    assert tracker.reports == [([{"step": 0}], None)]
+    assert [list(f) for f in tracker.failures] == [[0]] and isinstance(tracker.failures[0][0], KeyError)
+
+
+def test_what_train_v2_removed_raises():
+    pytest.importorskip("torch")
+    from oxray.train import torch as train_torch
+
+    for removed in (train_torch.accelerate, train_torch.backward, train_torch.prepare_optimizer):
+        with pytest.raises(DeprecationWarning, match="Train V2"):
+            removed(None)
+    with pytest.raises(ValueError, match="validation"):
+        train_torch.TorchTrainer(lambda: None, validation_config=object())

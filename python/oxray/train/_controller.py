@@ -91,7 +91,11 @@ class Controller:
     def run(self) -> Result:
         max_failures = self.run_config.failure_config.max_failures
         if self.scaling.local_mode:
-            return_value = self._run_local()
+            try:
+                return_value = self._run_local()
+            except WorkerGroupError as error:
+                self._after_exception(error)
+                raise
             return self._finish(return_value)
         size = None
         while True:
@@ -107,6 +111,7 @@ class Controller:
                                  "at that size from the newest checkpoint")
                 size = outcome[1]
             except WorkerGroupError as error:
+                self._after_exception(error)
                 self.failures += 1
                 if max_failures != -1 and self.failures > max_failures:
                     raise
@@ -211,7 +216,7 @@ class Controller:
             context = TrainContext(world_rank=rank, world_size=size, local_rank=r["local_rank"],
                                    local_world_size=r["local_world_size"], node_rank=r["node_rank"],
                                    experiment_name=self.run_config.name, storage=self.storage)
-            info = {"context": context, "checkpoint": checkpoint,
+            info = {"context": context, "checkpoint": checkpoint, "report_index": self.checkpoints.report_index,
                     "dataset_shards": {name: parts[rank] for name, parts in shards.items()}}
             calls.append(worker.init_session.remote(info, env, group.sync, self.backend))
         self._gather(calls, "setting up")
@@ -323,6 +328,12 @@ class Controller:
             if hook is not None:
                 hook(run_context=None, metrics=[r["metrics"] for r in reports], checkpoint=checkpoint)
 
+    def _after_exception(self, error: WorkerGroupError) -> None:
+        for callback in self.run_config.callbacks:
+            hook = getattr(callback, "after_exception", None)
+            if hook is not None:
+                hook(run_context=None, worker_exceptions=dict(error.worker_failures))
+
     # ----- local mode
 
     def _run_local(self) -> Any:
@@ -332,13 +343,18 @@ class Controller:
         context = TrainContext(experiment_name=self.run_config.name, storage=self.storage)
         shards = {name: (d() if callable(d) and not hasattr(d, "iter_batches") else d)
                   for name, d in self.datasets.items()}
-        _session.install(_session.Session(context, checkpoint, lambda report: self._join([report]), lambda v: v,
-                                          {n: d.iterator() if hasattr(d, "iterator") else d for n, d in shards.items()}))
+        session = _session.Session(context, checkpoint, lambda report: self._join([report]), lambda v: v,
+                                   {n: d.iterator() if hasattr(d, "iterator") else d for n, d in shards.items()},
+                                   self.checkpoints.report_index)
+        _session.install(session)
         try:
-            return self.fn(*self.fn_args)
+            return_value = self.fn(*self.fn_args)
+            session.finish()
+            return return_value
         except Exception as error:
             raise WorkerGroupError(f"the training function failed: {error!r}", {0: error}) from error
         finally:
+            session.abandon()  # after a failure, no queued report may still join the run
             _session.install(None)
 
 

@@ -56,7 +56,22 @@ class Storage:
 
     def __init__(self, storage_path: str, name: str, filesystem: Any = None):
         self.fs, root = resolve(storage_path, filesystem)
-        self.experiment_path = root.rstrip("/") + "/" + name
+        self.storage_fs_path = root.rstrip("/")
+        self.experiment_path = self.storage_fs_path + "/" + name
+
+    # Ray's StorageContext names, for what get_context().get_storage() returns.
+    @property
+    def storage_filesystem(self):
+        """The pyarrow filesystem of the storage; a local one when it is a plain path."""
+        if self.fs is not None:
+            return self.fs
+        import pyarrow.fs
+
+        return pyarrow.fs.LocalFileSystem()
+
+    @property
+    def experiment_fs_path(self) -> str:
+        return self.experiment_path
 
     def path(self, *parts: str) -> str:
         return "/".join((self.experiment_path,) + parts)

@@ -10,6 +10,7 @@ import threading
 import traceback
 from typing import Any, Callable, Dict, Optional
 
+from oxray._private.serialization import portable_error
 from oxray.train import _session
 
 
@@ -36,21 +37,13 @@ class Sync:
             return r["value"]
 
 
-def _portable(error: BaseException) -> BaseException:
-    """The error itself when it pickles, else a RuntimeError that says what it was."""
-    try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-
-
 class TrainWorker:
     def __init__(self):
         self.reports: "queue.Queue[Dict]" = queue.Queue(maxsize=1)  # the trainer waits for each to be taken
         self.error: Optional[tuple] = None
         self.return_value: Any = None
         self.backend = None
+        self.session: Optional[_session.Session] = None
         self.thread: Optional[threading.Thread] = None
 
     def metadata(self) -> Dict[str, Any]:
@@ -83,8 +76,9 @@ class TrainWorker:
 
             return oxray.get(sync.broadcast_from_rank_zero.remote(rank, next(rounds), value))
 
-        _session.install(_session.Session(info["context"], info["checkpoint"], self.reports.put, broadcast,
-                                          info.get("dataset_shards")))
+        self.session = _session.Session(info["context"], info["checkpoint"], self.reports.put, broadcast,
+                                        info.get("dataset_shards"), info.get("report_index", 0))
+        _session.install(self.session)
         self.backend = backend
         if backend is not None:
             backend.on_worker_start(info["context"])
@@ -97,8 +91,9 @@ class TrainWorker:
                 if self.backend is not None:
                     self.backend.before_train()
                 self.return_value = fn(*args)
+                self.session.finish()
             except BaseException as error:  # the run's controller decides what it means
-                self.error = (_portable(error), traceback.format_exc())
+                self.error = (portable_error(error), traceback.format_exc())
             self.reports.put(None)  # after the reports it made, the end
 
         self.thread = threading.Thread(target=train, name="train", daemon=True)

@@ -149,5 +149,6 @@ class TrainShim:
     def context(self):
         return self.session.context
 
-    def report(self, metrics, checkpoint, dir_name):
+    def report(self, metrics, checkpoint, dir_name, *upload_options):
+        # A trial keeps its checkpoints itself: Train's upload options do not apply.
         self.session.report(metrics, checkpoint)

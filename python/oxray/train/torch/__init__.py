@@ -3,8 +3,8 @@
 `prepare_model` and `prepare_data_loader` make a single-process script data-parallel."""
 
 from oxray.train.torch._config import TorchConfig, TorchTrainer
-from oxray.train.torch._prepare import (enable_reproducibility, get_device, get_devices, prepare_data_loader,
-                                        prepare_model)
+from oxray.train.torch._prepare import (accelerate, backward, enable_reproducibility, get_device, get_devices,
+                                        prepare_data_loader, prepare_model, prepare_optimizer)
 
-__all__ = ["TorchConfig", "TorchTrainer", "enable_reproducibility", "get_device", "get_devices",
-           "prepare_data_loader", "prepare_model"]
+__all__ = ["TorchConfig", "TorchTrainer", "accelerate", "backward", "enable_reproducibility", "get_device",
+           "get_devices", "prepare_data_loader", "prepare_model", "prepare_optimizer"]

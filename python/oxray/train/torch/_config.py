@@ -72,9 +72,13 @@ class TorchTrainer(DataParallelTrainer):
     _label = "TorchTrainer"
 
     def __init__(self, train_loop_per_worker, *, train_loop_config=None, torch_config: Optional[TorchConfig] = None,
-                 scaling_config=None, run_config=None, datasets=None, dataset_config=None, metadata=None,
-                 resume_from_checkpoint=None):
+                 scaling_config=None, run_config=None, datasets=None, dataset_config=None, validation_config=None,
+                 metadata=None, resume_from_checkpoint=None):
         from oxray.train._config import ScalingConfig
+
+        if validation_config is not None:
+            raise ValueError("TorchTrainer(validation_config=...): checkpoint validation is not supported by "
+                             "oxray.train; validate from a UserCallback's after_report or after fit()")
 
         scaling_config = scaling_config or ScalingConfig()
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,

@@ -118,3 +118,17 @@ def enable_reproducibility(seed: int = 0) -> None:
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+
+
+def _removed(name: str, instead: str):
+    def removed(*args, **kwargs):
+        raise DeprecationWarning(f"oxray.train.torch.{name}() is not part of Train V2 (Ray removed it): {instead}")
+
+    removed.__name__ = name
+    return removed
+
+
+# A ported script that still calls these stops with what to do instead.
+accelerate = _removed("accelerate", "use torch.autocast / torch.amp in the training function")
+backward = _removed("backward", "call loss.backward()")
+prepare_optimizer = _removed("prepare_optimizer", "use the optimizer as it is")
