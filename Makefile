@@ -9,22 +9,33 @@ PY := $(VENV)/bin/python
 TOOLS ?= .tools
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 IMAGE := target/image/oxray-$(VERSION)-oci.tar
+# What ships (the wheel, the bundle, the image) is linked by zig against the oldest glibc it
+# supports, so it runs on every Linux since (deploy/dist/GLIBC_FLOOR); benchmarks use the
+# plain release build.
+GLIBC_FLOOR := $(shell cat deploy/dist/GLIBC_FLOOR)
+PORTABLE_TARGET := $(shell uname -m)-unknown-linux-gnu
+# Its own target directory: the wheel's zig build sets other compiler variables, and sharing
+# one directory would make each build redo the other's.
+PORTABLE_DIR := target/portable
+PORTABLE_BIN := $(PORTABLE_DIR)/$(PORTABLE_TARGET)/release/oxray
+ZIG_ENV := PATH=$(abspath $(TOOLS))/cargo/bin:$$PATH CARGO_ZIGBUILD_PYTHON_PATH=$(abspath $(TOOLS))/venv/bin/python
 # The image's org.opencontainers.image.source label, e.g. the repository's URL.
 IMAGE_SOURCE ?=
 
-.PHONY: help setup venv wheel build release test test-rust test-python test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data demo clean helm-tools lint-helm image podman-setup test-image bench-image
+.PHONY: help setup venv wheel build release portable tools test test-rust test-python test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data demo clean helm-tools lint-helm image podman-setup test-image bench-image
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
 	@echo "make build    debug build of the workspace"
-	@echo "make release  optimized oxray binary in target/release/oxray"
+	@echo "make release  optimized oxray binary in target/release/oxray (for benchmarks)"
+	@echo "make portable the binary that ships, for glibc $(GLIBC_FLOOR) and newer, in $(PORTABLE_BIN)"
 	@echo "make venv     Python venv in $(VENV): the oxray package, pytest, Ray (client, Train), torch for the training tests"
 	@echo "make test     every test: Rust (unit, component, real processes), Python client, Ray-client compatibility, Helm charts"
 	@echo "make lint     rustfmt check and clippy with warnings as errors"
 	@echo "make crds     regenerate deploy/helm/oxray-operator/crds from the operator's Rust types"
 	@echo "make dist     offline bundle target/dist/oxray-<version>-linux-<arch>.tar.gz: binary, wheels, install.sh"
 	@echo "make image    container image $(IMAGE) (OCI, no engine needed), loaded into podman or docker when present"
-	@echo "make helm-tools   Helm 4 and 3, kubernetes-validate and check-jsonschema, cached in $(TOOLS) (npm, PyPI)"
+	@echo "make tools    Helm 4 and 3, kubernetes-validate, check-jsonschema, zig, cargo-zigbuild, cached in $(TOOLS)"
 	@echo "make lint-helm    helm lint and template of deploy/helm with both Helms, rendered manifests validated offline"
 	@echo "make test-deploy  lint-helm, then the chart tests in tests/deploy"
 	@echo "make test-image   the image: config, size, reproducible, a head in a container and a job submitted from outside"
@@ -56,12 +67,13 @@ $(VENV)/.ready: python/requirements-compat.txt python/requirements-train.txt pyt
 venv: setup $(VENV)/.ready
 	MATURIN_PEP517_ARGS="--profile dev" $(PY) -m pip install -q --disable-pip-version-check -e ./python
 
-# A release wheel (abi3: any CPython >= 3.9) with the oxray binary inside, in target/wheels,
-# tagged for the oldest glibc it runs on (deploy/dist/GLIBC_FLOOR); maturin checks the symbols.
-wheel: release venv
+# A release wheel (abi3: any CPython >= 3.9) with the portable binary inside, in target/wheels,
+# its native module linked by zig for the same glibc and tagged so; maturin checks the symbols.
+wheel: portable venv
 	rm -f target/wheels/oxray-*.whl
-	mkdir -p python/oxray/_bin && cp target/release/oxray python/oxray/_bin/oxray
-	MATURIN_PEP517_ARGS="--compatibility manylinux_2_34" $(VENV)/bin/pip wheel -q --no-deps -w target/wheels ./python
+	mkdir -p python/oxray/_bin && cp $(PORTABLE_BIN) python/oxray/_bin/oxray
+	$(ZIG_ENV) MATURIN_PEP517_ARGS="--zig --compatibility manylinux_$(subst .,_,$(GLIBC_FLOOR))" \
+	  $(VENV)/bin/pip wheel -q --no-deps -w target/wheels ./python
 	rm -rf python/oxray/_bin
 
 build: setup
@@ -69,6 +81,9 @@ build: setup
 
 release: setup
 	$(CARGO) build --release -p oxray-cli
+
+portable: setup tools
+	$(ZIG_ENV) CARGO_TARGET_DIR=$(PORTABLE_DIR) $(CARGO) zigbuild --release -p oxray-cli --target $(PORTABLE_TARGET).$(GLIBC_FLOOR)
 
 test: test-rust test-python test-ui test-deploy test-k8s test-dist test-image
 
@@ -96,10 +111,12 @@ test-ui: setup ui/node_modules/.package-lock.json
 # The Helm charts under deploy/helm. Their tools come from npm and PyPI (Helm has no package on
 # either but AWS CDK's kubectl layers, which carry its binary) into the ignored $(TOOLS); a second
 # run downloads nothing.
-helm-tools: setup
+tools: setup
 	OXRAY_TOOLS_DIR=$(abspath $(TOOLS)) bash deploy/tools.sh
 
-lint-helm: helm-tools
+helm-tools: tools
+
+lint-helm: tools
 	OXRAY_TOOLS_DIR=$(abspath $(TOOLS)) bash deploy/helm/ci/lint.sh
 
 test-deploy: lint-helm
@@ -107,16 +124,16 @@ test-deploy: lint-helm
 
 # Everything a machine with no network needs; the bundle's test installs it under `unshare -n`.
 dist: wheel
-	PY=$(PY) bash deploy/dist/build.sh
+	PY=$(PY) BIN=$(PORTABLE_BIN) bash deploy/dist/build.sh
 
-test-dist: dist helm-tools
+test-dist: dist tools
 	$(PY) -m pytest tests/dist -q
 
 # The container image, put together from Debian debs, the wheel and the binary by a Python script
 # (no engine, no base image to pull: no registry is reachable in CI); deploy/image/README.md.
 image: wheel podman-setup
 	$(PY) deploy/image/build.py --wheel $$(ls target/wheels/oxray-$(VERSION)-cp39-abi3-*.whl | head -n1) \
-	  --binary target/release/oxray --source "$(IMAGE_SOURCE)" --load auto
+	  --binary $(PORTABLE_BIN) --source "$(IMAGE_SOURCE)" --load auto
 
 # Podman on machines like CI's needs runc and lower ulimits (deploy/image/containers.conf).
 podman-setup: setup
@@ -128,7 +145,7 @@ podman-setup: setup
 	fi
 
 test-image: image
-	OXRAY_IMAGE=$(CURDIR)/$(IMAGE) OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) -m pytest tests/deploy/test_image.py -q
+	OXRAY_IMAGE=$(CURDIR)/$(IMAGE) OXRAY_BIN=$(CURDIR)/$(PORTABLE_BIN) $(PY) -m pytest tests/deploy/test_image.py -q
 
 bench-image: image
 	$(PY) bench/image_size.py $(IMAGE)
@@ -139,7 +156,7 @@ crds:
 
 # No Kubernetes can run here: tests/k8s/fakekube is an API server and a kubelet that runs each
 # pod as local processes; kubectl (preinstalled) and the operator talk to it as to a real one.
-test-k8s: venv helm-tools
+test-k8s: venv tools
 	$(CARGO) build -p oxray-cli
 	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest tests/k8s -q
 

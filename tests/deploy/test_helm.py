@@ -1,9 +1,9 @@
 """The Helm charts under deploy/helm, rendered with `helm template` and checked on the parsed
 YAML: names, the operator's contract (args, RBAC, security), how values reach the RayCluster,
 and that bad values are refused. Each test runs once with Helm 4 and once with Helm 3, the
-binaries that `make helm-tools` caches in .tools/.
+binaries that `make tools` caches in .tools/.
 
-Run: make test-deploy, or .venv/bin/python -m pytest tests/deploy -q after make helm-tools.
+Run: make test-deploy, or .venv/bin/python -m pytest tests/deploy -q after make tools.
 OXRAY_TOOLS_DIR points at another cache, OXRAY_CRD_FILE at another CRD file.
 """
 
@@ -63,7 +63,7 @@ class Helm:
 def helm(request):
     binary = HELMS[request.param]
     if not os.access(binary, os.X_OK):
-        pytest.fail(f"{binary} is missing: run make helm-tools")
+        pytest.fail(f"{binary} is missing: run make tools")
     return Helm(binary)
 
 

@@ -9,7 +9,7 @@ Run: make test-image, or after make image:
     OXRAY_IMAGE=target/image/oxray-0.1.0-oci.tar .venv/bin/python -m pytest tests/deploy/test_image.py
 OXRAY_IMAGE names the archive; without it the file is skipped, so that `make test-deploy`
 (which collects every file in tests/deploy) leaves it to make test-image. OXRAY_BIN: the host's
-oxray [default: target/release/oxray, else target/debug/oxray]. The container tests run with
+oxray [default: the portable build, else target/release/oxray, else target/debug/oxray]. The container tests run with
 podman, or with a working docker when there is no podman, and are skipped when neither exists.
 """
 
@@ -41,7 +41,8 @@ PORTS = {"6379/tcp", "8265/tcp", "10001/tcp", "8000/tcp"}
 
 
 def host_oxray():
-    for candidate in (os.environ.get("OXRAY_BIN"), REPO / "target/release/oxray", REPO / "target/debug/oxray"):
+    portable = REPO / f"target/portable/{os.uname().machine}-unknown-linux-gnu/release/oxray"
+    for candidate in (os.environ.get("OXRAY_BIN"), portable, REPO / "target/release/oxray", REPO / "target/debug/oxray"):
         if candidate and Path(candidate).is_file():
             return str(candidate)
     pytest.fail("no oxray binary on the host: set OXRAY_BIN or run make release")

@@ -276,7 +276,7 @@ def test_a_head_on_a_claim_keeps_its_jobs_across_a_pod_restart(operator, kube, k
 def test_the_cluster_chart_installs_a_working_cluster(operator, kube, kubectl):
     helm = REPO / ".tools/helm4/helm"
     if not helm.exists():
-        pytest.fail("helm is cached by `make helm-tools` (make test-k8s runs it)")
+        pytest.fail("helm is cached by `make tools` (make test-k8s runs it)")
     gcs, dashboard = free_port(), free_port()
     rendered = subprocess.run(
         [str(helm), "template", "raycluster", str(REPO / "deploy/helm/oxray-cluster"),
