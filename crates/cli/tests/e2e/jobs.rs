@@ -63,6 +63,20 @@ impl Api {
         }
     }
 
+    /// The job once its driver's pid is known: RUNNING is reported before the entrypoint
+    /// has started, the pid with the next report.
+    async fn wait_driver_pid(&self, id: &str) -> i32 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let job = self.wait_status(id, &["RUNNING"]).await;
+            if let Some(pid) = job["driver_info"]["pid"].as_str() {
+                return pid.parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "job {id} never told its driver's pid: {job}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn logs(&self, id: &str) -> String {
         let (status, text) = self.get(&format!("/api/jobs/{id}/logs")).await;
         assert_eq!(status, 200, "{text}");
@@ -165,8 +179,7 @@ async fn stop_ends_the_whole_process_group() {
     ready(&c, 1).await;
     let api = Api::new(&c);
     let id = api.submit(json!({"entrypoint": "sleep 100 & sleep 100", "submission_id": "long-one"})).await;
-    let running = api.wait_status(&id, &["RUNNING"]).await;
-    let pid: i32 = running["driver_info"]["pid"].as_str().unwrap().parse().unwrap();
+    let pid = api.wait_driver_pid(&id).await;
     let (status, text) = api.call(reqwest::Method::DELETE, "/api/jobs/long-one", None).await;
     assert_eq!(status, 500);
     assert!(text.contains("non-terminal state RUNNING"), "{text}");
