@@ -576,27 +576,21 @@ impl Submitter {
             push.gpu_ids = lease.reply.gpu_ids.clone();
             let reply = self.pushes.push(&lease.reply.worker_address, None, push).await;
             self.running.lock().expect("running lock").remove(&task_id);
-            match reply {
-                Ok(reply) if reply.worker_exits => {
-                    let _ = queued.reply.send(Ok(reply));
-                    let _ = self.give_back(&lease, true).await;
-                    self.request_more(&key, &want);
-                    return;
+            // A broken worker, or one that ends after this reply (`max_calls`), runs nothing
+            // more: its lease goes back first, and the agent says why if it ended the worker.
+            let retire = reply.as_ref().map_or(true, |r| r.worker_exits);
+            let ended = if retire { self.give_back(&lease, true).await.unwrap_or_default() } else { String::new() };
+            let reply = reply.map_err(|cause| {
+                if ended.is_empty() {
+                    NoReply::Failed(format!("the worker died or broke off: {cause}"))
+                } else {
+                    NoReply::OutOfMemory(ended)
                 }
-                Ok(reply) => {
-                    let _ = queued.reply.send(Ok(reply));
-                }
-                Err(cause) => {
-                    // The agent says why when it ended the worker itself.
-                    let ended = self.give_back(&lease, true).await.unwrap_or_default();
-                    let _ = queued.reply.send(Err(if ended.is_empty() {
-                        NoReply::Failed(format!("the worker died or broke off: {cause}"))
-                    } else {
-                        NoReply::OutOfMemory(ended)
-                    }));
-                    self.request_more(&key, &want);
-                    return;
-                }
+            });
+            let _ = queued.reply.send(reply);
+            if retire {
+                self.request_more(&key, &want);
+                return;
             }
         }
     }

@@ -10,7 +10,8 @@ class Domain:
     """A value to be drawn per trial."""
 
     def sample(self, spec: Any = None, rng: Optional[random.Random] = None) -> Any:
-        raise NotImplementedError
+        # Every domain of this module draws its own way; a user's subclass must too.
+        raise NotImplementedError(f"{type(self).__name__} must define sample()")
 
     def __repr__(self):
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())

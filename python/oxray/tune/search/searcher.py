@@ -32,7 +32,7 @@ class Searcher:
 
     def suggest(self, trial_id: str) -> Optional[Dict]:
         """The next config, None when none can be given now, or FINISHED."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define suggest(trial_id), as Ray's searchers do")
 
     def on_trial_result(self, trial_id: str, result: Dict) -> None:
         pass
