@@ -9,6 +9,7 @@ mod membership;
 mod packages;
 mod placement;
 mod placement_groups;
+mod serve_host;
 mod service;
 mod store;
 
@@ -68,6 +69,7 @@ pub struct BoundHead {
     events: Arc<events::Events>,
     actors: Arc<actors::Actors>,
     groups: Arc<placement_groups::PlacementGroups>,
+    store: Arc<Store>,
     control: TcpListener,
     http: TcpListener,
 }
@@ -98,8 +100,8 @@ impl Head {
             config.token.clone(),
         )?);
         let actors = Arc::new(actors::Actors::open(store.clone())?);
-        let groups = placement_groups::PlacementGroups::open(membership.clone(), config.token.clone(), store)?;
-        Ok(BoundHead { config, membership, jobs, events, actors, groups, control, http })
+        let groups = placement_groups::PlacementGroups::open(membership.clone(), config.token.clone(), store.clone())?;
+        Ok(BoundHead { config, membership, jobs, events, actors, groups, store, control, http })
     }
 }
 
@@ -138,7 +140,7 @@ impl BoundHead {
 
     /// Serves until `shutdown` is cancelled, then stops accepting and returns.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), HeadError> {
-        let BoundHead { config, membership, jobs, events, actors, groups, control, http } = self;
+        let BoundHead { config, membership, jobs, events, actors, groups, store, control, http } = self;
         let session_name = config.session.name();
         tracing::info!(
             control = %control.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -156,6 +158,24 @@ impl BoundHead {
         ));
         let scheduler = tokio::spawn(jobs.clone().run(shutdown.clone()));
         let placer = tokio::spawn(groups.clone().run(shutdown.clone()));
+
+        let serve = {
+            let port = control.local_addr().map(|a| a.port()).unwrap_or(config.port);
+            let reach = match config.bind_host.as_str() {
+                "0.0.0.0" | "::" => "127.0.0.1",
+                host => host,
+            };
+            let host = serve_host::CoreHost::new(
+                format!("{reach}:{port}"),
+                config.token.clone(),
+                config.node_ip.clone(),
+                actors.clone(),
+                membership.clone(),
+            );
+            oxray_serve::Serve::open(Arc::new(host), Arc::new(serve_host::ServeStore(store)), shutdown.clone())
+                .map_err(|e| HeadError::Serve("Serve controller", e))?
+        };
+        let serving = tokio::spawn(serve.clone().run());
 
         let dashboard = config.dashboard(&http);
         let service = service::HeadService::new(
@@ -175,7 +195,8 @@ impl BoundHead {
             jobs: Arc::new(jobs::Api(jobs)),
             token: config.token.clone(),
             session_name,
-        });
+        })
+        .merge(oxray_http::with_token(serve.router(), config.token.clone()));
         let web = axum::serve(http, api).with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
         let grpc = oxray_rpc::serve_until(grpc, shutdown.clone());
@@ -188,6 +209,7 @@ impl BoundHead {
         let _ = monitor.await;
         let _ = scheduler.await;
         let _ = placer.await;
+        let _ = serving.await;
         result.map(|_| ())
     }
 }

@@ -17,6 +17,8 @@ const EVENTS: TableDefinition<'static, u64, &'static [u8]> = TableDefinition::ne
 const ACTORS: Table = TableDefinition::new("actors");
 /// Live placement groups, as protobuf bytes keyed by id.
 const GROUPS: Table = TableDefinition::new("placement_groups");
+/// Serve applications with their replicas, as the controller's JSON keyed by name.
+const SERVE_APPS: Table = TableDefinition::new("serve_applications");
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -55,6 +57,7 @@ impl Store {
         tx.open_table(EVENTS).map_err(db_err)?;
         tx.open_table(ACTORS).map_err(db_err)?;
         tx.open_table(GROUPS).map_err(db_err)?;
+        tx.open_table(SERVE_APPS).map_err(db_err)?;
         tx.commit().map_err(db_err)?;
         Ok(Self { db })
     }
@@ -190,6 +193,29 @@ impl Store {
             let group =
                 oxray_proto::v1::PlacementGroup::decode(value.value()).map_err(|e| StoreError::Db(e.to_string()))?;
             out.push(group);
+        }
+        Ok(out)
+    }
+
+    pub fn put_serve_app(&self, name: &str, record: &[u8]) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(db_err)?;
+        tx.open_table(SERVE_APPS).map_err(db_err)?.insert(name, record).map_err(db_err)?;
+        tx.commit().map_err(db_err)
+    }
+
+    pub fn delete_serve_app(&self, name: &str) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(db_err)?;
+        tx.open_table(SERVE_APPS).map_err(db_err)?.remove(name).map_err(db_err)?;
+        tx.commit().map_err(db_err)
+    }
+
+    pub fn load_serve_apps(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let tx = self.db.begin_read().map_err(db_err)?;
+        let table = tx.open_table(SERVE_APPS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(db_err)? {
+            let (key, value) = entry.map_err(db_err)?;
+            out.push((key.value().to_string(), value.value().to_vec()));
         }
         Ok(out)
     }

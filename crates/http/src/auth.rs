@@ -3,6 +3,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use oxray_rpc::Token;
 
 /// Cookie that carries the bare token, as Ray's dashboard names it.
 pub const TOKEN_COOKIE: &str = "ray-authentication-token";
@@ -10,20 +11,28 @@ pub const TOKEN_COOKIE: &str = "ray-authentication-token";
 /// Accepts the token where Ray's server looks for it: `Authorization`, then
 /// `X-Ray-Authorization`, then the cookie. Missing is 401, wrong is 403, both plain text.
 pub async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    match check(&state, request.headers()) {
+    match check(&state.token, request.headers()) {
         Ok(()) => next.run(request).await,
         Err(denied) => denied.into_response(),
     }
 }
 
-fn check(state: &ApiState, headers: &HeaderMap) -> Result<(), (StatusCode, &'static str)> {
+/// As `require_token`, for routers that carry no `ApiState`.
+pub async fn require(State(token): State<Token>, request: Request, next: Next) -> Response {
+    match check(&token, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(denied) => denied.into_response(),
+    }
+}
+
+fn check(token: &Token, headers: &HeaderMap) -> Result<(), (StatusCode, &'static str)> {
     let header_value = [header::AUTHORIZATION.as_str(), "x-ray-authorization"]
         .iter()
         .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()));
     let ok = match header_value {
-        Some(value) => state.token.matches_bearer(value),
+        Some(value) => token.matches_bearer(value),
         None => match cookie(headers, TOKEN_COOKIE) {
-            Some(value) => state.token.matches(value.strip_prefix("Bearer ").unwrap_or(value)),
+            Some(value) => token.matches(value.strip_prefix("Bearer ").unwrap_or(value)),
             None => return Err((StatusCode::UNAUTHORIZED, "Unauthorized: Missing authentication token")),
         },
     };

@@ -75,6 +75,11 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
+/// `router` behind the cluster token, as the rest of the API (for routes other crates add).
+pub fn with_token(router: Router, token: Token) -> Router {
+    router.layer(axum::middleware::from_fn_with_state(token, auth::require))
+}
+
 /// Ray's generic dashboard envelope.
 pub(crate) fn rest_response(ok: bool, msg: &str, data: serde_json::Value) -> serde_json::Value {
     serde_json::json!({ "result": ok, "msg": msg, "data": data })

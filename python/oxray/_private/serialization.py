@@ -404,6 +404,21 @@ def _announce() -> None:
         worker.client().announce_borrows()
 
 
+BLUEPRINT_BY_NAME = b"OXRAYCLS"
+
+
+def load_blueprint(data: bytes):
+    """An actor's `(class, options)`: pickled by a Python caller, or, from a caller that
+    cannot pickle (Serve's controller), the class's import path and the options as JSON."""
+    if bytes(data[:len(BLUEPRINT_BY_NAME)]) != BLUEPRINT_BY_NAME:
+        return loads(data)
+    import importlib
+
+    spec = json.loads(bytes(data[len(BLUEPRINT_BY_NAME):]))
+    module, _, attr = spec["class"].partition(":")
+    return getattr(importlib.import_module(module), attr), spec["options"]
+
+
 def dumps_args(args: tuple, kwargs: Dict[str, Any], placement=None) -> Tuple[bytes, List[str], List[str]]:
     """Top-level ObjectRefs become placeholders (resolved before the task runs), as in Ray.
     Returns the payload, their ids, and the ids of the ObjectRefs nested deeper. A task run

@@ -79,7 +79,7 @@ def _run(task, state, decoded=None):
     call_args, call_kwargs, extra = decoded or _decode(task)
     if actor_creation:
         try:
-            _become_actor(state, *serialization.loads(function), call_args, call_kwargs)
+            _become_actor(state, *serialization.load_blueprint(function), call_args, call_kwargs)
         except BaseException as error:
             state["creation_error"] = error
             raise

@@ -1,0 +1,747 @@
+//! Serve's controller: keeps every deployment at its replicas, replaces the ones that die
+//! or fail their health checks, applies updates (user_config in place, new code by rolling
+//! replacement), and answers for the state. Decisions are `plan`'s; this module carries
+//! them out through the `ActorHost` and records the outcome.
+
+use crate::host::{ActorHost, CallError, NewReplica, StateStore};
+use crate::plan::{self, AppStatus, DeploymentStatus, Replica, ReplicaState, Step};
+use crate::spec::{self, AppSpec, DeploymentSpec, HttpOptions};
+use crate::wire::{self, Arg};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How often the controller looks at every deployment even when nothing woke it.
+const TICK: Duration = Duration::from_millis(200);
+/// Health checks failed in a row after which a replica is replaced.
+const HEALTH_FAILURES: u32 = 3;
+
+pub fn now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+fn new_replica_id() -> String {
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).expect("the system's random source");
+    hex::encode(bytes)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Deployment {
+    spec: DeploymentSpec,
+    replicas: Vec<Replica>,
+    /// Constructor failures in a row.
+    failures: u32,
+    message: String,
+    was_healthy: bool,
+    /// No longer in the application: its replicas stop, then it goes.
+    #[serde(default)]
+    removed: bool,
+    #[serde(skip)]
+    busy: HashSet<String>,
+    #[serde(skip)]
+    checked: HashMap<String, Instant>,
+}
+
+impl Deployment {
+    fn new(spec: DeploymentSpec) -> Self {
+        Self {
+            spec,
+            replicas: Vec::new(),
+            failures: 0,
+            message: String::new(),
+            was_healthy: false,
+            removed: false,
+            busy: HashSet::new(),
+            checked: HashMap::new(),
+        }
+    }
+
+    fn target(&self, deleting: bool) -> u32 {
+        if deleting || self.removed {
+            0
+        } else {
+            self.spec.num_replicas
+        }
+    }
+
+    fn status(&self) -> DeploymentStatus {
+        plan::deployment_status(
+            self.spec.num_replicas,
+            &self.spec.version,
+            &self.replicas,
+            self.failures,
+            self.spec.failure_limit(),
+            self.was_healthy,
+        )
+    }
+
+    fn replica_mut(&mut self, id: &str) -> Option<&mut Replica> {
+        self.replicas.iter_mut().find(|r| r.replica_id == id)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct App {
+    spec: AppSpec,
+    deployed_s: f64,
+    deleting: bool,
+    was_running: bool,
+    deployments: BTreeMap<String, Deployment>,
+}
+
+impl App {
+    fn statuses(&self) -> Vec<DeploymentStatus> {
+        self.deployments.values().filter(|d| !d.removed).map(Deployment::status).collect()
+    }
+
+    fn status(&self) -> AppStatus {
+        plan::app_status(self.deleting, &self.statuses(), self.was_running)
+    }
+
+    fn message(&self) -> String {
+        let failed: Vec<String> = self
+            .deployments
+            .values()
+            .filter(|d| !d.message.is_empty() && d.status() != DeploymentStatus::Healthy)
+            .map(|d| format!("Deployment '{}': {}", d.spec.name, d.message))
+            .collect();
+        failed.join("\n")
+    }
+}
+
+#[derive(Default)]
+struct State {
+    apps: BTreeMap<String, App>,
+    http: Option<HttpOptions>,
+}
+
+/// A replica requests may go to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub replica_id: String,
+    pub actor_id: String,
+    pub worker_address: String,
+}
+
+/// What the proxy needs to route a request to an application.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub app: String,
+    pub status: AppStatus,
+    pub replicas: Vec<Target>,
+    pub max_ongoing_requests: u32,
+    pub max_queued_requests: i64,
+}
+
+pub struct Controller {
+    host: Arc<dyn ActorHost>,
+    store: Arc<dyn StateStore>,
+    state: Mutex<State>,
+    /// Something changed: the loop looks again now, and waiting requests retry.
+    pub(crate) changed: Notify,
+    pub(crate) routes_changed: tokio::sync::watch::Sender<u64>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DeployError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Proxy(String),
+}
+
+impl Controller {
+    /// The controller with the applications its store holds. Replicas recorded as running
+    /// are checked at once; those that were starting are gone with the old controller.
+    pub fn open(host: Arc<dyn ActorHost>, store: Arc<dyn StateStore>) -> Result<Arc<Self>, String> {
+        let mut state = State::default();
+        for (name, record) in store.load_apps()? {
+            match serde_json::from_slice::<App>(&record) {
+                Ok(mut app) => {
+                    for d in app.deployments.values_mut() {
+                        d.replicas.retain(|r| r.state != ReplicaState::Starting);
+                    }
+                    if state.http.is_none() {
+                        state.http = app.spec.http_options.clone();
+                    }
+                    state.apps.insert(name, app);
+                }
+                Err(e) => tracing::error!("cannot read the record of Serve application {name:?}: {e}"),
+            }
+        }
+        Ok(Arc::new(Self {
+            host,
+            store,
+            state: Mutex::new(state),
+            changed: Notify::new(),
+            routes_changed: tokio::sync::watch::Sender::new(0),
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("serve state lock")
+    }
+
+    fn persist(&self, name: &str, app: &App) {
+        let record = serde_json::to_vec(app).expect("serve state serializes");
+        if let Err(e) = self.store.save_app(name, &record) {
+            tracing::error!("cannot record Serve application {name:?}: {e}");
+        }
+    }
+
+    fn touched(&self) {
+        self.changed.notify_waiters();
+        self.routes_changed.send_modify(|v| *v += 1);
+    }
+
+    /// Deploys or updates application `name`. Returns the HTTP options of the proxy, to be
+    /// started if it is not.
+    pub fn deploy(&self, name: &str, spec: AppSpec) -> Result<HttpOptions, DeployError> {
+        spec::validate(name, &spec).map_err(DeployError::Invalid)?;
+        let mut state = self.lock();
+        if let Some(prefix) = &spec.route_prefix {
+            if let Some((other, _)) = state.apps.iter().find(|(other, app)| {
+                other.as_str() != name && !app.deleting && app.spec.route_prefix.as_ref() == Some(prefix)
+            }) {
+                return Err(DeployError::Invalid(format!(
+                    "Prefix {prefix} is being used by application \"{other}\". Failed to deploy application \"{name}\"."
+                )));
+            }
+        }
+        let http = state.http.get_or_insert_with(|| spec.http_options.clone().unwrap_or_default()).clone();
+        let app = state.apps.entry(name.to_string()).or_insert_with(|| App {
+            spec: spec.clone(),
+            deployed_s: 0.0,
+            deleting: false,
+            was_running: false,
+            deployments: BTreeMap::new(),
+        });
+        let wanted: HashSet<&str> = spec.deployments.iter().map(|d| d.name.as_str()).collect();
+        for d in app.deployments.values_mut() {
+            d.removed = !wanted.contains(d.spec.name.as_str());
+        }
+        for d in &spec.deployments {
+            match app.deployments.get_mut(&d.name) {
+                Some(existing) => {
+                    if existing.spec.version != d.version || existing.status() == DeploymentStatus::DeployFailed {
+                        existing.failures = 0;
+                        existing.message.clear();
+                        existing.was_healthy = false;
+                    }
+                    existing.spec = d.clone();
+                    existing.removed = false;
+                }
+                None => {
+                    app.deployments.insert(d.name.clone(), Deployment::new(d.clone()));
+                }
+            }
+        }
+        app.spec = spec;
+        app.deleting = false;
+        app.was_running = false;
+        app.deployed_s = now_s();
+        let app = app.clone();
+        self.persist(name, &app);
+        drop(state);
+        self.touched();
+        Ok(http)
+    }
+
+    /// Starts deleting application `name`; false if there is none.
+    pub fn delete(&self, name: &str) -> bool {
+        let mut state = self.lock();
+        let Some(app) = state.apps.get_mut(name) else { return false };
+        app.deleting = true;
+        let app = app.clone();
+        self.persist(name, &app);
+        drop(state);
+        self.touched();
+        true
+    }
+
+    /// Starts deleting every application.
+    pub fn delete_all(&self) {
+        let names: Vec<String> = self.lock().apps.keys().cloned().collect();
+        for name in names {
+            self.delete(&name);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().apps.is_empty()
+    }
+
+    pub fn http_options(&self) -> Option<HttpOptions> {
+        self.lock().http.clone()
+    }
+
+    /// Forgets the HTTP options once no application is left (the next deploy sets them).
+    pub fn clear_http_if_empty(&self) -> bool {
+        let mut state = self.lock();
+        if state.apps.is_empty() {
+            state.http = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Route prefixes and their applications, for HTTP.
+    pub fn routes(&self) -> Vec<(String, String)> {
+        let state = self.lock();
+        state
+            .apps
+            .iter()
+            .filter(|(_, a)| !a.deleting)
+            .filter_map(|(name, a)| a.spec.route_prefix.clone().map(|p| (p, name.clone())))
+            .collect()
+    }
+
+    /// How to reach application `app`'s ingress deployment.
+    pub fn route(&self, app: &str) -> Option<Route> {
+        let state = self.lock();
+        let a = state.apps.get(app)?;
+        let d = a.deployments.get(&a.spec.ingress)?;
+        Some(Route {
+            app: app.to_string(),
+            status: a.status(),
+            replicas: d
+                .replicas
+                .iter()
+                .filter(|r| r.state == ReplicaState::Running)
+                .map(|r| Target {
+                    replica_id: r.replica_id.clone(),
+                    actor_id: r.actor_id.clone(),
+                    worker_address: r.worker_address.clone(),
+                })
+                .collect(),
+            max_ongoing_requests: d.spec.max_ongoing_requests,
+            max_queued_requests: d.spec.max_queued_requests,
+        })
+    }
+
+    /// A call to the replica failed because it is gone: replace it now rather than at its
+    /// next health check.
+    pub fn replica_died(&self, replica_id: &str) {
+        let mut state = self.lock();
+        for (name, app) in state.apps.iter_mut() {
+            for d in app.deployments.values_mut() {
+                if let Some(r) = d.replicas.iter().find(|r| r.replica_id == replica_id).cloned() {
+                    d.replicas.retain(|r| r.replica_id != replica_id);
+                    d.busy.remove(replica_id);
+                    let app = app.clone();
+                    self.persist(name, &app);
+                    drop(state);
+                    self.touched();
+                    // Unreachable is not always dead: make sure it does not run on unseen.
+                    let host = self.host.clone();
+                    tokio::spawn(async move { host.kill(&r.actor_id, &r.worker_address, &r.actor_name).await });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The state as JSON: every application, deployment and replica.
+    pub fn details(&self) -> serde_json::Value {
+        let state = self.lock();
+        let apps: serde_json::Map<String, serde_json::Value> = state
+            .apps
+            .iter()
+            .map(|(name, a)| {
+                let deployments: serde_json::Map<String, serde_json::Value> = a
+                    .deployments
+                    .values()
+                    .filter(|d| !d.removed)
+                    .map(|d| (d.spec.name.clone(), deployment_details(d)))
+                    .collect();
+                let details = serde_json::json!({
+                    "name": name,
+                    "status": a.status(),
+                    "message": a.message(),
+                    "route_prefix": a.spec.route_prefix,
+                    "ingress": a.spec.ingress,
+                    "last_deployed_time_s": a.deployed_s,
+                    "deployments": deployments,
+                });
+                (name.clone(), details)
+            })
+            .collect();
+        serde_json::json!({ "applications": apps, "http": state.http })
+    }
+
+    /// Runs until `shutdown`: every tick (or change) moves each deployment a step toward its
+    /// target.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            self.reconcile();
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(TICK) => {}
+                _ = self.changed.notified() => {}
+            }
+        }
+    }
+
+    /// One pass: starts what is missing, stops what is too much, checks health, applies
+    /// user_config changes, and forgets deleted applications once their replicas are gone.
+    pub fn reconcile(self: &Arc<Self>) {
+        let mut work: Vec<Work> = Vec::new();
+        let mut gone: Vec<String> = Vec::new();
+        let mut changed: Vec<String> = Vec::new();
+        {
+            let mut state = self.lock();
+            for (name, app) in state.apps.iter_mut() {
+                let before = (app.status(), app.deployments.len());
+                let deleting = app.deleting;
+                for d in app.deployments.values_mut() {
+                    let failed = d.status() == DeploymentStatus::DeployFailed;
+                    for step in plan::steps(d.target(deleting), &d.spec.version, &d.replicas, failed) {
+                        match step {
+                            Step::Start => {
+                                let id = new_replica_id();
+                                d.replicas.push(Replica {
+                                    replica_id: id.clone(),
+                                    actor_id: String::new(),
+                                    actor_name: format!("SERVE_REPLICA::{name}#{}#{id}", d.spec.name),
+                                    version: d.spec.version.clone(),
+                                    state: ReplicaState::Starting,
+                                    worker_address: String::new(),
+                                    node_id: String::new(),
+                                    pid: 0,
+                                    start_time_s: now_s(),
+                                    health_failures: 0,
+                                    user_config: d.spec.user_config.clone(),
+                                });
+                                d.busy.insert(id.clone());
+                                work.push(Work::Start {
+                                    app: name.clone(),
+                                    spec: app.spec.clone(),
+                                    deployment: d.spec.clone(),
+                                    replica: id,
+                                });
+                            }
+                            Step::Stop(id) => {
+                                if let Some(r) = d.replica_mut(&id) {
+                                    r.state = ReplicaState::Stopping;
+                                }
+                                // A stop waits for nothing else the replica is doing.
+                                d.busy.insert(id.clone());
+                                work.push(Work::Stop { app: name.clone(), deployment: d.spec.clone(), replica: id });
+                            }
+                        }
+                        changed.push(name.clone());
+                    }
+                    let now = Instant::now();
+                    let period = Duration::from_secs_f64(d.spec.health_check_period_s);
+                    for r in d.replicas.iter().filter(|r| r.state == ReplicaState::Running) {
+                        if d.busy.contains(&r.replica_id) {
+                            continue;
+                        }
+                        if r.version == d.spec.version && r.user_config != d.spec.user_config {
+                            d.busy.insert(r.replica_id.clone());
+                            work.push(Work::Reconfigure {
+                                app: name.clone(),
+                                deployment: d.spec.clone(),
+                                replica: r.clone(),
+                            });
+                        } else if d.checked.get(&r.replica_id).is_none_or(|at| now.duration_since(*at) >= period) {
+                            d.busy.insert(r.replica_id.clone());
+                            d.checked.insert(r.replica_id.clone(), now);
+                            work.push(Work::Check {
+                                app: name.clone(),
+                                deployment: d.spec.clone(),
+                                replica: r.clone(),
+                            });
+                        }
+                    }
+                    if d.status() == DeploymentStatus::Healthy {
+                        d.was_healthy = true;
+                    }
+                }
+                app.deployments.retain(|_, d| !(d.removed && d.replicas.is_empty()));
+                if app.status() == AppStatus::Running {
+                    app.was_running = true;
+                }
+                if deleting && app.deployments.values().all(|d| d.replicas.is_empty()) {
+                    gone.push(name.clone());
+                } else if before != (app.status(), app.deployments.len()) {
+                    changed.push(name.clone());
+                }
+            }
+            for name in &gone {
+                state.apps.remove(name);
+            }
+            changed.sort();
+            changed.dedup();
+            for name in changed.iter().filter(|n| !gone.contains(n)) {
+                if let Some(app) = state.apps.get(name) {
+                    self.persist(name, app);
+                }
+            }
+        }
+        for name in &gone {
+            if let Err(e) = self.store.delete_app(name) {
+                tracing::error!("cannot forget Serve application {name:?}: {e}");
+            }
+        }
+        if !gone.is_empty() || !changed.is_empty() {
+            self.routes_changed.send_modify(|v| *v += 1);
+        }
+        for w in work {
+            let this = self.clone();
+            tokio::spawn(async move { this.carry_out(w).await });
+        }
+    }
+
+    /// Applies `change` to replica `id` of `app`/`deployment` and records the result.
+    fn update(&self, app: &str, deployment: &str, id: &str, change: impl FnOnce(&mut Deployment, &str)) {
+        let mut state = self.lock();
+        let Some(a) = state.apps.get_mut(app) else { return };
+        let Some(d) = a.deployments.get_mut(deployment) else { return };
+        d.busy.remove(id);
+        change(d, id);
+        if d.status() == DeploymentStatus::Healthy {
+            d.was_healthy = true;
+        }
+        if a.status() == AppStatus::Running {
+            a.was_running = true;
+        }
+        let a = a.clone();
+        self.persist(app, &a);
+        drop(state);
+        self.touched();
+    }
+
+    async fn carry_out(&self, work: Work) {
+        match work {
+            Work::Start { app, spec, deployment, replica } => self.start(&app, &spec, &deployment, &replica).await,
+            Work::Stop { app, deployment, replica } => self.stop(&app, &deployment, &replica).await,
+            Work::Check { app, deployment, replica } => self.check(&app, &deployment, &replica).await,
+            Work::Reconfigure { app, deployment, replica } => self.reconfigure(&app, &deployment, &replica).await,
+        }
+    }
+
+    async fn start(&self, app: &str, spec: &AppSpec, d: &DeploymentSpec, id: &str) {
+        let name = format!("SERVE_REPLICA::{app}#{}#{id}", d.name);
+        let identity = serde_json::json!({
+            "app": app,
+            "deployment": d.name,
+            "replica_id": id,
+            "user_config": d.user_config,
+            "max_ongoing_requests": d.max_ongoing_requests,
+        });
+        let definition = match d.definition_bytes() {
+            Ok(bytes) => bytes,
+            Err(e) => return self.start_failed(app, &d.name, id, e),
+        };
+        let new = NewReplica {
+            name: name.clone(),
+            class_name: format!("ServeReplica:{app}:{}", d.name),
+            python: spec.python.clone(),
+            resources: d.resources.clone(),
+            env: d.env.clone(),
+            // Room for control calls (health, stop) beside a full load of requests.
+            max_concurrency: d.max_ongoing_requests + 4,
+            args: wire::args(vec![Arg::Bytes(definition), Arg::Str(identity.to_string())]),
+        };
+        let placed = match self.host.create(new).await {
+            Ok(placed) => placed,
+            Err(e) => return self.start_failed(app, &d.name, id, e),
+        };
+        let placed_at = placed.clone();
+        self.update(app, &d.name, id, |dep, id| {
+            if let Some(r) = dep.replica_mut(id) {
+                r.actor_id = placed_at.actor_id.clone();
+                r.worker_address = placed_at.worker_address.clone();
+                r.node_id = placed_at.node_id.clone();
+            }
+            dep.busy.insert(id.to_string());
+        });
+        let ready =
+            self.host.call(&placed.actor_id, &placed.worker_address, "__serve_ready__", wire::args(vec![])).await;
+        let outcome = ready.map_err(|e| e.to_string()).and_then(|data| wire::json_reply(&data));
+        match outcome {
+            Ok(reply) if reply["ok"] == true => {
+                let pid = reply["pid"].as_u64().unwrap_or(0) as u32;
+                let mut stale = false;
+                self.update(app, &d.name, id, |dep, id| {
+                    dep.failures = 0;
+                    dep.message.clear();
+                    match dep.replica_mut(id) {
+                        Some(r) if r.state == ReplicaState::Starting => {
+                            r.state = ReplicaState::Running;
+                            r.pid = pid;
+                        }
+                        // Stopped (or forgotten) while it started.
+                        _ => stale = true,
+                    }
+                });
+                if stale {
+                    self.host.kill(&placed.actor_id, &placed.worker_address, &name).await;
+                }
+            }
+            Ok(reply) => {
+                let error = reply["error"].as_str().unwrap_or("the constructor failed").to_string();
+                self.host.kill(&placed.actor_id, &placed.worker_address, &name).await;
+                self.start_failed(app, &d.name, id, error);
+            }
+            Err(e) => {
+                self.host.kill(&placed.actor_id, &placed.worker_address, &name).await;
+                self.start_failed(app, &d.name, id, e);
+            }
+        }
+    }
+
+    fn start_failed(&self, app: &str, deployment: &str, id: &str, error: String) {
+        tracing::warn!("a replica of {app}/{deployment} failed to start: {error}");
+        self.update(app, deployment, id, |d, id| {
+            // A replica stopped while it started failed for that reason alone.
+            let starting = d.replicas.iter().any(|r| r.replica_id == id && r.state == ReplicaState::Starting);
+            d.replicas.retain(|r| r.replica_id != id);
+            if !starting {
+                return;
+            }
+            d.failures += 1;
+            d.message = format!(
+                "The deployment failed to start {} times in a row. This may be due to a problem with its constructor or initial health check failing. See controller logs for details. Error:\n{error}",
+                d.failures
+            );
+        });
+    }
+
+    async fn stop(&self, app: &str, d: &DeploymentSpec, id: &str) {
+        let replica = {
+            let state = self.lock();
+            state
+                .apps
+                .get(app)
+                .and_then(|a| a.deployments.get(&d.name))
+                .and_then(|dep| dep.replicas.iter().find(|r| r.replica_id == id).cloned())
+        };
+        let Some(r) = replica else { return };
+        // A replica still starting has no actor yet; its start sees it stopped and ends it.
+        if !r.actor_id.is_empty() {
+            let args = wire::args(vec![
+                Arg::Float(d.graceful_shutdown_wait_loop_s),
+                Arg::Float(d.graceful_shutdown_timeout_s),
+            ]);
+            let grace = Duration::from_secs_f64(d.graceful_shutdown_timeout_s + 5.0);
+            let _ = tokio::time::timeout(grace, self.host.call(&r.actor_id, &r.worker_address, "__serve_stop__", args))
+                .await;
+            self.host.kill(&r.actor_id, &r.worker_address, &r.actor_name).await;
+        }
+        self.update(app, &d.name, id, |dep, id| {
+            dep.replicas.retain(|r| r.replica_id != id);
+            dep.checked.remove(id);
+        });
+    }
+
+    async fn check(&self, app: &str, d: &DeploymentSpec, r: &Replica) {
+        let timeout = Duration::from_secs_f64(d.health_check_timeout_s);
+        let call = self.host.call(&r.actor_id, &r.worker_address, "__serve_health__", wire::args(vec![]));
+        let verdict = match tokio::time::timeout(timeout, call).await {
+            Err(_) => Err(format!("the health check did not answer within {}s", d.health_check_timeout_s)),
+            Ok(Err(CallError::Died(e))) => {
+                tracing::warn!("replica {} of {app}/{} died: {e}", r.replica_id, d.name);
+                self.update(app, &d.name, &r.replica_id, |dep, id| dep.replicas.retain(|x| x.replica_id != id));
+                return;
+            }
+            Ok(Err(CallError::Failed(e))) => Err(e),
+            Ok(Ok(data)) => match wire::json_reply(&data) {
+                Ok(reply) if reply["ok"] == true => Ok(()),
+                Ok(reply) => Err(reply["error"].as_str().unwrap_or("the health check failed").to_string()),
+                Err(e) => Err(e),
+            },
+        };
+        let mut replace = false;
+        self.update(app, &d.name, &r.replica_id, |dep, id| {
+            let Some(x) = dep.replica_mut(id) else { return };
+            match &verdict {
+                Ok(()) => x.health_failures = 0,
+                Err(e) => {
+                    x.health_failures += 1;
+                    replace = x.health_failures >= HEALTH_FAILURES;
+                    dep.message = format!("A replica's health check failed: {e}");
+                }
+            }
+            if replace {
+                dep.replicas.retain(|x| x.replica_id != id);
+            }
+        });
+        if replace {
+            tracing::warn!(
+                "replica {} of {app}/{} failed {HEALTH_FAILURES} health checks: replacing it",
+                r.replica_id,
+                d.name
+            );
+            self.host.kill(&r.actor_id, &r.worker_address, &r.actor_name).await;
+        }
+    }
+
+    async fn reconfigure(&self, app: &str, d: &DeploymentSpec, r: &Replica) {
+        let config = d.user_config.clone().unwrap_or(serde_json::Value::Null);
+        let args = wire::args(vec![Arg::Str(config.to_string())]);
+        let reply = self.host.call(&r.actor_id, &r.worker_address, "__serve_reconfigure__", args).await;
+        let outcome = reply.map_err(|e| e.to_string()).and_then(|data| wire::json_reply(&data));
+        self.update(app, &d.name, &r.replica_id, |dep, id| match outcome {
+            Ok(reply) if reply["ok"] == true => {
+                if let Some(x) = dep.replica_mut(id) {
+                    x.user_config = d.user_config.clone();
+                }
+            }
+            Ok(reply) => {
+                // As a failed constructor: the replica is replaced and the failure counted.
+                dep.message = format!("reconfigure failed: {}", reply["error"].as_str().unwrap_or(""));
+                dep.failures += 1;
+                dep.replicas.retain(|x| x.replica_id != id);
+            }
+            Err(e) => {
+                dep.message = format!("reconfigure failed: {e}");
+                dep.replicas.retain(|x| x.replica_id != id);
+            }
+        });
+    }
+}
+
+enum Work {
+    Start { app: String, spec: AppSpec, deployment: DeploymentSpec, replica: String },
+    Stop { app: String, deployment: DeploymentSpec, replica: String },
+    Check { app: String, deployment: DeploymentSpec, replica: Replica },
+    Reconfigure { app: String, deployment: DeploymentSpec, replica: Replica },
+}
+
+fn deployment_details(d: &Deployment) -> serde_json::Value {
+    let replicas: Vec<serde_json::Value> = d
+        .replicas
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "replica_id": r.replica_id,
+                "actor_name": r.actor_name,
+                "actor_id": r.actor_id,
+                "state": r.state,
+                "worker_address": r.worker_address,
+                "node_id": r.node_id,
+                "pid": r.pid,
+                "start_time_s": r.start_time_s,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "name": d.spec.name,
+        "status": d.status(),
+        "status_trigger": "CONFIG_UPDATE_COMPLETED",
+        "message": d.message,
+        "target_num_replicas": d.spec.num_replicas,
+        "max_ongoing_requests": d.spec.max_ongoing_requests,
+        "max_queued_requests": d.spec.max_queued_requests,
+        "user_config": d.spec.user_config,
+        "required_resources": d.spec.resources,
+        "replicas": replicas,
+    })
+}

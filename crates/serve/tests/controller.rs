@@ -1,0 +1,199 @@
+//! The controller's loop against a double of the actor host: replicas started, failed
+//! constructors counted, health checks, user_config updates, rolling updates and deletion.
+
+use oxray_serve::controller::Controller;
+use oxray_serve::plan::AppStatus;
+use oxray_serve::{ActorHost, AppSpec, CallError, NewReplica, Placed, StateStore};
+use serde_pickle::{SerOptions, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Default)]
+struct Fake {
+    created: Mutex<Vec<NewReplica>>,
+    killed: Mutex<Vec<String>>,
+    calls: Mutex<Vec<(String, String)>>,
+    /// Replies by method; `__serve_ready__` defaults to ok.
+    replies: Mutex<HashMap<String, serde_json::Value>>,
+    dead: Mutex<Vec<String>>,
+}
+
+fn pickled(text: String) -> Vec<u8> {
+    serde_pickle::value_to_vec(&Value::String(text), SerOptions::new()).unwrap()
+}
+
+#[async_trait::async_trait]
+impl ActorHost for Fake {
+    async fn create(&self, replica: NewReplica) -> Result<Placed, String> {
+        let mut created = self.created.lock().unwrap();
+        created.push(replica);
+        Ok(Placed { actor_id: format!("actor{}", created.len()), worker_address: "w".into(), node_id: "n".into() })
+    }
+    async fn call(&self, actor_id: &str, _address: &str, method: &str, _args: Vec<u8>) -> Result<Vec<u8>, CallError> {
+        self.calls.lock().unwrap().push((actor_id.to_string(), method.to_string()));
+        if self.dead.lock().unwrap().iter().any(|d| d == actor_id) {
+            return Err(CallError::Died("gone".into()));
+        }
+        let reply =
+            self.replies.lock().unwrap().get(method).cloned().unwrap_or(serde_json::json!({"ok": true, "pid": 7}));
+        Ok(pickled(reply.to_string()))
+    }
+    async fn kill(&self, actor_id: &str, _address: &str, _name: &str) {
+        self.killed.lock().unwrap().push(actor_id.to_string());
+    }
+}
+
+#[derive(Default)]
+struct Memory(Mutex<BTreeMap<String, Vec<u8>>>);
+
+impl StateStore for Memory {
+    fn save_app(&self, name: &str, record: &[u8]) -> Result<(), String> {
+        self.0.lock().unwrap().insert(name.into(), record.to_vec());
+        Ok(())
+    }
+    fn delete_app(&self, name: &str) -> Result<(), String> {
+        self.0.lock().unwrap().remove(name);
+        Ok(())
+    }
+    fn load_apps(&self) -> Result<Vec<(String, Vec<u8>)>, String> {
+        Ok(self.0.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+}
+
+fn app(replicas: u32, version: &str, user_config: serde_json::Value) -> AppSpec {
+    serde_json::from_value(serde_json::json!({
+        "route_prefix": "/", "ingress": "D", "python": "python3",
+        "deployments": [{"name": "D", "num_replicas": replicas, "definition": "AAEC", "version": version,
+                         "user_config": user_config, "health_check_period_s": 0.05}]
+    }))
+    .unwrap()
+}
+
+async fn settle(controller: &Arc<Controller>, until: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    for _ in 0..200 {
+        controller.reconcile();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let details = controller.details();
+        if until(&details) {
+            return details;
+        }
+    }
+    panic!("never settled: {}", controller.details());
+}
+
+fn status(d: &serde_json::Value) -> String {
+    d["applications"]["a"]["status"].as_str().unwrap_or("").to_string()
+}
+
+fn replica_states(d: &serde_json::Value) -> Vec<String> {
+    d["applications"]["a"]["deployments"]["D"]["replicas"]
+        .as_array()
+        .map(|rs| rs.iter().map(|r| r["state"].as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn replicas_start_and_the_app_runs_then_deletion_stops_them() {
+    let host = Arc::new(Fake::default());
+    let store = Arc::new(Memory::default());
+    let c = Controller::open(host.clone(), store.clone()).unwrap();
+    c.deploy("a", app(2, "v1", serde_json::Value::Null)).unwrap();
+    let d = settle(&c, |d| status(d) == "RUNNING").await;
+    assert_eq!(replica_states(&d), vec!["RUNNING", "RUNNING"]);
+    assert_eq!(host.created.lock().unwrap().len(), 2);
+    assert_eq!(c.route("a").unwrap().replicas.len(), 2);
+    assert_eq!(c.routes(), vec![("/".to_string(), "a".to_string())]);
+    assert!(store.0.lock().unwrap().contains_key("a"));
+
+    assert!(c.delete("a"));
+    settle(&c, |d| d["applications"].as_object().unwrap().is_empty()).await;
+    let calls = host.calls.lock().unwrap().clone();
+    assert_eq!(calls.iter().filter(|(_, m)| m == "__serve_stop__").count(), 2, "{calls:?}");
+    assert_eq!(host.killed.lock().unwrap().len(), 2);
+    assert!(store.0.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_failing_constructor_ends_in_deploy_failed_after_three_tries() {
+    let host = Arc::new(Fake::default());
+    host.replies
+        .lock()
+        .unwrap()
+        .insert("__serve_ready__".into(), serde_json::json!({"ok": false, "error": "ZeroDivisionError"}));
+    let c = Controller::open(host.clone(), Arc::new(Memory::default())).unwrap();
+    c.deploy("a", app(1, "v1", serde_json::Value::Null)).unwrap();
+    let d = settle(&c, |d| status(d) == "DEPLOY_FAILED").await;
+    assert!(d["applications"]["a"]["message"].as_str().unwrap().contains("ZeroDivisionError"), "{d}");
+    // No fourth try, and each failed replica was ended.
+    for _ in 0..20 {
+        c.reconcile();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(host.created.lock().unwrap().len(), 3);
+    assert_eq!(host.killed.lock().unwrap().len(), 3);
+    assert_eq!(c.route("a").unwrap().status, AppStatus::DeployFailed);
+}
+
+#[tokio::test]
+async fn a_replica_failing_health_checks_is_replaced() {
+    let host = Arc::new(Fake::default());
+    let c = Controller::open(host.clone(), Arc::new(Memory::default())).unwrap();
+    c.deploy("a", app(1, "v1", serde_json::Value::Null)).unwrap();
+    settle(&c, |d| status(d) == "RUNNING").await;
+    host.replies.lock().unwrap().insert("__serve_health__".into(), serde_json::json!({"ok": false, "error": "sick"}));
+    settle(&c, |_| host.killed.lock().unwrap().len() == 1).await;
+    host.replies.lock().unwrap().remove("__serve_health__");
+    let d = settle(&c, |d| status(d) == "RUNNING").await;
+    assert_eq!(host.created.lock().unwrap().len(), 2);
+    assert_eq!(d["applications"]["a"]["deployments"]["D"]["replicas"][0]["actor_id"], "actor2");
+}
+
+#[tokio::test]
+async fn a_dead_replica_is_replaced() {
+    let host = Arc::new(Fake::default());
+    let c = Controller::open(host.clone(), Arc::new(Memory::default())).unwrap();
+    c.deploy("a", app(1, "v1", serde_json::Value::Null)).unwrap();
+    settle(&c, |d| status(d) == "RUNNING").await;
+    host.dead.lock().unwrap().push("actor1".into());
+    let d = settle(&c, |d| {
+        d["applications"]["a"]["deployments"]["D"]["replicas"][0]["actor_id"] == "actor2" && status(d) == "RUNNING"
+    })
+    .await;
+    assert_eq!(replica_states(&d), vec!["RUNNING"]);
+}
+
+#[tokio::test]
+async fn user_config_changes_in_place_and_new_code_rolls() {
+    let host = Arc::new(Fake::default());
+    let c = Controller::open(host.clone(), Arc::new(Memory::default())).unwrap();
+    c.deploy("a", app(1, "v1", serde_json::json!({"t": 1}))).unwrap();
+    settle(&c, |d| status(d) == "RUNNING").await;
+    c.deploy("a", app(1, "v1", serde_json::json!({"t": 2}))).unwrap();
+    settle(&c, |_| host.calls.lock().unwrap().iter().any(|(_, m)| m == "__serve_reconfigure__")).await;
+    settle(&c, |d| status(d) == "RUNNING").await;
+    assert_eq!(host.created.lock().unwrap().len(), 1, "no restart for a user_config change");
+
+    c.deploy("a", app(1, "v2", serde_json::json!({"t": 2}))).unwrap();
+    let d = settle(&c, |d| status(d) == "RUNNING" && replica_states(d).len() == 1).await;
+    assert_eq!(host.created.lock().unwrap().len(), 2);
+    assert_eq!(host.killed.lock().unwrap().clone(), vec!["actor1".to_string()]);
+    assert_eq!(d["applications"]["a"]["deployments"]["D"]["replicas"][0]["actor_id"], "actor2");
+}
+
+#[tokio::test]
+async fn state_survives_a_restart_and_prefixes_stay_unique() {
+    let host = Arc::new(Fake::default());
+    let store = Arc::new(Memory::default());
+    let c = Controller::open(host.clone(), store.clone()).unwrap();
+    c.deploy("a", app(1, "v1", serde_json::Value::Null)).unwrap();
+    settle(&c, |d| status(d) == "RUNNING").await;
+    let err = c.deploy("b", app(1, "v1", serde_json::Value::Null)).unwrap_err();
+    assert!(err.to_string().contains("Prefix / is being used by application \"a\""), "{err}");
+
+    let again = Controller::open(host.clone(), store).unwrap();
+    let d = settle(&again, |d| status(d) == "RUNNING").await;
+    assert_eq!(replica_states(&d), vec!["RUNNING"]);
+    assert_eq!(d["applications"]["a"]["deployments"]["D"]["replicas"][0]["actor_id"], "actor1");
+    assert_eq!(host.created.lock().unwrap().len(), 1, "the running replica is kept");
+}
