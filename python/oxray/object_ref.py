@@ -1,3 +1,6 @@
+import threading
+
+
 class ObjectRef:
     """A reference to an object (a task's result or a `put` value). Hashable, passable to
     other tasks (also inside other values), awaitable in asyncio. The process that made the
@@ -80,20 +83,45 @@ def _restore(object_id: str, owner: str) -> ObjectRef:
     """An ObjectRef read from bytes: the owner's own, or one borrowed from it."""
     if _client is None:
         _bind()
-    client = _client()
     ref = ObjectRef.__new__(ObjectRef)
-    ref._id, ref._client = object_id, client
-    # One native call: values holding thousands of refs are read often.
-    held = client.hold(object_id, owner)
-    ref._owner = None if held == _OWN else owner
-    if held == _NEW_BORROW:
+    ref._id, ref._owner = object_id, owner
+    batch = getattr(_reading, "batch", None)
+    if batch is not None:
+        # Inside `serialization.loads`: the references are taken for all refs at once
+        # when the value is read (values holding thousands of refs are read often).
+        if batch[0] is None:
+            batch[0] = _client()
+        ref._client = batch[0]
+        batch[1].append(object_id)
+        batch[2].append(owner)
+        return ref
+    ref._client = client = _client()
+    if client.hold(object_id, owner) == _NEW_BORROW:
         _note_borrowed()
     return ref
 
 
-_OWN, _BORROWED, _NEW_BORROW = 0, 1, 2
+def begin_reading():
+    """Collects the refs read from here on (until `end_reading`); returns the batch of an
+    outer read, if any."""
+    outer = getattr(_reading, "batch", None)
+    _reading.batch = [None, [], []]
+    return outer
+
+
+def end_reading(outer) -> None:
+    """Takes the references of the refs read since `begin_reading`; also when the read
+    failed, since those refs give theirs back as they go."""
+    client, ids, owners = _reading.batch
+    _reading.batch = outer
+    if ids and client.hold_many(ids, owners):
+        _note_borrowed()
+
+
+_NEW_BORROW = 2
 _client = None
 _note_borrowed = None
+_reading = threading.local()
 
 
 def _bind():

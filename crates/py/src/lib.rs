@@ -587,6 +587,23 @@ impl Client {
         }
     }
 
+    /// `hold` for every ref a value held, in one call (a value may hold thousands); true
+    /// when one of them is borrowed here for the first time.
+    fn hold_many(&self, py: Python<'_>, ids: Vec<String>, owners: Vec<String>) -> bool {
+        let mine = self.object_address.lock().expect("object address lock").clone();
+        py.detach(|| {
+            let mut new = false;
+            for (id, owner) in ids.iter().zip(&owners) {
+                if mine.as_deref() == Some(owner.as_str()) {
+                    self.objects.add_ref(id);
+                } else if self.objects.borrow(id, owner) {
+                    new = true;
+                }
+            }
+            new
+        })
+    }
+
     /// Tells owners of the objects newly borrowed here, and waits until they know.
     fn announce_borrows(&self, py: Python<'_>) {
         py.detach(|| self.runtime.block_on(self.objects.announce()));

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any, Dict, List, Optional, Tuple
 
 from oxray.exceptions import RayTaskError
+from oxray import object_ref
 from oxray.object_ref import ObjectRef
 
 _local = threading.local()
@@ -380,6 +381,7 @@ def loads(data: bytes) -> Any:
     # heap (~30% of the read).
     collecting = gc.isenabled()
     gc.disable()
+    outer = object_ref.begin_reading()
     try:
         head = bytes(data[:len(STORED)])
         if head == STORED_AT:
@@ -389,6 +391,7 @@ def loads(data: bytes) -> Any:
         else:
             value = pickle.loads(data)
     finally:
+        object_ref.end_reading(outer)
         if collecting:
             gc.enable()
     _announce()
