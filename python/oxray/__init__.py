@@ -29,7 +29,7 @@ from oxray.runtime_context import get_runtime_context
 
 __version__ = "0.1.0"
 
-_LAZY = ("data", "train", "tune")  # imported on first use, as Ray's `ray.data`: numpy and torch are heavy
+_LAZY = ("data", "serve", "train", "tune")  # imported on first use, as Ray's `ray.data`: numpy and torch are heavy
 
 
 def __getattr__(name):

@@ -22,8 +22,8 @@ class Cluster:
     def oxray(self, *args):
         return subprocess.run([OXRAY_BIN, *args], env=self.env, check=True, capture_output=True, text=True, timeout=60)
 
-    def start(self):
-        self.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2",
+    def start(self, cpus=2):
+        self.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", str(cpus),
                    "--node-ip-address", "127.0.0.1")
         info = json.loads(Path(self.env["OXRAY_HOME"], "current_cluster.json").read_text())
         self.dashboard_url = info["dashboard_url"]

@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 const TICK: Duration = Duration::from_millis(200);
 /// Health checks failed in a row after which a replica is replaced.
 const HEALTH_FAILURES: u32 = 3;
+/// A replica not placed after this long is waiting for resources, and its deployment says so.
+const UNPLACED_S: f64 = 10.0;
 
 pub fn now_s() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
@@ -72,6 +74,7 @@ impl Deployment {
         plan::deployment_status(
             self.spec.num_replicas,
             &self.spec.version,
+            &self.spec.user_config,
             &self.replicas,
             self.failures,
             self.spec.failure_limit(),
@@ -435,6 +438,19 @@ impl Controller {
                             }
                         }
                         changed.push(name.clone());
+                    }
+                    let unplaced = d
+                        .replicas
+                        .iter()
+                        .filter(|r| r.state == ReplicaState::Starting && r.actor_id.is_empty())
+                        .filter(|r| now_s() - r.start_time_s > UNPLACED_S)
+                        .count();
+                    if unplaced > 0 && d.failures == 0 {
+                        d.message = format!(
+                            "Deployment '{}' has {unplaced} replicas that have taken more than {UNPLACED_S}s to be scheduled: no node has the resources each needs free now ({}).",
+                            d.spec.name,
+                            serde_json::to_string(&d.spec.resources).unwrap_or_default()
+                        );
                     }
                     let now = Instant::now();
                     let period = Duration::from_secs_f64(d.spec.health_check_period_s);

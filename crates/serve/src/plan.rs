@@ -108,6 +108,7 @@ pub enum AppStatus {
 pub fn deployment_status(
     target: u32,
     version: &str,
+    user_config: &Option<serde_json::Value>,
     replicas: &[Replica],
     failures: u32,
     limit: u32,
@@ -119,10 +120,12 @@ pub fn deployment_status(
     let current = |s: ReplicaState| replicas.iter().filter(|r| r.version == version && r.state == s).count();
     let running = current(ReplicaState::Running);
     let others = replicas.iter().filter(|r| r.version != version || r.state != ReplicaState::Running).count();
-    if running == target as usize && others == 0 {
+    // A replica still to be given the new user_config is being updated.
+    let stale = replicas.iter().any(|r| r.state == ReplicaState::Running && &r.user_config != user_config);
+    if running == target as usize && others == 0 && !stale {
         return DeploymentStatus::Healthy;
     }
-    let any_old = replicas.iter().any(|r| r.version != version && r.state != ReplicaState::Stopping);
+    let any_old = stale || replicas.iter().any(|r| r.version != version && r.state != ReplicaState::Stopping);
     if any_old {
         return DeploymentStatus::Updating;
     }
@@ -214,14 +217,16 @@ mod tests {
     #[test]
     fn statuses_follow_the_replicas() {
         let running = [replica("a", "v1", Running, 1.0)];
-        assert_eq!(deployment_status(1, "v1", &running, 0, 3, false), DeploymentStatus::Healthy);
-        assert_eq!(deployment_status(2, "v1", &running, 0, 3, false), DeploymentStatus::Upscaling);
-        assert_eq!(deployment_status(2, "v1", &running, 0, 3, true), DeploymentStatus::Unhealthy);
-        assert_eq!(deployment_status(1, "v2", &running, 0, 3, true), DeploymentStatus::Updating);
-        assert_eq!(deployment_status(1, "v1", &running, 3, 3, true), DeploymentStatus::DeployFailed);
+        assert_eq!(deployment_status(1, "v1", &None, &running, 0, 3, false), DeploymentStatus::Healthy);
+        assert_eq!(deployment_status(2, "v1", &None, &running, 0, 3, false), DeploymentStatus::Upscaling);
+        assert_eq!(deployment_status(2, "v1", &None, &running, 0, 3, true), DeploymentStatus::Unhealthy);
+        assert_eq!(deployment_status(1, "v2", &None, &running, 0, 3, true), DeploymentStatus::Updating);
+        assert_eq!(deployment_status(1, "v1", &None, &running, 3, 3, true), DeploymentStatus::DeployFailed);
         let two = [replica("a", "v1", Running, 1.0), replica("b", "v1", Running, 1.0)];
-        assert_eq!(deployment_status(1, "v1", &two, 0, 3, true), DeploymentStatus::Downscaling);
-        assert_eq!(deployment_status(1, "v1", &[], 0, 3, false), DeploymentStatus::Upscaling);
+        assert_eq!(deployment_status(1, "v1", &None, &two, 0, 3, true), DeploymentStatus::Downscaling);
+        assert_eq!(deployment_status(1, "v1", &None, &[], 0, 3, false), DeploymentStatus::Upscaling);
+        let changed = Some(serde_json::json!({"t": 2}));
+        assert_eq!(deployment_status(1, "v1", &changed, &running, 0, 3, true), DeploymentStatus::Updating);
     }
 
     #[test]
