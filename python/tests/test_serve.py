@@ -336,3 +336,33 @@ def test_a_deployment_waiting_for_resources_says_so_and_can_be_deleted(clean):
         with pytest.raises(RayServeException, match="deleted while it was being deployed"):
             running.result(timeout=30)
     assert "big" not in serve.status().applications
+
+
+@serve.deployment
+class Tokens:
+    async def __call__(self, request):
+        n = int(request.query_params.get("n", "3"))
+
+        async def tokens():
+            for i in range(n):
+                yield f"token{i} "
+                await asyncio.sleep(0.3)
+
+        from starlette.responses import StreamingResponse
+
+        return StreamingResponse(tokens(), media_type="text/plain")
+
+
+def test_a_streamed_response_reaches_the_client_piece_by_piece(clean):
+    serve.run(Tokens.bind(), name="tokens", route_prefix="/tokens")
+    began = time.monotonic()
+    with requests.get(URL + "/tokens?n=4", stream=True, timeout=30) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        pieces = []
+        for piece in response.iter_content(chunk_size=None):
+            pieces.append((piece.decode(), time.monotonic() - began))
+    assert "".join(p for p, _ in pieces) == "token0 token1 token2 token3 "
+    # The first token came long before the last one was made (4 x 0.3 s).
+    assert pieces[0][1] < 0.8, pieces
+    assert pieces[-1][1] >= 0.9, pieces

@@ -345,3 +345,181 @@ def test_stop_gives_up_at_the_timeout(driver, tmp_path):
     start = time.monotonic()
     answer = json.loads(call(actor, "__serve_stop__", 0.1, 0.5))
     assert time.monotonic() - start < 5 and answer["in_flight"] == 1
+
+
+# Streamed HTTP responses (`__serve_http_stream__`): (status, headers) first, then each chunk.
+
+def http_stream(actor, method="GET", path="/", query=b"", headers=(), body=b"", root_path="/", request_id="st-1"):
+    """The stream's items, each with when it arrived (seconds since the call)."""
+    start = time.monotonic()
+    gen = ActorMethod(actor, "__serve_http_stream__", 1).options(num_returns="streaming").remote(
+        method, path, query, list(headers), body, root_path, request_id, "127.0.0.1:5555")
+    items = []
+    for ref in gen:
+        items.append((oxray.get(ref, timeout=30), time.monotonic() - start))
+    (status, out), _ = items[0]
+    return status, {bytes(k).decode(): bytes(v).decode() for k, v in out}, [bytes(c) for c, _ in items[1:]], \
+        [t for _, t in items]
+
+
+TICK_S = 0.8
+closed = []  # the user code of the in-process streams that ended
+
+
+def note_closed(mark):
+    # A module-level function, imported by reference, so that code pickled by value (made in a
+    # function) still writes to this list.
+    closed.append(mark)
+
+
+class Ticker:
+    async def __call__(self, request):
+        fail = request.query_params.get("fail")
+        try:
+            for i in range(3):
+                if i:
+                    await asyncio.sleep(TICK_S)
+                yield f"tick{i};"
+                if fail:
+                    raise RuntimeError("broken midway")
+        finally:
+            note_closed("ticker")
+
+
+class SyncTicker:
+    def __call__(self, request):
+        try:
+            for i in range(100):
+                time.sleep(0.05)
+                yield f"{i},"
+        finally:
+            note_closed("sync")
+
+
+def streaming_ingress_class():
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+
+    @serve.ingress(app)
+    class Streamer:
+        @app.get("/events")
+        def events(self, n: int = 3):
+            async def body():
+                try:
+                    for i in range(n):
+                        if i:
+                            await asyncio.sleep(TICK_S)
+                        yield f"event{i}\n".encode()
+                finally:
+                    note_closed("fastapi")
+
+            return StreamingResponse(body(), media_type="text/event-stream", headers={"x-stream": "yes"})
+
+    return Streamer
+
+
+def test_stream_of_a_plain_return_is_the_head_and_one_chunk(driver):
+    actor = make(Echo)
+    assert ready(actor)["ok"]
+    status, headers, chunks, _ = http_stream(actor, query=b"kind=str")
+    assert status == 200 and headers == {"content-type": "text/plain; charset=utf-8", "x-request-id": "st-1"}
+    assert chunks == ["héllo".encode()]
+    status, _, chunks, _ = http_stream(actor, query=b"kind=json")
+    assert status == 200 and chunks == [b'{"n":[1,2]}']
+    status, headers, chunks, _ = http_stream(actor, query=b"kind=starlette")
+    assert (status, chunks, headers["x-own"]) == (202, [b"made"], "1")
+
+
+def test_stream_of_an_empty_body_is_the_head_alone(driver):
+    actor = make(Echo)
+    status, headers, chunks, _ = http_stream(actor, query=b"kind=none", request_id="e")
+    assert (status, headers, chunks) == (200, {"content-type": "text/plain", "x-request-id": "e"}, [])
+
+
+def test_stream_of_an_async_generator_sends_each_chunk_as_it_is_yielded(driver):
+    actor = make(Ticker)
+    assert ready(actor)["ok"]
+    status, headers, chunks, times = http_stream(actor)
+    assert status == 200 and headers["content-type"] == "text/plain; charset=utf-8"
+    assert chunks == [b"tick0;", b"tick1;", b"tick2;"]
+    # The generator sleeps twice after its first chunk: that chunk came long before its end.
+    assert times[-1] - times[1] > 1.5 * TICK_S, times
+    assert times[1] < times[-1] - TICK_S
+    # __serve_http__ joins the same response.
+    assert http(actor)[2] == b"tick0;tick1;tick2;"
+
+
+def test_stream_of_a_fastapi_streaming_response(driver):
+    pytest.importorskip("fastapi")
+    actor = make(streaming_ingress_class())
+    assert ready(actor)["ok"]
+    status, headers, chunks, times = http_stream(actor, path="/api/events", query=b"n=3", root_path="/api")
+    assert status == 200 and headers["x-stream"] == "yes" and headers["x-request-id"] == "st-1"
+    assert headers["content-type"].startswith("text/event-stream")
+    assert chunks == [b"event0\n", b"event1\n", b"event2\n"]
+    assert times[-1] - times[1] > 1.5 * TICK_S, times
+    status, _, chunks, _ = http_stream(actor, path="/api/missing", root_path="/api")
+    assert status == 404 and b"".join(chunks) == b'{"detail":"Not Found"}'
+
+
+def test_stream_of_a_user_error(driver):
+    actor = make(Echo)
+    status, headers, chunks, _ = http_stream(actor, query=b"kind=fail", request_id="bad")
+    assert status == 500 and headers == {"content-type": "text/plain; charset=utf-8", "x-request-id": "bad"}
+    text = b"".join(chunks)
+    assert b"Traceback" in text and b"ValueError: user failure" in text
+    # Once the head is out, an error only ends the stream.
+    ticker = make(Ticker)
+    status, _, chunks, _ = http_stream(ticker, query=b"fail=1")
+    assert status == 200 and chunks == [b"tick0;"]
+    assert http(ticker, query=b"fail=1")[0] == 500
+    assert json.loads(call(ticker, "__serve_stop__", 0.05, 5.0))["in_flight"] == 0
+
+
+def local_replica(target):
+    """A Replica in this process, to close its streams the way a departing client does."""
+    definition = serialization.dumps({"callable": target, "is_function": False, "init_args": (), "init_kwargs": {}})
+    return Replica(definition, json.dumps({"app": "app", "deployment": target.__name__, "replica_id": "local"}))
+
+
+@pytest.mark.parametrize("target,path,root_path,mark", [(Ticker, "/", "/", "ticker"),
+                                                         (SyncTicker, "/", "/", "sync"),
+                                                         ("fastapi", "/api/events", "/api", "fastapi")])
+@pytest.mark.parametrize("how", ["aclose", "cancel"])
+def test_a_departing_client_stops_the_users_code(target, path, root_path, mark, how):
+    from oxray.serve import _context
+
+    if target == "fastapi":
+        pytest.importorskip("fastapi")
+        target = streaming_ingress_class()
+    saved = _context.current_replica()
+    closed.clear()
+
+    async def main():
+        replica = local_replica(target)
+        stream = replica.__serve_http_stream__("GET", path, b"n=50", [], b"", root_path, "gone", "")
+        status, _ = await stream.__anext__()
+        assert status == 200 and await stream.__anext__()
+        assert replica._in_flight == 1
+        if how == "aclose":
+            await stream.aclose()
+        else:
+            task = asyncio.ensure_future(stream.__anext__())
+            await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert replica._in_flight == 0
+        for _ in range(100):  # a sync generator is closed once its running step ends
+            if closed:
+                break
+            await asyncio.sleep(0.01)
+        assert closed == [mark]
+        replica._pool.shutdown(wait=True)
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 20))
+    finally:
+        _context.set_replica(saved)

@@ -213,12 +213,68 @@ impl ActorHost for CoreHost {
         }
         let ready = ready.map_err(|e| CallError::Died(e.to_string()))?;
         let Some(first) = ready.into_iter().next() else { return Err(CallError::Died("no reply".into())) };
-        let data = first.data.as_ref().clone();
-        match first.outcome {
-            Outcome::Value => Ok(data),
-            Outcome::TaskError => Err(CallError::Failed(format!("the replica's {method} raised an exception"))),
-            _ => Err(CallError::Died(String::from_utf8_lossy(&data).into_owned())),
-        }
+        reply(first, method)
+    }
+
+    async fn stream(
+        &self,
+        actor_id: &str,
+        address: &str,
+        method: &str,
+        args: Vec<u8>,
+    ) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<u8>, CallError>>, CallError> {
+        let owner = self.caller(actor_id).await.map_err(CallError::Died)?;
+        let spec = TaskSpec {
+            streaming: true,
+            ..TaskSpec::actor(
+                method.to_string(),
+                Vec::new(),
+                args,
+                Vec::new(),
+                Vec::new(),
+                call_of(actor_id, address, method, false),
+            )
+        };
+        let ids = owner.submitter.submit(&tokio::runtime::Handle::current(), spec);
+        let (items, taken) = tokio::sync::mpsc::channel(16);
+        let objects = self.objects.clone();
+        let method = method.to_string();
+        tokio::spawn(async move {
+            let done = ids[0].clone();
+            let mut index = 0;
+            loop {
+                let item = match owner.submitter.next_item(&done, index, None).await {
+                    Ok(Some(id)) => {
+                        index += 1;
+                        let read = objects.get(std::slice::from_ref(&id), None).await;
+                        objects.release(&id);
+                        match read {
+                            Ok(mut ready) => reply(ready.remove(0), &method),
+                            Err(e) => Err(CallError::Died(e.to_string())),
+                        }
+                    }
+                    // Ended: its result says how.
+                    Ok(None) => match objects.get(std::slice::from_ref(&done), None).await {
+                        Ok(mut ready) => match reply(ready.remove(0), &method) {
+                            Ok(_) => break,
+                            Err(e) => Err(e),
+                        },
+                        Err(e) => Err(CallError::Died(e.to_string())),
+                    },
+                    Err(e) => Err(CallError::Died(e.to_string())),
+                };
+                let failed = item.is_err();
+                // The receiver gone: the client went away.
+                if items.send(item).await.is_err() || failed {
+                    break;
+                }
+            }
+            owner.submitter.drop_items(&done);
+            for id in &ids {
+                objects.release(id);
+            }
+        });
+        Ok(taken)
     }
 
     async fn kill(&self, actor_id: &str, _address: &str, name: &str) {
@@ -240,6 +296,15 @@ impl ActorHost for CoreHost {
             },
         }
         let _ = self.actors.remove(name, NAMESPACE);
+    }
+}
+
+/// A call's outcome as the controller sees it.
+fn reply(ready: oxray_worker::Ready, method: &str) -> Result<Vec<u8>, CallError> {
+    match ready.outcome {
+        Outcome::Value => Ok(ready.data.as_ref().clone()),
+        Outcome::TaskError => Err(CallError::Failed(format!("the replica's {method} raised an exception"))),
+        _ => Err(CallError::Died(String::from_utf8_lossy(&ready.data).into_owned())),
     }
 }
 

@@ -43,6 +43,15 @@ pub trait ActorHost: Send + Sync + 'static {
     async fn create(&self, replica: NewReplica) -> Result<Placed, String>;
     /// The pickled reply of `method`.
     async fn call(&self, actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> Result<Vec<u8>, CallError>;
+    /// A streaming call: each pickled item as the method yields it; an error ends the
+    /// stream. Dropping the receiver lets go of the items not yet taken.
+    async fn stream(
+        &self,
+        actor_id: &str,
+        address: &str,
+        method: &str,
+        args: Vec<u8>,
+    ) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<u8>, CallError>>, CallError>;
     /// Ends the actor at once and forgets its name.
     async fn kill(&self, actor_id: &str, address: &str, name: &str);
 }

@@ -38,12 +38,12 @@ pub struct Proxy {
 
 /// Counts a request at its replica for as long as it runs (also when the client goes away
 /// and the request is dropped).
-struct Slot<'a> {
-    proxy: &'a Proxy,
+struct Slot {
+    proxy: Arc<Proxy>,
     replica: String,
 }
 
-impl Drop for Slot<'_> {
+impl Drop for Slot {
     fn drop(&mut self) {
         let mut counts = self.proxy.in_flight.lock().expect("in-flight lock");
         if let Some(n) = counts.get_mut(&self.replica) {
@@ -125,7 +125,7 @@ impl Proxy {
 
     /// A replica of `route` with room, counted as taken; waits (first come, first served)
     /// while all are full, up to QUEUE_TIMEOUT.
-    async fn take(&self, app: &str) -> Result<(Route, crate::controller::Target, Slot<'_>), Response> {
+    async fn take(self: &Arc<Self>, app: &str) -> Result<(Route, crate::controller::Target, Slot), Response> {
         let deadline = tokio::time::Instant::now() + QUEUE_TIMEOUT;
         let mut queued: Option<Waiting<'_>> = None;
         loop {
@@ -162,7 +162,7 @@ impl Proxy {
                     let target = route.replicas[i].clone();
                     *counts.entry(target.replica_id.clone()).or_insert(0) += 1;
                     drop(counts);
-                    let slot = Slot { proxy: self, replica: target.replica_id.clone() };
+                    let slot = Slot { proxy: self.clone(), replica: target.replica_id.clone() };
                     return Ok((route, target, slot));
                 }
             }
@@ -179,7 +179,7 @@ impl Proxy {
                     ));
                 }
                 *n += 1;
-                queued = Some(Waiting { proxy: self, app: app.to_string() });
+                queued = Some(Waiting { proxy: self.as_ref(), app: app.to_string() });
             }
             tokio::select! {
                 _ = freed => {}
@@ -195,13 +195,20 @@ impl Proxy {
         }
     }
 
-    async fn forward(&self, app: &str, prefix: &str, request: Request, id: &str, client: String) -> Response {
+    async fn forward(
+        self: &Arc<Self>,
+        app: &str,
+        prefix: &str,
+        request: Request,
+        id: &str,
+        client: String,
+    ) -> Response {
         let (parts, body) = request.into_parts();
         let body = match axum::body::to_bytes(body, MAX_BODY).await {
             Ok(b) => b,
             Err(e) => return text(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}")),
         };
-        let (_route, target, _slot) = match self.take(app).await {
+        let (_route, target, slot) = match self.take(app).await {
             Ok(taken) => taken,
             Err(refused) => return refused,
         };
@@ -218,24 +225,48 @@ impl Proxy {
             Arg::Str(id.to_string()),
             Arg::Str(client),
         ]);
-        let reply = self.host.call(&target.actor_id, &target.worker_address, "__serve_http__", args).await;
-        match reply.and_then(|data| wire::http_reply(&data).map_err(CallError::Failed)) {
-            Ok(reply) => {
-                let mut response = Response::new(Body::from(reply.body));
-                *response.status_mut() =
-                    StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                for (k, v) in reply.headers {
-                    if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(&k), HeaderValue::from_bytes(&v)) {
-                        response.headers_mut().append(k, v);
-                    }
-                }
-                response
+        // Every response streams: the head first, then the body's pieces as the replica
+        // makes them (a token stream reaches the client token by token).
+        let streamed = self.host.stream(&target.actor_id, &target.worker_address, "__serve_http_stream__", args).await;
+        let mut items = match streamed {
+            Ok(items) => items,
+            Err(e) => return self.failed(&target.replica_id, e),
+        };
+        let head = match items.recv().await {
+            Some(Ok(data)) => match wire::http_head(&data) {
+                Ok(head) => head,
+                Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e),
+            },
+            Some(Err(e)) => return self.failed(&target.replica_id, e),
+            None => return text(StatusCode::INTERNAL_SERVER_ERROR, "the replica sent no response".into()),
+        };
+        // The request counts at its replica until its last piece is sent (or the client left).
+        let pieces = futures_util::stream::unfold((items, slot), |(mut items, slot)| async move {
+            match items.recv().await? {
+                Ok(data) => match wire::body_chunk(&data) {
+                    Ok(chunk) => Some((Ok::<_, std::io::Error>(bytes::Bytes::from(chunk)), (items, slot))),
+                    Err(e) => Some((Err(std::io::Error::other(e)), (items, slot))),
+                },
+                Err(e) => Some((Err(std::io::Error::other(e.to_string())), (items, slot))),
             }
-            Err(CallError::Died(e)) => {
-                self.controller.replica_died(&target.replica_id);
+        });
+        let mut response = Response::new(Body::from_stream(pieces));
+        *response.status_mut() = StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        for (k, v) in head.headers {
+            if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(&k), HeaderValue::from_bytes(&v)) {
+                response.headers_mut().append(k, v);
+            }
+        }
+        response
+    }
+
+    fn failed(&self, replica: &str, error: CallError) -> Response {
+        match error {
+            CallError::Died(e) => {
+                self.controller.replica_died(replica);
                 text(StatusCode::INTERNAL_SERVER_ERROR, format!("The replica handling the request died: {e}"))
             }
-            Err(CallError::Failed(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
+            CallError::Failed(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
         }
     }
 }

@@ -72,6 +72,21 @@ fn bytes(v: Value) -> Option<Vec<u8>> {
     }
 }
 
+/// The first item of `__serve_http_stream__`: `(status, [(name, value), ...])`.
+pub fn http_head(data: &[u8]) -> Result<HttpReply, String> {
+    let bad = || "a replica's HTTP reply does not begin with (status, headers)".to_string();
+    let Value::Tuple(parts) = load(data)? else { return Err(bad()) };
+    if parts.len() != 2 {
+        return Err(bad());
+    }
+    head(parts, Vec::new()).ok_or_else(bad)
+}
+
+/// A later item of `__serve_http_stream__`: a piece of the body.
+pub fn body_chunk(data: &[u8]) -> Result<Vec<u8>, String> {
+    bytes(load(data)?).ok_or_else(|| "a replica sent a body piece that is not bytes".to_string())
+}
+
 /// `__serve_http__`'s reply: `(status, [(name, value), ...], body)`.
 pub fn http_reply(data: &[u8]) -> Result<HttpReply, String> {
     let bad = || "a replica's HTTP reply is not (status, headers, body)".to_string();
@@ -80,7 +95,11 @@ pub fn http_reply(data: &[u8]) -> Result<HttpReply, String> {
         return Err(bad());
     }
     let body = bytes(parts.pop().expect("three")).ok_or_else(bad)?;
-    let headers = match parts.pop().expect("three") {
+    head(parts, body).ok_or_else(bad)
+}
+
+fn head(mut parts: Vec<Value>, body: Vec<u8>) -> Option<HttpReply> {
+    let headers = match parts.pop()? {
         Value::List(items) | Value::Tuple(items) => items
             .into_iter()
             .map(|pair| match pair {
@@ -91,15 +110,14 @@ pub fn http_reply(data: &[u8]) -> Result<HttpReply, String> {
                 }
                 _ => None,
             })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(bad)?,
-        _ => return Err(bad()),
+            .collect::<Option<Vec<_>>>()?,
+        _ => return None,
     };
-    let status = match parts.pop().expect("three") {
-        Value::I64(code) => u16::try_from(code).map_err(|_| bad())?,
-        _ => return Err(bad()),
+    let status = match parts.pop()? {
+        Value::I64(code) => u16::try_from(code).ok()?,
+        _ => return None,
     };
-    Ok(HttpReply { status, headers, body })
+    Some(HttpReply { status, headers, body })
 }
 
 #[cfg(test)]
@@ -135,6 +153,17 @@ mod tests {
         let wrong = serde_pickle::value_to_vec(&Value::I64(1), SerOptions::new()).unwrap();
         assert!(http_reply(&wrong).is_err());
         assert!(http_reply(b"garbage").is_err());
+    }
+
+    #[test]
+    fn reads_streamed_heads_and_chunks() {
+        let head = Value::Tuple(vec![Value::I64(200), Value::List(vec![])]);
+        let data = serde_pickle::value_to_vec(&head, SerOptions::new()).unwrap();
+        assert_eq!(http_head(&data).unwrap(), HttpReply { status: 200, headers: vec![], body: vec![] });
+        let chunk = serde_pickle::value_to_vec(&Value::Bytes(b"tok".to_vec()), SerOptions::new()).unwrap();
+        assert_eq!(body_chunk(&chunk).unwrap(), b"tok");
+        assert!(http_head(&chunk).is_err());
+        assert!(body_chunk(&data).is_err());
     }
 
     #[test]

@@ -39,6 +39,15 @@ impl ActorHost for Fake {
             self.replies.lock().unwrap().get(method).cloned().unwrap_or(serde_json::json!({"ok": true, "pid": 7}));
         Ok(pickled(reply.to_string()))
     }
+    async fn stream(
+        &self,
+        _actor_id: &str,
+        _address: &str,
+        _method: &str,
+        _args: Vec<u8>,
+    ) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<u8>, CallError>>, CallError> {
+        Err(CallError::Failed("the controller never streams".into()))
+    }
     async fn kill(&self, actor_id: &str, _address: &str, _name: &str) {
         self.killed.lock().unwrap().push(actor_id.to_string());
     }

@@ -67,32 +67,75 @@ class _Receive:
         return {"type": "http.disconnect"}
 
 
-async def run_asgi(app, scope: Dict[str, Any], body: bytes) -> Tuple[int, Headers, bytes]:
-    """Runs an ASGI app on one request; collects its response."""
+_END = object()
+
+
+async def stream_asgi(app, scope: Dict[str, Any], body: bytes):
+    """Runs an ASGI app on one request: yields (status, headers) once it starts its response,
+    then each body chunk as it sends it. The stream ends when the app returns, not at its
+    last body message: background tasks run after it and still belong to the request.
+    Closing the stream cancels the app."""
+    import asyncio
+
     receive = _Receive(body)
-    status = [500]
-    headers: Headers = []
-    chunks: List[bytes] = []
-    started = [False]
+    messages: asyncio.Queue = asyncio.Queue()
 
     async def send(message):
         kind = message["type"]
         if kind == "http.response.start":
-            started[0] = True
-            status[0] = int(message["status"])
-            headers.extend((bytes(k), bytes(v)) for k, v in message.get("headers") or [])
+            messages.put_nowait((int(message["status"]),
+                                 [(bytes(k), bytes(v)) for k, v in message.get("headers") or []]))
         elif kind == "http.response.body":
-            chunks.append(bytes(message.get("body") or b""))
+            messages.put_nowait(bytes(message.get("body") or b""))
             if not message.get("more_body"):
                 receive.finish()
 
+    async def run():
+        try:
+            await app(scope, receive, send)
+        finally:
+            receive.finish()
+            messages.put_nowait(_END)
+
+    # A task of its own, so that the chunks go out while the app is still running.
+    task = asyncio.get_running_loop().create_task(run())
+    started = False
     try:
-        await app(scope, receive, send)
+        while True:
+            message = await messages.get()
+            if message is _END:
+                break
+            if isinstance(message, tuple):
+                if started:
+                    continue
+                started = True
+            elif not started:
+                continue
+            yield message
+        await task
+        if not started:
+            raise RuntimeError("The ASGI app returned without starting a response.")
     finally:
-        receive.finish()
-    if not started[0]:
-        raise RuntimeError("The ASGI app returned without starting a response.")
-    return status[0], headers, b"".join(chunks)
+        if not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # raised above, or moot: never "exception was never retrieved"
+
+
+async def collect(events) -> Tuple[int, Headers, bytes]:
+    """A streamed response ((status, headers), then chunks) joined into one."""
+    from contextlib import aclosing
+
+    async with aclosing(events):
+        status, headers = await events.__anext__()
+        chunks = [chunk async for chunk in events]
+    return status, headers, b"".join(chunks)
+
+
+async def run_asgi(app, scope: Dict[str, Any], body: bytes) -> Tuple[int, Headers, bytes]:
+    """Runs an ASGI app on one request; collects its response."""
+    return await collect(stream_asgi(app, scope, body))
 
 
 class _Headers:

@@ -1,7 +1,8 @@
 """The replica actor the Serve controller creates: it runs the user's deployment and answers
-the controller (ready, health, reconfigure, stop), the HTTP proxy (`__serve_http__`) and
-handles (`handle_request`). Every method is `async def`: the actor runs calls concurrently
-on one event loop; sync user code runs in a thread pool beside it."""
+the controller (ready, health, reconfigure, stop), the HTTP proxy (`__serve_http__`, or
+`__serve_http_stream__` for a response sent as it is made) and handles (`handle_request`).
+Every method is `async def`: the actor runs calls concurrently on one event loop; sync user
+code runs in a thread pool beside it."""
 
 import asyncio
 import concurrent.futures
@@ -10,7 +11,9 @@ import functools
 import inspect
 import json
 import os
+import sys
 import traceback
+from contextlib import aclosing
 from typing import Any, Dict, Optional
 
 from oxray.serve import _context, _http, _ingress
@@ -23,6 +26,13 @@ def _traceback(error: BaseException) -> str:
 
 def _json(**fields) -> str:
     return json.dumps(fields)
+
+
+def _reset_request(token) -> None:
+    try:
+        _context.reset_request(token)
+    except ValueError:  # a generator closed from another context than the one that started it
+        pass
 
 
 class Replica:
@@ -162,17 +172,33 @@ class Replica:
         return method
 
     async def _aiterate(self, values):
-        """Any generator as an async one; a sync one's steps run in the pool."""
+        """Any generator as an async one; a sync one's steps run in the pool. Closing it, or
+        cancelling its consumer, closes the user's generator too, so that its cleanup runs
+        now rather than whenever it is collected."""
         if hasattr(values, "__aiter__"):
-            async for value in values:
-                yield value
+            try:
+                async for value in values:
+                    yield value
+            finally:
+                if hasattr(values, "aclose"):
+                    await values.aclose()
             return
         done = object()
-        while True:
-            value = await self._in_thread(next, (values, done))
-            if value is done:
-                return
-            yield value
+        step = None
+        try:
+            while True:
+                step = self._pool.submit(contextvars.copy_context().run, next, values, done)
+                value = await asyncio.wrap_future(step)
+                if value is done:
+                    return
+                yield value
+        finally:
+            close = getattr(values, "close", None)
+            if close is not None:
+                if step is None or step.done():
+                    close()
+                else:  # a generator still running in its thread cannot be closed before it yields
+                    step.add_done_callback(lambda _: close())
 
     async def _reconfigure(self, user_config) -> None:
         self._identity["user_config"] = user_config
@@ -238,35 +264,82 @@ class Replica:
     async def __serve_http__(self, method: str, path: str, query: bytes, headers: list, body: bytes,
                              root_path: str, request_id: str, client: str) -> tuple:
         self._in_flight += 1
-        token = None
         try:
-            await self._ensure_started()
-            raw = [(bytes(k).lower(), bytes(v)) for k, v in headers]
-            scope = _http.build_scope(method, path, query, raw, root_path, client)
-            model_id = _http.header_value(raw, b"serve_multiplexed_model_id", b"serve-multiplexed-model-id")
-            token = _context.set_request(_context.RequestContext(request_id, model_id, self._app_name,
-                                                                 scope["root_path"] or "/"))
-            if self._asgi is not None:
-                status, out, data = await _http.run_asgi(self._asgi, scope, body)
-            else:
-                status, out, data = await self._respond(scope, body)
+            status, out, data = await _http.collect(
+                self._http_response(method, path, query, headers, body, root_path, request_id, client))
         except BaseException as error:  # the user's error is the response
             status, out, data = _http.error_response(_traceback(error))
         finally:
-            if token is not None:
-                _context.reset_request(token)
             self._in_flight -= 1
         return status, _http.with_request_id(out, request_id), data
+
+    async def __serve_http_stream__(self, method: str, path: str, query: bytes, headers: list, body: bytes,
+                                    root_path: str, request_id: str, client: str):
+        """`__serve_http__` sent as it is made: (status, headers) first, then each body chunk.
+        The request counts as in flight until the stream ends or is closed."""
+        self._in_flight += 1
+        events = self._http_response(method, path, query, headers, body, root_path, request_id, client)
+        started = False
+        try:
+            async for event in events:
+                if started:
+                    if event:
+                        yield event
+                else:
+                    started = True
+                    status, out = event
+                    yield status, _http.with_request_id(out, request_id)
+        except Exception as error:
+            text = _traceback(error)
+            if started:  # too late for an error response: the client sees the body cut short
+                print(f"Serve request {request_id} failed after its response started:\n{text}",
+                      file=sys.stderr, flush=True)
+            else:
+                status, out, data = _http.error_response(text)
+                yield status, _http.with_request_id(out, request_id)
+                yield data
+        finally:
+            try:
+                await events.aclose()
+            finally:
+                self._in_flight -= 1
+
+    async def _http_response(self, method, path, query, headers, body, root_path, request_id, client):
+        """The response to an HTTP request as it is made: (status, headers), then the body's
+        chunks. The user's errors are raised."""
+        await self._ensure_started()
+        raw = [(bytes(k).lower(), bytes(v)) for k, v in headers]
+        scope = _http.build_scope(method, path, query, raw, root_path, client)
+        model_id = _http.header_value(raw, b"serve_multiplexed_model_id", b"serve-multiplexed-model-id")
+        token = _context.set_request(_context.RequestContext(request_id, model_id, self._app_name,
+                                                             scope["root_path"] or "/"))
+        try:
+            if self._asgi is not None:
+                events = _http.stream_asgi(self._asgi, scope, body)
+            else:
+                events = self._respond(scope, body)
+            async with aclosing(events):
+                async for event in events:
+                    yield event
+        finally:
+            _reset_request(token)
 
     async def _respond(self, scope, body: bytes):
         request = _http.build_request(scope, body)
         result = await self._call(self._method("__call__"), (request,), {})
         if _http.is_asgi_response(result):
-            return await _http.run_asgi(result, scope, b"")
-        if inspect.isgenerator(result) or inspect.isasyncgen(result):
-            chunks = [_http.chunk_bytes(c) async for c in self._aiterate(result)]
-            return 200, [(b"content-type", _http.TEXT_UTF8)], b"".join(chunks)
-        return _http.encode(result)
+            async with aclosing(_http.stream_asgi(result, scope, b"")) as events:
+                async for event in events:
+                    yield event
+        elif inspect.isgenerator(result) or inspect.isasyncgen(result):
+            async with aclosing(self._aiterate(result)) as values:
+                yield 200, [(b"content-type", _http.TEXT_UTF8)]
+                async for value in values:
+                    yield _http.chunk_bytes(value)
+        else:
+            status, out, data = _http.encode(result)
+            yield status, out
+            yield data
 
     async def handle_request(self, method_name: str, args: tuple, kwargs: dict, meta: dict):
         from oxray.object_ref import ObjectRef
@@ -311,7 +384,4 @@ class Replica:
                 yield value
         finally:
             self._in_flight -= 1
-            try:
-                _context.reset_request(token)
-            except ValueError:  # closed from another context than the one that started it
-                pass
+            _reset_request(token)
