@@ -41,17 +41,18 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error")
 import sys, time
 import oxray as rt
 from oxray import serve
-rt.init(address="local", num_cpus=2)
+rt.init(address="local", num_cpus=4)
 ''',
     "ray": r'''
 import sys, time
 import ray as rt
 from ray import serve
-rt.init(include_dashboard=False, num_cpus=2)
+rt.init(include_dashboard=False, num_cpus=4)
 ''',
 }
 
-# The same application for oxray and Ray: the no-op at /, the chain at /chain.
+# The same application for oxray and Ray: the no-op at /, the chain at /chain (three
+# replicas of one CPU each, so both clusters declare 4 CPUs whatever the machine has).
 APP = r'''
 @serve.deployment(max_ongoing_requests=100)
 class Second:

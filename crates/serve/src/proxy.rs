@@ -114,7 +114,15 @@ impl Proxy {
 
     /// Serves on `listener` until `shutdown`.
     pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener, shutdown: CancellationToken) {
+        use axum::serve::ListenerExt;
         let app = axum::Router::new().fallback(handle).with_state(self);
+        // A response goes out in pieces (head, then body): without this each later piece
+        // waits for the client's delayed ACK (~40 ms).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY on a Serve connection: {e}");
+            }
+        });
         let served = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await;
