@@ -135,6 +135,11 @@ fn call_of(actor_id: &str, address: &str, method: &str, creation: bool) -> Actor
     }
 }
 
+/// A call of `method` with plain arguments (no ObjectRefs among them).
+fn method_call(actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> TaskSpec {
+    TaskSpec::actor(method.to_string(), Vec::new(), args, Vec::new(), Vec::new(), call_of(actor_id, address, method, false))
+}
+
 #[async_trait::async_trait]
 impl ActorHost for CoreHost {
     async fn create(&self, r: NewReplica) -> Result<Placed, String> {
@@ -198,15 +203,7 @@ impl ActorHost for CoreHost {
 
     async fn call(&self, actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> Result<Vec<u8>, CallError> {
         let owner = self.caller(actor_id).await.map_err(CallError::Died)?;
-        let spec = TaskSpec::actor(
-            method.to_string(),
-            Vec::new(),
-            args,
-            Vec::new(),
-            Vec::new(),
-            call_of(actor_id, address, method, false),
-        );
-        let ids = owner.submitter.submit(&tokio::runtime::Handle::current(), spec);
+        let ids = owner.submitter.submit(&tokio::runtime::Handle::current(), method_call(actor_id, address, method, args));
         let ready = self.objects.get(&ids, None).await;
         for id in &ids {
             self.objects.release(id);
@@ -224,17 +221,7 @@ impl ActorHost for CoreHost {
         args: Vec<u8>,
     ) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<u8>, CallError>>, CallError> {
         let owner = self.caller(actor_id).await.map_err(CallError::Died)?;
-        let spec = TaskSpec {
-            streaming: true,
-            ..TaskSpec::actor(
-                method.to_string(),
-                Vec::new(),
-                args,
-                Vec::new(),
-                Vec::new(),
-                call_of(actor_id, address, method, false),
-            )
-        };
+        let spec = TaskSpec { streaming: true, ..method_call(actor_id, address, method, args) };
         let ids = owner.submitter.submit(&tokio::runtime::Handle::current(), spec);
         let (items, taken) = tokio::sync::mpsc::channel(16);
         let objects = self.objects.clone();
