@@ -137,7 +137,14 @@ fn call_of(actor_id: &str, address: &str, method: &str, creation: bool) -> Actor
 
 /// A call of `method` with plain arguments (no ObjectRefs among them).
 fn method_call(actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> TaskSpec {
-    TaskSpec::actor(method.to_string(), Vec::new(), args, Vec::new(), Vec::new(), call_of(actor_id, address, method, false))
+    TaskSpec::actor(
+        method.to_string(),
+        Vec::new(),
+        args,
+        Vec::new(),
+        Vec::new(),
+        call_of(actor_id, address, method, false),
+    )
 }
 
 #[async_trait::async_trait]
@@ -203,7 +210,8 @@ impl ActorHost for CoreHost {
 
     async fn call(&self, actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> Result<Vec<u8>, CallError> {
         let owner = self.caller(actor_id).await.map_err(CallError::Died)?;
-        let ids = owner.submitter.submit(&tokio::runtime::Handle::current(), method_call(actor_id, address, method, args));
+        let ids =
+            owner.submitter.submit(&tokio::runtime::Handle::current(), method_call(actor_id, address, method, args));
         let ready = self.objects.get(&ids, None).await;
         for id in &ids {
             self.objects.release(id);
