@@ -12,6 +12,7 @@ from oxray import _native
 
 _lock = threading.Lock()
 _client: Optional["_native.Client"] = None
+_shut_down = False
 _namespace: Optional[str] = None
 _runtime_env: Optional[Dict[str, Any]] = None
 # Named actors this process created that are not detached (their names leave the head's
@@ -116,9 +117,10 @@ def _context(client) -> RayContext:
 
 def shutdown() -> None:
     """Disconnects; stops the cluster if `init` started it for this process."""
-    global _client, _namespace
+    global _client, _namespace, _shut_down
     with _lock:
         client, _client, _namespace = _client, None, None
+        _shut_down = client is not None
         actors, groups = list(_owned_actors.values()), list(_owned_groups)
         _owned_actors.clear()
         _owned_groups.clear()
@@ -145,6 +147,12 @@ atexit.register(shutdown)
 
 def is_initialized() -> bool:
     return _client is not None
+
+
+def was_shut_down() -> bool:
+    """Whether this process disconnected with `shutdown` and has not connected since: work
+    left running in the background must not connect it again."""
+    return _shut_down and _client is None
 
 
 def client():

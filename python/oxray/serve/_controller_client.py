@@ -18,15 +18,18 @@ class ControllerError(RayServeException):
         super().__init__(message)
 
 
-def _endpoint():
+def _endpoint(connect: bool):
     from oxray._private import worker
 
+    if not connect and worker.was_shut_down():
+        # A background refresh must not connect a process that shut down.
+        raise RayServeException("this process is not connected to a cluster")
     client = worker.client()
     return client.dashboard_url.rstrip("/"), client.token
 
 
-def request(method: str, path: str, body: Any = None, timeout: float = 30.0) -> Dict[str, Any]:
-    base, token = _endpoint()
+def request(method: str, path: str, body: Any = None, timeout: float = 30.0, connect: bool = True) -> Dict[str, Any]:
+    base, token = _endpoint(connect)
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if data is not None:
@@ -51,9 +54,9 @@ def app_path(name: str) -> str:
     return f"{APPS_PATH}/{urllib.parse.quote(name, safe='')}"
 
 
-def get_applications() -> Dict[str, Any]:
+def get_applications(connect: bool = True) -> Dict[str, Any]:
     """The controller's view: {"applications": {...}, "http": {...} | None}."""
-    return request("GET", APPS_PATH)
+    return request("GET", APPS_PATH, connect=connect)
 
 
 def put_application(name: str, body: Dict[str, Any]) -> None:

@@ -265,6 +265,8 @@ class _Watcher:
                 self.pending = []
             refs = [ref for ref, _ in watching.values()]
             try:
+                if worker.was_shut_down():  # waiting would connect the process again
+                    raise ConnectionError("not connected")
                 ready, _ = worker.wait(refs, num_returns=1, timeout=WATCH_SLICE_S)
             except Exception:  # the connection is gone: nothing will end any more
                 ready = refs
@@ -286,6 +288,7 @@ class _Directory:
         self.wake = threading.Event()
         self.thread: Optional[threading.Thread] = None
         self.actors: Dict[str, Any] = {}
+        self.connection = None
 
     def router(self, app_name: str, deployment_name: str) -> Router:
         key = (app_name, deployment_name)
@@ -312,11 +315,18 @@ class _Directory:
         return actor
 
     def refresh(self) -> None:
+        from oxray._private import worker
         from oxray.serve import _controller_client
 
         with self.lock:
             routers = list(self.routers.values())
-        apps = _controller_client.get_applications().get("applications") or {}
+        # Replicas looked up through an earlier connection (before a shutdown) are not
+        # this one's.
+        connection = worker._client
+        if connection is not self.connection:
+            self.actors.clear()
+            self.connection = connection
+        apps = _controller_client.get_applications(connect=False).get("applications") or {}
         live = set()
         for router in routers:
             router.update(apps.get(router.app_name), self._lookup)
