@@ -518,6 +518,7 @@ impl Controller {
     fn update(&self, app: &str, deployment: &str, id: &str, change: impl FnOnce(&mut Deployment, &str)) {
         let mut state = self.lock();
         let Some(a) = state.apps.get_mut(app) else { return };
+        let before = serde_json::to_vec(&*a).expect("serve state serializes");
         let Some(d) = a.deployments.get_mut(deployment) else { return };
         d.busy.remove(id);
         change(d, id);
@@ -527,8 +528,14 @@ impl Controller {
         if a.status() == AppStatus::Running {
             a.was_running = true;
         }
-        let a = a.clone();
-        self.persist(app, &a);
+        // Most outcomes (a passed health check) change nothing: no write, no wake-up.
+        let after = serde_json::to_vec(&*a).expect("serve state serializes");
+        if after == before {
+            return;
+        }
+        if let Err(e) = self.store.save_app(app, &after) {
+            tracing::error!("cannot record Serve application {app:?}: {e}");
+        }
         drop(state);
         self.touched();
     }

@@ -347,25 +347,24 @@ class _Directory:
             self.wake.clear()
 
 
-_watcher_instance: Optional[_Watcher] = None
-_directory_instance: Optional[_Directory] = None
+# The process's one watcher and one directory, made on first use.
+_instances: Dict[type, Any] = {}
 _lock = threading.Lock()
 
 
-def _watcher() -> _Watcher:
-    global _watcher_instance
+def _one(kind: type):
     with _lock:
-        if _watcher_instance is None:
-            _watcher_instance = _Watcher()
-        return _watcher_instance
+        if kind not in _instances:
+            _instances[kind] = kind()
+        return _instances[kind]
+
+
+def _watcher() -> _Watcher:
+    return _one(_Watcher)
 
 
 def _directory() -> _Directory:
-    global _directory_instance
-    with _lock:
-        if _directory_instance is None:
-            _directory_instance = _Directory()
-        return _directory_instance
+    return _one(_Directory)
 
 
 def router_for(app_name: str, deployment_name: str) -> Router:
@@ -374,7 +373,7 @@ def router_for(app_name: str, deployment_name: str) -> Router:
 
 def forget_app(app_name: str) -> None:
     """After the app was deleted here: its routers fail what they hold and start over."""
-    directory = _directory_instance
+    directory = _instances.get(_Directory)
     if directory is None:
         return
     with directory.lock:
