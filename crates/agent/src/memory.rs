@@ -126,9 +126,9 @@ pub fn watch(pool: &Arc<crate::workers::WorkerPool>, config: MonitorConfig) {
         loop {
             tick.tick().await;
             let Some(pool) = pool.upgrade() else { return };
-            let Some(usage) = read_usage() else { continue };
-            if usage.over(config.threshold) {
-                pool.end_one_for_memory(&usage.describe(config.threshold));
+            let over = |usage: &Usage| usage.over(config.threshold);
+            if read_usage().as_ref().is_some_and(over) {
+                pool.end_one_for_memory(|| read_usage().filter(over).map(|u| u.describe(config.threshold)));
             }
         }
     });

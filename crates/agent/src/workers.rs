@@ -119,6 +119,9 @@ struct State {
     /// Warm workers being started, by kind.
     warming: HashMap<WorkerKind, usize>,
     grants: u64,
+    /// Workers the memory monitor ended whose leases were returned before they finished
+    /// exiting: their memory is not free yet.
+    ending: Vec<tokio::process::Child>,
 }
 
 pub struct WorkerPool {
@@ -517,15 +520,23 @@ impl WorkerPool {
         }
     }
 
-    /// Ends the worker of the newest task lease (else actor lease) because the node's memory
-    /// ran short (`why`), unless a worker ended so is still exiting: its memory is not free yet.
-    pub fn end_one_for_memory(&self, why: &str) {
+    /// Ends the worker of the newest task lease (else actor lease) when `over` (read now)
+    /// says why the node's memory is short, unless a worker ended so is still exiting: its
+    /// memory is not free yet, and the reading would blame the next worker for it.
+    pub fn end_one_for_memory(&self, over: impl FnOnce() -> Option<String>) {
         let mut state = self.lock();
-        let exiting =
-            state.leases.values_mut().any(|l| l.ended_for.is_some() && matches!(l.worker.child.try_wait(), Ok(None)));
+        state.ending.retain_mut(|child| matches!(child.try_wait(), Ok(None)));
+        let exiting = !state.ending.is_empty()
+            || state
+                .leases
+                .values_mut()
+                .any(|l| l.ended_for.is_some() && matches!(l.worker.child.try_wait(), Ok(None)));
         if exiting {
             return;
         }
+        // Read under the lock, after the exits above: a reading taken before them may count
+        // a worker that has since gone, and end the retry that took its place.
+        let Some(why) = over() else { return };
         let candidates: Vec<memory::Candidate> = state
             .leases
             .iter()
@@ -549,7 +560,9 @@ impl WorkerPool {
         let holding = lease.holding();
         self.gpus.lock().expect("gpu lock").give_back_amount(lease.resources.get("GPU"), &lease.gpu_ids);
         let alive = matches!(lease.worker.child.try_wait(), Ok(None));
-        if alive && !disconnect {
+        if alive && lease.ended_for.is_some() {
+            self.lock().ending.push(lease.worker.child);
+        } else if alive && !disconnect {
             lease.worker.since = std::time::Instant::now();
             self.lock().idle.push(lease.worker);
         } else {
