@@ -87,14 +87,17 @@ def _wait_gone(pid):
 
 
 def restart_head(cluster):
-    """SIGKILLs the cluster's head and starts it again with the same flags and port; returns
+    """SIGKILLs the cluster's head and starts it again with the same flags and ports; returns
     the new head's process (the caller stops it) and its log."""
     records = [json.loads(p.read_text()) for p in Path(cluster.env["OXRAY_HOME"], "procs").glob("*.json")]
     head_pid = next(r["pid"] for r in records if r.get("role") == "head")
     argv = [a.decode() for a in Path(f"/proc/{head_pid}/cmdline").read_bytes().split(b"\0") if a]
-    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
-    port = int(address.rsplit(":", 1)[1])
+    current = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())
+    port = int(current["address"].rsplit(":", 1)[1])
     argv[argv.index("--port") + 1] = str(port)  # it was started on a free port
+    if current.get("dashboard_url") and "--dashboard-port" in argv:
+        # So do clients that found it through the cluster file.
+        argv[argv.index("--dashboard-port") + 1] = current["dashboard_url"].rsplit(":", 1)[1]
     os.kill(head_pid, signal.SIGKILL)
     _wait_gone(head_pid)
     log = Path(cluster.env["OXRAY_HOME"]).parent / "restarted-head.log"

@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 OXRAY_BIN = os.environ.get("OXRAY_BIN", str(REPO / "target/debug/oxray"))
 VENV_BIN = str(Path(sys.executable).parent)
 RAY_CLI = str(Path(VENV_BIN) / "ray")
+SERVE_CLI = str(Path(VENV_BIN) / "serve")
 # Each `ray` CLI call costs ~1.5 s of imports on a 2-core machine; jobs add more.
 TIMEOUT = float(os.environ.get("COMPAT_TIMEOUT", "120"))
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -99,6 +100,12 @@ class Cluster:
         cut = args.index("--") if "--" in args else len(args)  # options must precede `--`
         args[cut:cut] = ["--address", self.dashboard_url]
         proc = subprocess.run([RAY_CLI, *args], env=env or self.env, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return Result(proc)
+
+    def serve(self, *args, timeout=TIMEOUT):
+        """Runs Ray's `serve` CLI against the dashboard (`-a <dashboard>` appended)."""
+        proc = subprocess.run([SERVE_CLI, *args, "-a", self.dashboard_url], env=self.env, capture_output=True,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         return Result(proc)
 

@@ -303,3 +303,63 @@ def test_a_restarted_operator_changes_nothing_that_is_right(operator, kube, kube
     assert after == pods
     assert kube.get(f"{CLUSTERS}/steady")["status"] == before["status"]
     assert len(head_nodes(kube, "steady", dashboard)) == 2
+
+
+SERVICES = "/apis/oxray.io/v1/namespaces/default/rayservices"
+APPS_DIR = Path(__file__).resolve().parent / "apps"
+
+
+def serve_config(serve_port, price):
+    return (f"http_options: {{host: 0.0.0.0, port: {serve_port}}}\n"
+            "applications:\n"
+            "  - name: fruit\n"
+            "    route_prefix: /fruit\n"
+            "    import_path: fruit:build\n"
+            "    args: {name: mango}\n"
+            f"    runtime_env: {{env_vars: {{PYTHONPATH: {APPS_DIR}}}}}\n"
+            "    deployments:\n"
+            "      - name: Fruit\n"
+            f"        user_config: {{price: {price}}}\n")
+
+
+def test_a_rayservice_serves_its_config_and_applies_changes_in_place(operator, kube, kubectl):
+    serve_port = free_port()
+    cluster = cluster_manifest("unused", workers=0)["spec"]
+    cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] = "2"
+    service = {"apiVersion": "oxray.io/v1", "kind": "RayService", "metadata": {"name": "fruit"},
+               "spec": {"serveConfigV2": serve_config(serve_port, 3), "rayClusterConfig": cluster}}
+    apply(kubectl, service)
+    s = wait_until(lambda: (st := status(kube, SERVICES, "fruit")).get("serviceStatus") == "Running" and st,
+                   timeout=180, what="the RayService to serve")
+    apps = s["activeServiceStatus"]["applicationStatuses"]
+    assert apps["fruit"]["status"] == "RUNNING", s
+    assert apps["fruit"]["serveDeploymentStatuses"]["Fruit"]["status"] == "HEALTHY", s
+    assert s["numServeEndpoints"] == 1 and s["conditions"][0]["reason"] == "NonZeroServeEndpoints"
+    svc = kube.get("/api/v1/namespaces/default/services/fruit-serve-svc")
+    assert svc["spec"]["ports"][0]["port"] == serve_port
+    assert svc["spec"]["selector"] == {"ray.io/cluster": "fruit-raycluster", "ray.io/node-type": "head"}
+    ip = status(kube, CLUSTERS, "fruit-raycluster")["head"]["podIP"]
+
+    def fruit():
+        with urllib.request.urlopen(f"http://{ip}:{serve_port}/fruit", timeout=5) as r:
+            return json.load(r)
+    first = fruit()
+    assert (first["fruit"], first["price"]) == ("mango", 3)
+
+    # A new price is a user_config change: applied in place, the same replica serves it.
+    service["spec"]["serveConfigV2"] = serve_config(serve_port, 5)
+    apply(kubectl, service)
+    wait_until(lambda: fruit()["price"] == 5, timeout=60, what="the new price")
+    assert fruit()["pid"] == first["pid"]
+
+    # A config the head refuses is reported, and the running app keeps serving.
+    service["spec"]["serveConfigV2"] = serve_config(serve_port, 5).replace("import_path: fruit:build",
+                                                                           "import_path: a:b:c")
+    apply(kubectl, service)
+    bad = wait_until(lambda: (st := status(kube, SERVICES, "fruit"))["conditions"][0]["reason"] == "InvalidServeConfig"
+                     and st, timeout=30, what="the refusal to be reported")
+    assert "at most one colon" in bad["conditions"][0]["message"]
+    assert fruit()["price"] == 5
+    kubectl("delete", "rayservice", "fruit", "--timeout=60s")
+    wait_until(lambda: kube.get_or_none(f"{CLUSTERS}/fruit-raycluster") is None, timeout=60,
+               what="the service's cluster to be deleted")

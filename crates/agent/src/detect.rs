@@ -1,8 +1,30 @@
 //! What this machine offers when the user names no amounts: CPUs (honouring cgroup quotas
-//! and CPU affinity), memory (honouring the cgroup limit) and NVIDIA GPUs.
+//! and CPU affinity), memory (honouring the cgroup limit) and NVIDIA GPUs; and the Python
+//! that runs workers no driver named an interpreter for.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The interpreter of workers whose lease names none (the head's own work: Serve builds):
+/// `$OXRAY_PYTHON`, else the `python3` beside this executable (oxray installed in a virtualenv,
+/// whose interpreter has the oxray package), else `python3` on the PATH.
+pub fn default_python() -> String {
+    choose_python(std::env::var("OXRAY_PYTHON").ok(), std::env::current_exe().ok(), |p| p.is_file())
+}
+
+fn choose_python(
+    given: Option<String>,
+    exe: Option<std::path::PathBuf>,
+    exists: impl Fn(&std::path::Path) -> bool,
+) -> String {
+    if let Some(python) = given.filter(|p| !p.is_empty()) {
+        return python;
+    }
+    exe.and_then(|e| e.parent().map(|dir| dir.join("python3")))
+        .filter(|p| exists(p))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "python3".into())
+}
 
 /// CPUs this process may use. The standard library already reads the cgroup quota and the
 /// affinity mask.
@@ -76,6 +98,14 @@ fn count_gpus(listing: &str) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_python_is_the_given_one_else_the_virtualenv_s_else_the_path_s() {
+        let exe = Some(std::path::PathBuf::from("/venv/bin/oxray"));
+        assert_eq!(choose_python(Some("/opt/py".into()), exe.clone(), |_| true), "/opt/py");
+        assert_eq!(choose_python(None, exe.clone(), |p| p.ends_with("bin/python3")), "/venv/bin/python3");
+        assert_eq!(choose_python(Some(String::new()), exe, |_| false), "python3");
+    }
 
     #[test]
     fn parses_meminfo() {

@@ -682,7 +682,7 @@ impl lease_service_server::LeaseService for LeaseService {
         let request = request.into_inner();
         let resources = oxray_proto::convert::resources_from_proto(request.resources)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let python = if request.python.is_empty() { "python3".to_string() } else { request.python };
+        let python = if request.python.is_empty() { crate::detect::default_python() } else { request.python };
         let mut env_vars: Vec<(String, String)> = request.env_vars.into_iter().collect();
         env_vars.sort();
         let owner = request.owner.filter(|_| !request.detached);

@@ -35,6 +35,11 @@ enum Command {
         #[command(subcommand)]
         command: commands::job::JobCommand,
     },
+    /// Deploy and inspect Serve applications (compatible with Ray's `serve` CLI and REST API).
+    Serve {
+        #[command(subcommand)]
+        command: commands::serve::ServeCommand,
+    },
     /// Print the cluster token that clients and joining nodes must present.
     GetAuthToken,
     /// Run the Kubernetes operator (RayCluster, RayJob, RayService in oxray.io/v1), or print
@@ -56,6 +61,7 @@ fn main() -> ExitCode {
         Command::Status(args) => commands::status::run(args),
         Command::List { what } => commands::list::run(what),
         Command::Job { command } => commands::job::run(command),
+        Command::Serve { command } => commands::serve::run(command),
         Command::GetAuthToken => commands::token::run(),
         Command::Operator(args) => commands::operator::run(args),
         Command::Head(args) => commands::roles::run_head(args),

@@ -172,7 +172,13 @@ impl BoundHead {
                 actors.clone(),
                 membership.clone(),
             );
-            oxray_serve::Serve::open(Arc::new(host), Arc::new(serve_host::ServeStore(store)), shutdown.clone())
+            let nodes = membership.clone();
+            let node: oxray_serve::NodeOfProxy = Box::new(move || {
+                let head = nodes.snapshot().into_iter().find(|n| n.is_head_node && n.is_alive());
+                head.map(|n| oxray_serve::ray_shape::ProxyNode { node_id: n.node_id.hex(), node_ip: n.node_ip })
+                    .unwrap_or_default()
+            });
+            oxray_serve::Serve::open(Arc::new(host), Arc::new(serve_host::ServeStore(store)), node, shutdown.clone())
                 .map_err(|e| HeadError::Serve("Serve controller", e))?
         };
         let serving = tokio::spawn(serve.clone().run());

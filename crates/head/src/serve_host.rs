@@ -152,14 +152,6 @@ impl ActorHost for CoreHost {
     async fn create(&self, r: NewReplica) -> Result<Placed, String> {
         let owner = self.owner(&r.python).await?;
         let actor_id = oxray_worker::new_id();
-        let methods = [
-            "__serve_ready__",
-            "__serve_health__",
-            "__serve_reconfigure__",
-            "__serve_stop__",
-            "__serve_http__",
-            "handle_request",
-        ];
         let options = serde_json::json!({
             "max_concurrency": r.max_concurrency,
             "actor_id": actor_id,
@@ -167,7 +159,7 @@ impl ActorHost for CoreHost {
             "namespace": NAMESPACE,
             "owner": owner.address,
             "class_name": r.class_name,
-            "methods": methods,
+            "methods": r.methods,
             "resources": r.resources,
         });
         let resources = oxray_types::ResourceSet::try_from(r.resources.clone()).map_err(|e| e.to_string())?;
@@ -176,7 +168,7 @@ impl ActorHost for CoreHost {
             RestartPlan { resources, env: r.env.clone(), strategy: Strategy::Spread, detached: true, restarts_left: 0 };
         let spec = TaskSpec::actor(
             r.class_name.clone(),
-            oxray_serve::wire::blueprint(&options),
+            oxray_serve::wire::blueprint(r.class, &options),
             r.args,
             Vec::new(),
             Vec::new(),
@@ -196,7 +188,7 @@ impl ActorHost for CoreHost {
             agent_address: agent.clone(),
             lease_id,
             class_name: r.class_name,
-            methods: methods.iter().map(|m| m.to_string()).collect(),
+            methods: r.methods.iter().map(|m| m.to_string()).collect(),
             detached: true,
             owner: owner.address.clone(),
             max_task_retries: 0,
@@ -315,5 +307,11 @@ impl StateStore for ServeStore {
     }
     fn load_apps(&self) -> Result<Vec<(String, Vec<u8>)>, String> {
         self.0.load_serve_apps().map_err(|e| e.to_string())
+    }
+    fn save_config(&self, record: Option<&[u8]>) -> Result<(), String> {
+        self.0.put_serve_config(record).map_err(|e| e.to_string())
+    }
+    fn load_config(&self) -> Result<Option<Vec<u8>>, String> {
+        self.0.serve_config().map_err(|e| e.to_string())
     }
 }

@@ -19,6 +19,9 @@ const ACTORS: Table = TableDefinition::new("actors");
 const GROUPS: Table = TableDefinition::new("placement_groups");
 /// Serve applications with their replicas, as the controller's JSON keyed by name.
 const SERVE_APPS: Table = TableDefinition::new("serve_applications");
+/// Serve's last declarative config (what `PUT /api/serve/applications/` sent).
+const SERVE_CONFIG: Table = TableDefinition::new("serve_config");
+const DECLARATIVE: &str = "declarative";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -58,6 +61,7 @@ impl Store {
         tx.open_table(ACTORS).map_err(db_err)?;
         tx.open_table(GROUPS).map_err(db_err)?;
         tx.open_table(SERVE_APPS).map_err(db_err)?;
+        tx.open_table(SERVE_CONFIG).map_err(db_err)?;
         tx.commit().map_err(db_err)?;
         Ok(Self { db })
     }
@@ -218,6 +222,25 @@ impl Store {
             out.push((key.value().to_string(), value.value().to_vec()));
         }
         Ok(out)
+    }
+
+    pub fn put_serve_config(&self, record: Option<&[u8]>) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut table = tx.open_table(SERVE_CONFIG).map_err(db_err)?;
+            match record {
+                Some(record) => table.insert(DECLARATIVE, record).map(|_| ()),
+                None => table.remove(DECLARATIVE).map(|_| ()),
+            }
+            .map_err(db_err)?;
+        }
+        tx.commit().map_err(db_err)
+    }
+
+    pub fn serve_config(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        let tx = self.db.begin_read().map_err(db_err)?;
+        let table = tx.open_table(SERVE_CONFIG).map_err(db_err)?;
+        Ok(table.get(DECLARATIVE).map_err(db_err)?.map(|v| v.value().to_vec()))
     }
 
     pub fn load_actors(&self) -> Result<Vec<oxray_proto::v1::NamedActor>, StoreError> {

@@ -65,6 +65,8 @@ pub fn router(state: ApiState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/api/version", get(status::version))
+        // What Ray's Serve CLI checks first.
+        .route("/api/ray/version", get(status::version))
         .route("/api/gcs_healthz", get(status::healthz))
         .route("/-/healthz", get(status::healthz))
         .route("/", get(assets::index))

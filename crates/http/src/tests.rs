@@ -107,6 +107,7 @@ async fn version_and_health_need_no_token() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["version"], "4");
     assert_eq!(v["ray_version"], "2.60.0");
+    assert_eq!(get("/api/ray/version", None).await, (StatusCode::OK, body));
     assert_eq!(get("/api/gcs_healthz", None).await, (StatusCode::OK, "success".into()));
 }
 

@@ -1,12 +1,18 @@
 //! Calls to a cluster's head over its HTTP API (the dashboard port): which nodes run work,
-//! and the Jobs REST API that RayJobs use.
+//! the Jobs REST API that RayJobs use, and the Serve REST API that RayServices use.
 
 use std::collections::HashSet;
 
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::cluster::reconcile::secret_token;
+use crate::context::Context;
+use crate::crd::RayCluster;
 use crate::error::{Error, Result};
+use crate::names::{token_secret, PORT_DASHBOARD};
 
 pub struct Head<'a> {
     pub http: &'a reqwest::Client,
@@ -26,7 +32,51 @@ pub struct JobInfo {
     pub end_time: Option<u64>,
 }
 
-impl Head<'_> {
+impl<'a> Head<'a> {
+    /// The head of RayCluster `name`, reached at its pod address with the cluster token;
+    /// None until it has both.
+    pub async fn of_cluster(ctx: &'a Context, namespace: &str, name: &str) -> Result<Option<Head<'a>>> {
+        let Some(cluster) = Api::<RayCluster>::namespaced(ctx.client.clone(), namespace).get_opt(name).await? else {
+            return Ok(None);
+        };
+        let Some(ip) = cluster.status.as_ref().and_then(|s| s.head.as_ref()).and_then(|h| h.pod_ip.clone()) else {
+            return Ok(None);
+        };
+        let secret_name = cluster
+            .spec
+            .auth_options
+            .as_ref()
+            .and_then(|a| a.secret_name.clone())
+            .unwrap_or_else(|| token_secret(name));
+        let Some(secret) = Api::<Secret>::namespaced(ctx.client.clone(), namespace).get_opt(&secret_name).await? else {
+            return Ok(None);
+        };
+        let port = crate::cluster::params::dashboard_port(&cluster.spec.head_group_spec.ray_start_params)
+            .unwrap_or(PORT_DASHBOARD);
+        Ok(secret_token(&secret).map(|token| Head { http: &ctx.http, url: format!("http://{ip}:{port}"), token }))
+    }
+
+    /// Serve's declarative applications (Ray's `ServeInstanceDetails`).
+    pub async fn serve_details(&self) -> Result<Value> {
+        let url = format!("{}/api/serve/applications/?api_type=declarative", self.url);
+        let (status, body) = self.call(self.http.get(url)).await?;
+        if !status.is_success() {
+            return Err(self.error(format!("Serve details answered {status}: {body}")));
+        }
+        Ok(body)
+    }
+
+    /// Sends a Serve config; a refusal (400) comes back as its reason, to be reported.
+    pub async fn put_serve_config(&self, config: &Value) -> Result<std::result::Result<(), String>> {
+        let url = format!("{}/api/serve/applications/", self.url);
+        let (status, body) = self.call(self.http.put(url).json(config)).await?;
+        match status.as_u16() {
+            200..=299 => Ok(Ok(())),
+            400 => Ok(Err(body.as_str().map(String::from).unwrap_or_else(|| body.to_string()))),
+            _ => Err(self.error(format!("Serve config answered {status}: {body}"))),
+        }
+    }
+
     fn error(&self, reason: impl ToString) -> Error {
         Error::Head { url: self.url.clone(), reason: reason.to_string() }
     }

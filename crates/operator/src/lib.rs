@@ -14,6 +14,7 @@ mod metrics;
 pub mod names;
 pub mod quantity;
 mod service;
+mod service_plan;
 mod status_patch;
 
 pub use controller::{run, Options};

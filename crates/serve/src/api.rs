@@ -1,8 +1,11 @@
 //! Serve's REST API on the dashboard port: what `serve.run`, `serve.status` and
-//! `serve.delete` use, and Ray's `DELETE /api/serve/applications/` (shut everything down).
+//! `serve.delete` use, and Ray's: `PUT /api/serve/applications/` (a declarative config, as
+//! `serve deploy` and KubeRay send it), `GET` (Ray's `ServeInstanceDetails`) and `DELETE`
+//! (shut everything down).
 
+use crate::ray_shape::Source;
 use crate::{DeployError, Serve};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, put};
@@ -13,7 +16,7 @@ pub fn router(serve: Arc<Serve>) -> axum::Router {
     axum::Router::new()
         .route("/api/oxray/serve/applications", get(details))
         .route("/api/oxray/serve/applications/{name}", put(deploy).delete(remove))
-        .route("/api/serve/applications/", delete(shutdown))
+        .route("/api/serve/applications/", delete(shutdown).put(apply).get(ray_details))
         .with_state(serve)
 }
 
@@ -42,7 +45,31 @@ async fn remove(State(serve): State<Arc<Serve>>, Path(name): Path<String>) -> Re
     Json(serde_json::json!({})).into_response()
 }
 
+/// How long a DELETE waits for the replicas to stop (their graceful shutdown included).
+const SHUTDOWN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 async fn shutdown(State(serve): State<Arc<Serve>>) -> Response {
-    serve.controller().delete_all();
-    Json(serde_json::json!({})).into_response()
+    serve.shutdown_all(SHUTDOWN_PATIENCE).await;
+    StatusCode::OK.into_response()
+}
+
+/// Ray answers a bad config with 400 and the error as text; an accepted one with an empty
+/// 200 before anything is built.
+async fn apply(State(serve): State<Arc<Serve>>, body: axum::body::Bytes) -> Response {
+    match serve.apply_config(&body).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct DetailsQuery {
+    api_type: Option<String>,
+}
+
+async fn ray_details(State(serve): State<Arc<Serve>>, Query(q): Query<DetailsQuery>) -> Response {
+    match Source::parse(q.api_type.as_deref()) {
+        Ok(source) => Json(serve.ray_details(source)).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
+    }
 }

@@ -87,9 +87,21 @@ impl Deployment {
     }
 }
 
+/// Where an application came from: `serve.run`, or a declarative config (kept exactly as
+/// submitted: Ray reports it back).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    #[default]
+    Imperative,
+    Declarative(serde_json::Value),
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct App {
     spec: AppSpec,
+    #[serde(default)]
+    origin: Origin,
     deployed_s: f64,
     deleting: bool,
     was_running: bool,
@@ -201,9 +213,14 @@ impl Controller {
         self.routes_changed.send_modify(|v| *v += 1);
     }
 
-    /// Deploys or updates application `name`. Returns the HTTP options of the proxy, to be
-    /// started if it is not.
+    /// Deploys or updates application `name` for `serve.run`. Returns the HTTP options of
+    /// the proxy, to be started if it is not.
     pub fn deploy(&self, name: &str, spec: AppSpec) -> Result<HttpOptions, DeployError> {
+        self.deploy_from(name, spec, Origin::Imperative)
+    }
+
+    /// Deploys or updates application `name`, recording where it came from.
+    pub fn deploy_from(&self, name: &str, spec: AppSpec, origin: Origin) -> Result<HttpOptions, DeployError> {
         spec::validate(name, &spec).map_err(DeployError::Invalid)?;
         let mut state = self.lock();
         if let Some(prefix) = &spec.route_prefix {
@@ -218,6 +235,7 @@ impl Controller {
         let http = state.http.get_or_insert_with(|| spec.http_options.clone().unwrap_or_default()).clone();
         let app = state.apps.entry(name.to_string()).or_insert_with(|| App {
             spec: spec.clone(),
+            origin: Origin::Imperative,
             deployed_s: 0.0,
             deleting: false,
             was_running: false,
@@ -244,6 +262,7 @@ impl Controller {
             }
         }
         app.spec = spec;
+        app.origin = origin;
         app.deleting = false;
         app.was_running = false;
         app.deployed_s = now_s();
@@ -280,6 +299,22 @@ impl Controller {
 
     pub fn http_options(&self) -> Option<HttpOptions> {
         self.lock().http.clone()
+    }
+
+    /// The proxy's HTTP options: those in use, else `wanted`, which are then kept.
+    pub fn http_options_or(&self, wanted: &HttpOptions) -> HttpOptions {
+        self.lock().http.get_or_insert_with(|| wanted.clone()).clone()
+    }
+
+    /// Where each application not being deleted came from, and its route prefix.
+    pub fn origins(&self) -> Vec<(String, Origin, Option<String>)> {
+        let state = self.lock();
+        state
+            .apps
+            .iter()
+            .filter(|(_, a)| !a.deleting)
+            .map(|(name, a)| (name.clone(), a.origin.clone(), a.spec.route_prefix.clone()))
+            .collect()
     }
 
     /// Forgets the HTTP options once no application is left (the next deploy sets them).
@@ -362,8 +397,14 @@ impl Controller {
                     .filter(|d| !d.removed)
                     .map(|d| (d.spec.name.clone(), deployment_details(d)))
                     .collect();
+                let (source, config) = match &a.origin {
+                    Origin::Imperative => ("imperative", None),
+                    Origin::Declarative(config) => ("declarative", Some(config)),
+                };
                 let details = serde_json::json!({
                     "name": name,
+                    "source": source,
+                    "deployed_app_config": config,
                     "status": a.status(),
                     "message": a.message(),
                     "route_prefix": a.spec.route_prefix,
@@ -564,6 +605,8 @@ impl Controller {
         };
         let new = NewReplica {
             name: name.clone(),
+            class: wire::REPLICA_CLASS,
+            methods: wire::REPLICA_METHODS,
             class_name: format!("ServeReplica:{app}:{}", d.name),
             python: spec.python.clone(),
             resources: d.resources.clone(),
@@ -758,7 +801,8 @@ fn deployment_details(d: &Deployment) -> serde_json::Value {
     serde_json::json!({
         "name": d.spec.name,
         "status": d.status(),
-        "status_trigger": "CONFIG_UPDATE_COMPLETED",
+        "status_trigger": plan::status_trigger(d.status()),
+        "deployment_config": d.spec.config,
         "message": d.message,
         "target_num_replicas": d.spec.num_replicas,
         "max_ongoing_requests": d.spec.max_ongoing_requests,

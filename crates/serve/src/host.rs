@@ -3,11 +3,15 @@
 
 use std::collections::BTreeMap;
 
-/// A replica to create: a detached actor named `name` in the "serve" namespace, running the
-/// replica class with `args`.
+/// A replica to create: a detached actor named `name` in the "serve" namespace, running
+/// `class` (a Python import path: the replica class, or the builder of declarative apps)
+/// with `args`.
 #[derive(Debug, Clone)]
 pub struct NewReplica {
     pub name: String,
+    pub class: &'static str,
+    /// The methods handles may call.
+    pub methods: &'static [&'static str],
     /// How the actor shows in logs (Ray's `ServeReplica:<app>:<deployment>`).
     pub class_name: String,
     pub python: String,
@@ -61,4 +65,7 @@ pub trait StateStore: Send + Sync + 'static {
     fn save_app(&self, name: &str, record: &[u8]) -> Result<(), String>;
     fn delete_app(&self, name: &str) -> Result<(), String>;
     fn load_apps(&self) -> Result<Vec<(String, Vec<u8>)>, String>;
+    /// The last declarative config (`None` forgets it).
+    fn save_config(&self, record: Option<&[u8]>) -> Result<(), String>;
+    fn load_config(&self) -> Result<Option<Vec<u8>>, String>;
 }

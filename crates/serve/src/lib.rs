@@ -4,10 +4,13 @@
 //! deploys, reports and deletes. Only replicas run Python.
 
 mod api;
+pub mod builds;
 pub mod controller;
+pub mod declarative;
 pub mod host;
 pub mod plan;
 pub mod proxy;
+pub mod ray_shape;
 pub mod routes;
 pub mod spec;
 pub mod wire;
@@ -20,6 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+pub type NodeOfProxy = Box<dyn Fn() -> ray_shape::ProxyNode + Send + Sync>;
+
 struct RunningProxy {
     stop: CancellationToken,
     options: spec::HttpOptions,
@@ -28,7 +33,10 @@ struct RunningProxy {
 /// The controller and its proxy, as the head runs them.
 pub struct Serve {
     controller: Arc<Controller>,
+    declarative: Arc<builds::Declarative>,
     host: Arc<dyn ActorHost>,
+    /// Where the proxy runs (the head's node, once it joined), for reports.
+    node: NodeOfProxy,
     /// Held while the proxy is started or stopped, and across a deploy, so that a deploy
     /// never lands on a proxy being stopped.
     proxy: tokio::sync::Mutex<Option<RunningProxy>>,
@@ -39,10 +47,12 @@ impl Serve {
     pub fn open(
         host: Arc<dyn ActorHost>,
         store: Arc<dyn StateStore>,
+        node: NodeOfProxy,
         shutdown: CancellationToken,
     ) -> Result<Arc<Self>, String> {
-        let controller = Controller::open(host.clone(), store)?;
-        Ok(Arc::new(Self { controller, host, proxy: tokio::sync::Mutex::new(None), shutdown }))
+        let controller = Controller::open(host.clone(), store.clone())?;
+        let declarative = builds::Declarative::new(controller.clone(), host.clone(), store);
+        Ok(Arc::new(Self { controller, declarative, host, node, proxy: tokio::sync::Mutex::new(None), shutdown }))
     }
 
     pub fn controller(&self) -> &Arc<Controller> {
@@ -58,10 +68,12 @@ impl Serve {
     /// recovered after a restart) and stops it once the last one is gone.
     pub async fn run(self: Arc<Self>) {
         tokio::spawn(self.controller.clone().run(self.shutdown.clone()));
+        self.declarative.resume();
         loop {
             {
                 let mut proxy = self.proxy.lock().await;
-                if self.controller.clear_http_if_empty() {
+                // A declarative app still building keeps the proxy its config started.
+                if !self.declarative.building() && self.controller.clear_http_if_empty() {
                     if let Some(running) = proxy.take() {
                         running.stop.cancel();
                     }
@@ -90,6 +102,45 @@ impl Serve {
         tracing::info!("Serve HTTP proxy on {}:{}", options.host, options.port);
         *slot = Some(RunningProxy { stop, options: options.clone() });
         Ok(())
+    }
+
+    /// Applies a declarative config (a PUT of Ray's `ServeDeploySchema`): the proxy starts
+    /// with its HTTP options if none runs; its applications build in the background.
+    pub async fn apply_config(&self, body: &[u8]) -> Result<(), String> {
+        let mut proxy = self.proxy.lock().await;
+        let config = self.declarative.apply(body)?;
+        if config.proxy_location == "Disabled" {
+            tracing::warn!("proxy_location Disabled is not supported: the head's HTTP proxy serves the applications");
+        }
+        let options = self.controller.http_options_or(&config.http_options);
+        match proxy.as_ref() {
+            Some(running) if running.options != config.http_options => {
+                tracing::warn!(
+                    "Serve is running with other HTTP options ({}:{}); the new ones are ignored",
+                    running.options.host,
+                    running.options.port
+                );
+                Ok(())
+            }
+            Some(_) => Ok(()),
+            None => self.start_proxy(&mut proxy, &options).await,
+        }
+    }
+
+    /// Deletes every application (and the declarative config) and waits until their
+    /// replicas are gone, as Ray's `serve.shutdown()` does.
+    pub async fn shutdown_all(&self, patience: Duration) {
+        self.declarative.clear();
+        self.controller.delete_all();
+        let deadline = tokio::time::Instant::now() + patience;
+        while !self.controller.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Ray's `ServeInstanceDetails` for `GET /api/serve/applications/`.
+    pub fn ray_details(&self, source: ray_shape::Source) -> serde_json::Value {
+        ray_shape::instance_details(&self.controller.details(), &self.declarative.view(), source, &(self.node)())
     }
 
     /// Deploys (or updates) an application and makes sure the proxy runs.

@@ -141,6 +141,17 @@ pub fn deployment_status(
     }
 }
 
+/// What last moved a deployment to its status (Ray's `DeploymentStatusTrigger`).
+pub fn status_trigger(status: DeploymentStatus) -> &'static str {
+    match status {
+        DeploymentStatus::Updating => "CONFIG_UPDATE_STARTED",
+        DeploymentStatus::Healthy => "CONFIG_UPDATE_COMPLETED",
+        DeploymentStatus::Unhealthy => "HEALTH_CHECK_FAILED",
+        DeploymentStatus::DeployFailed => "REPLICA_STARTUP_FAILED",
+        DeploymentStatus::Upscaling | DeploymentStatus::Downscaling => "CONFIG_UPDATE_STARTED",
+    }
+}
+
 /// An application's status from its deployments'.
 pub fn app_status(deleting: bool, deployments: &[DeploymentStatus], was_running: bool) -> AppStatus {
     if deleting {

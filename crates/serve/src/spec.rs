@@ -73,6 +73,9 @@ pub struct DeploymentSpec {
     /// Changes when the code, its arguments or its actor options change: replicas of
     /// another version are replaced.
     pub version: String,
+    /// The options in effect, in Ray's `DeploymentSchema` shape, for reports.
+    #[serde(default)]
+    pub config: Option<serde_json::Value>,
 }
 
 fn default_max_ongoing() -> u32 {

@@ -9,12 +9,23 @@ use std::collections::BTreeMap;
 /// The class every replica runs, and how a worker recognises a creation call that names a
 /// class by its import path (rather than carrying a pickled one).
 pub const REPLICA_CLASS: &str = "oxray.serve._replica:Replica";
+pub const REPLICA_METHODS: &[&str] = &[
+    "__serve_ready__",
+    "__serve_health__",
+    "__serve_reconfigure__",
+    "__serve_stop__",
+    "__serve_http__",
+    "handle_request",
+];
+/// What imports a declarative application and answers its deploy body.
+pub const BUILDER_CLASS: &str = "oxray.serve._declarative:ApplicationBuilder";
+pub const BUILDER_METHODS: &[&str] = &["build"];
 pub const BLUEPRINT_MAGIC: &[u8] = b"OXRAYCLS";
 
-/// A creation call's function: the replica class by name and its actor options as JSON.
-pub fn blueprint(options: &serde_json::Value) -> Vec<u8> {
+/// A creation call's function: the class by import path and its actor options as JSON.
+pub fn blueprint(class: &str, options: &serde_json::Value) -> Vec<u8> {
     let mut out = BLUEPRINT_MAGIC.to_vec();
-    out.extend_from_slice(serde_json::json!({"class": REPLICA_CLASS, "options": options}).to_string().as_bytes());
+    out.extend_from_slice(serde_json::json!({"class": class, "options": options}).to_string().as_bytes());
     out
 }
 
@@ -174,7 +185,7 @@ mod tests {
 
     #[test]
     fn a_blueprint_names_the_replica_class() {
-        let b = blueprint(&serde_json::json!({"name": "x"}));
+        let b = blueprint(REPLICA_CLASS, &serde_json::json!({"name": "x"}));
         assert!(b.starts_with(BLUEPRINT_MAGIC));
         let doc: serde_json::Value = serde_json::from_slice(&b[BLUEPRINT_MAGIC.len()..]).unwrap();
         assert_eq!(doc["class"], REPLICA_CLASS);

@@ -66,7 +66,18 @@ impl StateStore for Memory {
         Ok(())
     }
     fn load_apps(&self) -> Result<Vec<(String, Vec<u8>)>, String> {
-        Ok(self.0.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        Ok(self.0.lock().unwrap().iter().filter(|(k, _)| !k.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+    fn save_config(&self, record: Option<&[u8]>) -> Result<(), String> {
+        let mut map = self.0.lock().unwrap();
+        match record {
+            Some(r) => map.insert(String::new(), r.to_vec()),
+            None => map.remove(""),
+        };
+        Ok(())
+    }
+    fn load_config(&self) -> Result<Option<Vec<u8>>, String> {
+        Ok(self.0.lock().unwrap().get("").cloned())
     }
 }
 
@@ -205,4 +216,101 @@ async fn state_survives_a_restart_and_prefixes_stay_unique() {
     assert_eq!(replica_states(&d), vec!["RUNNING"]);
     assert_eq!(d["applications"]["a"]["deployments"]["D"]["replicas"][0]["actor_id"], "actor1");
     assert_eq!(host.created.lock().unwrap().len(), 1, "the running replica is kept");
+}
+
+mod declarative {
+    use super::*;
+    use oxray_serve::builds::Declarative;
+    use oxray_serve::wire::BUILDER_CLASS;
+
+    fn built() -> serde_json::Value {
+        serde_json::json!({"app": serde_json::to_value(app(1, "v1", serde_json::Value::Null)).unwrap()})
+    }
+
+    fn config(apps: serde_json::Value) -> Vec<u8> {
+        serde_json::json!({"applications": apps}).to_string().into_bytes()
+    }
+
+    fn builders(host: &Fake) -> usize {
+        host.created.lock().unwrap().iter().filter(|r| r.class == BUILDER_CLASS).count()
+    }
+
+    async fn until(c: &Arc<Controller>, what: impl Fn() -> bool) {
+        for _ in 0..400 {
+            c.reconcile();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if what() {
+                return;
+            }
+        }
+        panic!("never happened: {}", c.details());
+    }
+
+    #[tokio::test]
+    async fn a_config_is_built_in_its_runtime_env_then_deployed_and_left_alone_when_unchanged() {
+        let host = Arc::new(Fake::default());
+        host.replies.lock().unwrap().insert("build".into(), built());
+        let store = Arc::new(Memory::default());
+        let c = Controller::open(host.clone(), store.clone()).unwrap();
+        let d = Declarative::new(c.clone(), host.clone(), store.clone());
+        let app_config =
+            serde_json::json!({"name": "a", "import_path": "m:app", "runtime_env": {"env_vars": {"K": "v"}}});
+        d.apply(&config(serde_json::json!([app_config.clone()]))).unwrap();
+        until(&c, || status(&c.details()) == "RUNNING").await;
+        let builder = host.created.lock().unwrap()[0].clone();
+        assert_eq!(builder.class, BUILDER_CLASS);
+        assert_eq!(builder.resources["CPU"], 0.0);
+        assert_eq!(builder.env["K"], "v");
+        assert!(host.killed.lock().unwrap().contains(&"actor1".to_string()), "the builder is ended");
+        let details = c.details();
+        assert_eq!(details["applications"]["a"]["source"], "declarative");
+        assert_eq!(details["applications"]["a"]["deployed_app_config"], app_config);
+        assert!(store.load_config().unwrap().is_some());
+
+        d.apply(&config(serde_json::json!([app_config]))).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(builders(&host), 1, "an unchanged app is not built again");
+        assert!(d.view().builds.is_empty());
+    }
+
+    #[tokio::test]
+    async fn apps_left_out_are_deleted_but_serve_run_s_stay() {
+        let host = Arc::new(Fake::default());
+        host.replies.lock().unwrap().insert("build".into(), built());
+        let store = Arc::new(Memory::default());
+        let c = Controller::open(host.clone(), store.clone()).unwrap();
+        let d = Declarative::new(c.clone(), host.clone(), store);
+        let mut mine = app(1, "v1", serde_json::Value::Null);
+        mine.route_prefix = Some("/mine".into());
+        c.deploy("mine", mine).unwrap();
+        d.apply(&config(serde_json::json!([{"name": "a", "import_path": "m:app"}]))).unwrap();
+        until(&c, || status(&c.details()) == "RUNNING").await;
+        let err = d.apply(&config(serde_json::json!([{"name": "b", "import_path": "m:b", "route_prefix": "/mine"}])));
+        assert!(err.unwrap_err().contains("Prefix /mine is being used by application \"mine\""));
+        d.apply(&config(serde_json::json!([]))).unwrap();
+        until(&c, || c.details()["applications"].get("a").is_none()).await;
+        assert!(c.details()["applications"].get("mine").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_failed_build_keeps_its_reason_and_a_restart_resumes_what_was_not_built() {
+        let host = Arc::new(Fake::default());
+        host.replies.lock().unwrap().insert("build".into(), serde_json::json!({"error": "ModuleNotFoundError: m"}));
+        let store = Arc::new(Memory::default());
+        let c = Controller::open(host.clone(), store.clone()).unwrap();
+        let d = Declarative::new(c.clone(), host.clone(), store.clone());
+        d.apply(&config(serde_json::json!([{"name": "a", "import_path": "m:app"}]))).unwrap();
+        until(&c, || d.view().builds.get("a").is_some_and(|b| b.failed.is_some())).await;
+        assert!(d.view().builds["a"].failed.as_ref().unwrap().contains("ModuleNotFoundError: m"));
+        assert!(!d.building());
+
+        // A new head over the same store: the stored config is built again, now with success.
+        host.replies.lock().unwrap().insert("build".into(), built());
+        let c2 = Controller::open(host.clone(), store.clone()).unwrap();
+        let d2 = Declarative::new(c2.clone(), host.clone(), store);
+        d2.resume();
+        until(&c2, || status(&c2.details()) == "RUNNING").await;
+        assert_eq!(builders(&host), 2);
+        assert!(d2.view().config.is_some());
+    }
 }

@@ -1,14 +1,24 @@
 """From an Application graph to the controller's PUT body (see the Serve contract)."""
 
 import base64
+import dataclasses
 import hashlib
 import inspect
 import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from oxray.serve._deployment import Application, actor_options, initial_replicas
+from oxray.serve._deployment import Application, actor_options, autoscaling_of, initial_replicas
 from oxray.serve.handle import DeploymentHandle
+
+
+# Ray's DeploymentSchema fields reported as they are in effect (autoscaling_config apart).
+_SCHEMA_KEYS = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config",
+                "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s", "health_check_period_s",
+                "health_check_timeout_s", "placement_group_bundles", "placement_group_strategy",
+                "max_replicas_per_node", "logging_config", "rolling_update_percentage", "max_surge_percent")
+_SCHEMA_ACTOR_KEYS = ("runtime_env", "num_cpus", "num_gpus", "memory", "resources", "accelerator_type",
+                      "label_selector")
 
 
 def check_route_prefix(route_prefix) -> None:
@@ -100,7 +110,32 @@ def definition_of(app: Application, app_name: str, names: Dict[int, str]) -> byt
     })
 
 
-def deployment_body(name: str, app: Application, app_name: str, names: Dict[int, str]) -> Dict[str, Any]:
+def _plain(value):
+    """Config objects (dataclasses) as dicts, for JSON."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items() if not k.startswith("_")}
+    return value
+
+
+def deployment_schema(name: str, options: Dict[str, Any], ray_actor_options: Dict[str, Any]) -> Dict[str, Any]:
+    """The deployment's options in effect, in the shape of Ray's `DeploymentSchema` (what
+    `GET /api/serve/applications/` reports as `deployment_config`)."""
+    out = {"name": name, "ray_actor_options": {k: v for k, v in ray_actor_options.items() if k in _SCHEMA_ACTOR_KEYS}}
+    for key in _SCHEMA_KEYS:
+        value = options.get(key)
+        if value is not None:
+            out[key] = _plain(value)
+    autoscaling = autoscaling_of(options)
+    if autoscaling is not None:
+        out["autoscaling_config"] = autoscaling.dict()
+    return out
+
+
+def deployment_body(name: str, app: Application, app_name: str, names: Dict[int, str],
+                    code_version: Optional[str] = None) -> Dict[str, Any]:
+    """`code_version` stands for the code and its arguments when given (a declarative app's
+    import path, args and runtime_env, as Ray versions them): pickles of classes made in
+    different processes differ, so a rebuilt app would otherwise restart every replica."""
     from oxray.remote_function import env_vars, resource_request
 
     options = app.deployment._effective()
@@ -108,7 +143,7 @@ def deployment_body(name: str, app: Application, app_name: str, names: Dict[int,
     resources = resource_request(ray_actor_options, default_cpus=1)
     resources.setdefault("GPU", 0.0)
     definition = definition_of(app, app_name, names)
-    digest = hashlib.sha256(definition)
+    digest = hashlib.sha256(definition if code_version is None else f"{code_version}\0{name}".encode())
     digest.update(json.dumps(ray_actor_options, sort_keys=True, default=repr).encode())
     for key in ("placement_group_bundles", "placement_group_strategy"):
         digest.update(json.dumps(options.get(key), sort_keys=True, default=repr).encode())
@@ -127,11 +162,12 @@ def deployment_body(name: str, app: Application, app_name: str, names: Dict[int,
         "max_constructor_retry_count": options["max_constructor_retry_count"],
         "definition": base64.b64encode(definition).decode(),
         "version": digest.hexdigest(),
+        "config": deployment_schema(name, options, ray_actor_options),
     }
 
 
 def application_body(root: Application, app_name: str, route_prefix: Optional[str],
-                     http_options: Dict[str, Any]) -> Dict[str, Any]:
+                     http_options: Dict[str, Any], code_version: Optional[str] = None) -> Dict[str, Any]:
     check_app_name(app_name)
     check_route_prefix(route_prefix)
     ingress, order = walk(root)
@@ -141,5 +177,5 @@ def application_body(root: Application, app_name: str, route_prefix: Optional[st
         "ingress": ingress,
         "python": sys.executable,
         "http_options": http_options,
-        "deployments": [deployment_body(name, app, app_name, names) for name, app in order],
+        "deployments": [deployment_body(name, app, app_name, names, code_version) for name, app in order],
     }

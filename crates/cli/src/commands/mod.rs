@@ -2,6 +2,7 @@ pub mod job;
 pub mod list;
 pub mod operator;
 pub mod roles;
+pub mod serve;
 pub mod start;
 pub mod status;
 pub mod stop;

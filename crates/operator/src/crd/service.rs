@@ -1,5 +1,7 @@
 //! `RayService`: a cluster running Serve applications, with KubeRay's field names.
 
+use std::collections::BTreeMap;
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -55,4 +57,25 @@ pub struct ServiceStatusDetail {
     pub ray_cluster_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ray_cluster_status: Option<RayClusterStatus>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub application_statuses: BTreeMap<String, AppStatus>,
+}
+
+/// A Serve application's status, as the head reports it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppStatus {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub serve_deployment_statuses: BTreeMap<String, DeploymentStatus>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentStatus {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }

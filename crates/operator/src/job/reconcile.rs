@@ -3,14 +3,13 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
 
 use super::stages;
-use crate::cluster::reconcile::{now, secret_token};
+use crate::cluster::reconcile::now;
 use crate::context::Context;
 use crate::crd::job::{RayJob, RayJobStatus, SubmissionMode};
 use crate::crd::RayCluster;
@@ -272,21 +271,10 @@ async fn cleanup(job: &RayJob, ctx: &Context, namespace: &str) -> Result<Action>
 
 /// The job's head, reached at its pod address with the cluster token; None until it has one.
 async fn head<'a>(ctx: &'a Context, namespace: &str, st: &RayJobStatus) -> Result<Option<Head<'a>>> {
-    let Some(name) = &st.ray_cluster_name else { return Ok(None) };
-    let Some(cluster) = Api::<RayCluster>::namespaced(ctx.client.clone(), namespace).get_opt(name).await? else {
-        return Ok(None);
-    };
-    let Some(ip) = cluster.status.as_ref().and_then(|s| s.head.as_ref()).and_then(|h| h.pod_ip.clone()) else {
-        return Ok(None);
-    };
-    let secret_name =
-        cluster.spec.auth_options.as_ref().and_then(|a| a.secret_name.clone()).unwrap_or_else(|| token_secret(name));
-    let Some(secret) = Api::<Secret>::namespaced(ctx.client.clone(), namespace).get_opt(&secret_name).await? else {
-        return Ok(None);
-    };
-    let port = crate::cluster::params::dashboard_port(&cluster.spec.head_group_spec.ray_start_params)
-        .unwrap_or(PORT_DASHBOARD);
-    Ok(secret_token(&secret).map(|token| Head { http: &ctx.http, url: format!("http://{ip}:{port}"), token }))
+    match &st.ray_cluster_name {
+        Some(name) => Head::of_cluster(ctx, namespace, name).await,
+        None => Ok(None),
+    }
 }
 
 fn seconds_since(time: Option<&str>) -> f64 {

@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::Message;
 pub struct JobTarget {
     /// The cluster: its dashboard URL (http://HEAD:8265) or control address (HEAD:6379)
     /// [default: $OXRAY_ADDRESS, $RAY_ADDRESS, else the cluster started on this machine]
-    #[arg(long, env = "OXRAY_ADDRESS")]
+    #[arg(short = 'a', long, env = "OXRAY_ADDRESS")]
     pub address: Option<String>,
     /// The cluster token [default: $OXRAY_AUTH_TOKEN, else the token file]
     #[arg(long, env = "OXRAY_AUTH_TOKEN", hide_env_values = true)]
@@ -78,6 +78,19 @@ impl JobClient {
 
     pub async fn delete(&self, path: &str) -> Result<Value> {
         Ok(self.send(self.http.delete(format!("{}{path}", self.base))).await?.json().await?)
+    }
+
+    /// A request whose answer is text (or empty), as Serve's REST API gives.
+    pub async fn text(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<String> {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        Ok(self.send(request).await?.text().await?)
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     pub async fn job(&self, id: &str) -> Result<Value> {

@@ -1,6 +1,6 @@
 //! `oxray job`: submit and manage jobs through the head's Jobs REST API.
 
-mod client;
+pub(crate) mod client;
 mod manage;
 mod submit;
 

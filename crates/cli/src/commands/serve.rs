@@ -1,0 +1,239 @@
+//! `oxray serve deploy|status|config|shutdown`: Ray's `serve` CLI commands of the same
+//! names, as clients of Serve's REST API on the dashboard port.
+
+use super::job::client::{JobClient, JobTarget};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Map, Value};
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+const APPS: &str = "/api/serve/applications/";
+
+#[derive(Subcommand, Debug)]
+pub enum ServeCommand {
+    /// Deploy applications from a config file (YAML or JSON, Ray's ServeDeploySchema) or
+    /// from an import path (`module:app`, with `key=value` builder arguments); returns once
+    /// the cluster accepted it (`serve status` shows the progress).
+    Deploy(DeployArgs),
+    /// Print the status of Serve's proxies, applications and deployments (YAML).
+    Status(NameArgs),
+    /// Print the config each declarative application was deployed with (YAML documents).
+    Config(NameArgs),
+    /// Delete every application and stop Serve.
+    Shutdown(ShutdownArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DeployArgs {
+    /// A config file, or an import path of an application or application builder.
+    pub config_or_import_path: String,
+    /// Builder arguments (`key=value`), with an import path only.
+    pub arguments: Vec<String>,
+    /// The application's name, with an import path only.
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub target: JobTarget,
+}
+
+#[derive(Args, Debug)]
+pub struct NameArgs {
+    /// Only this application.
+    #[arg(short = 'n', long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub target: JobTarget,
+}
+
+#[derive(Args, Debug)]
+pub struct ShutdownArgs {
+    /// Do not ask for confirmation.
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub target: JobTarget,
+}
+
+pub fn run(command: ServeCommand) -> Result<ExitCode> {
+    crate::target::runtime()?.block_on(async {
+        match command {
+            ServeCommand::Deploy(a) => deploy(a).await,
+            ServeCommand::Status(a) => status(a).await,
+            ServeCommand::Config(a) => config(a).await,
+            ServeCommand::Shutdown(a) => shutdown(a).await,
+        }
+    })
+}
+
+/// Whether the argument names a file (else it is an import path, as Ray decides).
+fn is_config_file(arg: &str) -> bool {
+    arg.ends_with(".yaml") || arg.ends_with(".yml") || arg.ends_with(".json") || std::path::Path::new(arg).is_file()
+}
+
+/// The config to send for an import path and its `key=value` arguments.
+fn config_of_import_path(import_path: &str, arguments: &[String], name: Option<&str>) -> Result<Value> {
+    let mut args = Map::new();
+    for a in arguments {
+        let Some((k, v)) = a.split_once('=') else { bail!("builder arguments are key=value, got {a:?}") };
+        args.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    let mut app = json!({"import_path": import_path, "name": name.unwrap_or("default"), "route_prefix": "/"});
+    if !args.is_empty() {
+        app["args"] = Value::Object(args);
+    }
+    Ok(json!({"applications": [app]}))
+}
+
+fn read_config(path: &str) -> Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
+    // JSON is YAML too.
+    serde_norway::from_str(&text).with_context(|| format!("{path} is not a valid YAML or JSON config"))
+}
+
+async fn deploy(a: DeployArgs) -> Result<ExitCode> {
+    let body = if is_config_file(&a.config_or_import_path) {
+        if !a.arguments.is_empty() || a.name.is_some() {
+            bail!("arguments and --name go with an import path, not a config file");
+        }
+        read_config(&a.config_or_import_path)?
+    } else {
+        config_of_import_path(&a.config_or_import_path, &a.arguments, a.name.as_deref())?
+    };
+    let client = JobClient::connect(&a.target).await?;
+    client.text(reqwest::Method::PUT, APPS, Some(body)).await.context("the cluster refused the config")?;
+    println!("Sent deploy request successfully.");
+    println!(" * Use `oxray serve status` to check applications' statuses.");
+    println!(" * Use `oxray serve config` to see the current application config(s).");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn details(target: &JobTarget) -> Result<Value> {
+    let client = JobClient::connect(target).await?;
+    let text = client.text(reqwest::Method::GET, APPS, None).await?;
+    serde_json::from_str(&text).context("the cluster's Serve details are not JSON")
+}
+
+/// Ray's `ServeStatus` of one application.
+fn app_status(app: &Value) -> Value {
+    let deployments: Map<String, Value> = app["deployments"]
+        .as_object()
+        .map(|ds| {
+            ds.iter()
+                .map(|(name, d)| {
+                    let mut states = Map::new();
+                    for r in d["replicas"].as_array().into_iter().flatten() {
+                        let state = r["state"].as_str().unwrap_or("STARTING").to_string();
+                        let n = states.get(&state).and_then(Value::as_u64).unwrap_or(0);
+                        states.insert(state, json!(n + 1));
+                    }
+                    let status = json!({"status": d["status"], "status_trigger": d["status_trigger"],
+                                        "replica_states": states, "message": d["message"]});
+                    (name.clone(), status)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({"status": app["status"], "message": app["message"],
+           "last_deployed_time_s": app["last_deployed_time_s"], "deployments": deployments})
+}
+
+fn status_of(details: &Value, name: Option<&str>) -> Value {
+    let apps = details["applications"].as_object().cloned().unwrap_or_default();
+    if let Some(name) = name {
+        return apps.get(name).map(app_status).unwrap_or_else(
+            || json!({"status": "NOT_STARTED", "message": "", "last_deployed_time_s": 0, "deployments": {}}),
+        );
+    }
+    let proxies: Map<String, Value> = details["proxies"]
+        .as_object()
+        .map(|ps| ps.iter().map(|(id, p)| (id.clone(), p["status"].clone())).collect())
+        .unwrap_or_default();
+    let applications: Map<String, Value> = apps.iter().map(|(n, a)| (n.clone(), app_status(a))).collect();
+    json!({"proxies": proxies, "applications": applications, "target_capacity": details["target_capacity"]})
+}
+
+async fn status(a: NameArgs) -> Result<ExitCode> {
+    let details = details(&a.target).await?;
+    print!("{}", serde_norway::to_string(&status_of(&details, a.name.as_deref()))?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The declarative configs as YAML documents; `None` when there is none.
+fn configs_of(details: &Value, name: Option<&str>) -> Result<Option<String>> {
+    let apps = details["applications"].as_object().cloned().unwrap_or_default();
+    let mut documents = Vec::new();
+    for (app_name, app) in &apps {
+        if name.is_some_and(|n| n != app_name) || app["deployed_app_config"].is_null() {
+            continue;
+        }
+        documents.push(serde_norway::to_string(&app["deployed_app_config"])?);
+    }
+    Ok((!documents.is_empty()).then(|| documents.join("---\n")))
+}
+
+async fn config(a: NameArgs) -> Result<ExitCode> {
+    let details = details(&a.target).await?;
+    match configs_of(&details, a.name.as_deref())? {
+        Some(text) => print!("{text}"),
+        None => println!("No config has been deployed."),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown(a: ShutdownArgs) -> Result<ExitCode> {
+    let client = JobClient::connect(&a.target).await?;
+    if !a.yes {
+        print!("This will shut down Serve on the cluster at {}. Do you want to continue? [y/N] ", client.base());
+        std::io::stdout().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            println!("Aborted.");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    client.text(reqwest::Method::DELETE, APPS, None).await?;
+    println!("Serve is shut down: every application was deleted.");
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_import_path_becomes_a_one_app_config() {
+        let c = config_of_import_path("m:app", &["greeting=hi".into()], Some("x")).unwrap();
+        assert_eq!(
+            c,
+            json!({"applications": [{"import_path": "m:app", "name": "x", "route_prefix": "/", "args": {"greeting": "hi"}}]})
+        );
+        assert!(config_of_import_path("m:app", &["oops".into()], None).is_err());
+        assert!(is_config_file("serve.yaml") && !is_config_file("pkg.mod:app"));
+    }
+
+    fn details() -> Value {
+        json!({"proxies": {"n1": {"status": "HEALTHY"}}, "target_capacity": null, "applications": {
+            "a": {"status": "RUNNING", "message": "", "last_deployed_time_s": 1.5,
+                  "deployed_app_config": {"import_path": "m:a"},
+                  "deployments": {"D": {"status": "HEALTHY", "status_trigger": "CONFIG_UPDATE_COMPLETED",
+                                        "message": "", "replicas": [{"state": "RUNNING"}, {"state": "RUNNING"}]}}},
+            "b": {"status": "RUNNING", "message": "", "last_deployed_time_s": 2.0, "deployed_app_config": null,
+                  "deployments": {}}}})
+    }
+
+    #[test]
+    fn status_counts_replicas_by_state() {
+        let s = status_of(&details(), None);
+        assert_eq!(s["proxies"]["n1"], "HEALTHY");
+        assert_eq!(s["applications"]["a"]["deployments"]["D"]["replica_states"], json!({"RUNNING": 2}));
+        assert_eq!(status_of(&details(), Some("zzz"))["status"], "NOT_STARTED");
+    }
+
+    #[test]
+    fn config_prints_only_declarative_apps() {
+        assert_eq!(configs_of(&details(), None).unwrap().unwrap(), "import_path: m:a\n");
+        assert_eq!(configs_of(&details(), Some("b")).unwrap(), None);
+    }
+}

@@ -1,0 +1,126 @@
+//! RayService decisions, without IO: the Serve config to send (from `serveConfigV2`),
+//! whether the head needs it again, and the statuses to report from what the head says.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::crd::service::{AppStatus, DeploymentStatus};
+
+/// `serveConfigV2` (YAML) as the JSON body of `PUT /api/serve/applications/`.
+pub fn serve_config(yaml: &str) -> Result<Value, String> {
+    let value: Value = serde_norway::from_str(yaml).map_err(|e| format!("serveConfigV2 is not valid YAML: {e}"))?;
+    match value.get("applications") {
+        Some(Value::Array(_)) => Ok(value),
+        _ => Err("serveConfigV2 needs a list of applications".into()),
+    }
+}
+
+/// The port Serve's HTTP proxy listens on.
+pub fn serve_port(config: &Value) -> i32 {
+    config.pointer("/http_options/port").and_then(Value::as_i64).and_then(|p| i32::try_from(p).ok()).unwrap_or(8000)
+}
+
+/// Whether the head runs other declarative applications than `wanted` lists, or any with
+/// another config than listed: then the config is sent (again). Sending an unchanged config
+/// is harmless, but each PUT of a changed app rebuilds it.
+pub fn needs_put(wanted: &Value, details: &Value) -> bool {
+    let apps = details.get("applications").and_then(Value::as_object);
+    let wanted_apps = wanted.get("applications").and_then(Value::as_array).cloned().unwrap_or_default();
+    let deployed = apps.map(|a| a.len()).unwrap_or(0);
+    if deployed != wanted_apps.len() {
+        return true;
+    }
+    wanted_apps.iter().any(|app| {
+        let name = app.get("name").and_then(Value::as_str).unwrap_or("default");
+        apps.and_then(|a| a.get(name)).and_then(|a| a.get("deployed_app_config")) != Some(app)
+    })
+}
+
+/// Each application's status and its deployments', as KubeRay reports them.
+pub fn application_statuses(details: &Value) -> BTreeMap<String, AppStatus> {
+    let Some(apps) = details.get("applications").and_then(Value::as_object) else { return BTreeMap::new() };
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    apps.iter()
+        .map(|(name, app)| {
+            let deployments = app
+                .get("deployments")
+                .and_then(Value::as_object)
+                .map(|ds| {
+                    ds.iter()
+                        .map(|(d, dep)| {
+                            let status = DeploymentStatus {
+                                status: text(dep, "status"),
+                                message: Some(text(dep, "message")).filter(|m| !m.is_empty()),
+                            };
+                            (d.clone(), status)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let status = AppStatus {
+                status: text(app, "status"),
+                message: Some(text(app, "message")).filter(|m| !m.is_empty()),
+                serve_deployment_statuses: deployments,
+            };
+            (name.clone(), status)
+        })
+        .collect()
+}
+
+/// Serving: every application of the config is RUNNING.
+pub fn all_running(wanted: &Value, statuses: &BTreeMap<String, AppStatus>) -> bool {
+    let names: Vec<&str> = wanted
+        .get("applications")
+        .and_then(Value::as_array)
+        .map(|apps| apps.iter().map(|a| a.get("name").and_then(Value::as_str).unwrap_or("default")).collect())
+        .unwrap_or_default();
+    !names.is_empty() && names.iter().all(|n| statuses.get(*n).is_some_and(|s| s.status == "RUNNING"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const YAML: &str = "applications:\n  - name: fruit\n    import_path: fruit.app\n    route_prefix: /fruit\n    deployments:\n      - name: Mango\n        user_config: {price: 3}\n";
+
+    #[test]
+    fn the_yaml_becomes_the_json_body() {
+        let config = serve_config(YAML).unwrap();
+        assert_eq!(config["applications"][0]["deployments"][0]["user_config"], json!({"price": 3}));
+        assert_eq!(serve_port(&config), 8000);
+        assert_eq!(serve_port(&json!({"http_options": {"port": 8123}})), 8123);
+        assert!(serve_config("applications: [").unwrap_err().contains("not valid YAML"));
+        assert!(serve_config("proxy_location: EveryNode").unwrap_err().contains("list of applications"));
+    }
+
+    #[test]
+    fn a_config_is_sent_until_the_head_runs_exactly_it() {
+        let wanted = serve_config(YAML).unwrap();
+        let app = wanted["applications"][0].clone();
+        assert!(needs_put(&wanted, &json!({"applications": {}})));
+        assert!(!needs_put(&wanted, &json!({"applications": {"fruit": {"deployed_app_config": app.clone()}}})));
+        let mut changed = app.clone();
+        changed["deployments"][0]["user_config"]["price"] = json!(4);
+        assert!(needs_put(&wanted, &json!({"applications": {"fruit": {"deployed_app_config": changed}}})));
+        assert!(needs_put(
+            &wanted,
+            &json!({"applications": {"fruit": {"deployed_app_config": app}, "old": {"deployed_app_config": {}}}})
+        ));
+    }
+
+    #[test]
+    fn statuses_and_readiness_come_from_the_head_s_details() {
+        let wanted = serve_config(YAML).unwrap();
+        let details = json!({"applications": {"fruit": {"status": "DEPLOYING", "message": "",
+            "deployments": {"Mango": {"status": "UPDATING", "message": "waiting"}}}}});
+        let statuses = application_statuses(&details);
+        assert_eq!(statuses["fruit"].status, "DEPLOYING");
+        assert_eq!(statuses["fruit"].serve_deployment_statuses["Mango"].message.as_deref(), Some("waiting"));
+        assert!(!all_running(&wanted, &statuses));
+        let running = application_statuses(&json!({"applications": {"fruit": {"status": "RUNNING"}}}));
+        assert!(all_running(&wanted, &running));
+        assert!(!all_running(&json!({"applications": []}), &running));
+    }
+}

@@ -1,0 +1,184 @@
+"""Declarative Serve: `oxray serve deploy` of a config (or an import path) built on the
+cluster in the application's runtime_env, beside apps of `serve.run`, kept across a head
+restart, and `oxray serve status/config/shutdown`."""
+
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from oxray import serve
+
+from conftest import OXRAY_BIN, Cluster, driver_of
+from test_node_loss import restart_head
+
+APP = '''
+import os
+from oxray import serve
+
+
+@serve.deployment
+class Echo:
+    def __init__(self, word: str):
+        self.word = word
+
+    def __call__(self, request):
+        return f"{self.word} {os.getpid()}"
+
+
+def build(args):
+    return Echo.bind(args.get("word", "built"))
+
+
+app = Echo.bind("bound")
+'''
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    with tempfile.TemporaryDirectory(prefix="oxray-py-") as tmp:
+        cluster = Cluster(Path(tmp))
+        # The builder runs no driver's interpreter: the cluster's default, this one.
+        cluster.env["OXRAY_PYTHON"] = sys.executable
+        cluster.start(cpus=4)
+        code = Path(tmp, "code")
+        code.mkdir()
+        (code / "echo_app.py").write_text(APP)
+        try:
+            yield cluster, code, free_port()
+        finally:
+            cluster.stop()
+
+
+def cli(cluster, *args, check=True):
+    p = subprocess.run([OXRAY_BIN, "serve", *args], env=cluster.env, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    if check:
+        assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
+def deploy(cluster, tmp_path, body, check=True):
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return cli(cluster, "deploy", str(path), check=check)
+
+
+def fetch(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+        return r.read().decode()
+
+
+def wait_for(predicate, what, timeout=120):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except (OSError, KeyError):
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def app_status(cluster, name):
+    return yaml.safe_load(cli(cluster, "status", "-n", name).stdout)["status"]
+
+
+def config_of(code, port, **app):
+    return {"http_options": {"host": "127.0.0.1", "port": port},
+            "applications": [{"name": "echo", "route_prefix": "/echo", "import_path": "echo_app:build",
+                              "runtime_env": {"working_dir": str(code)}, **app}]}
+
+
+def test_a_config_deploys_with_its_working_dir_and_reports_back(setup, tmp_path):
+    cluster, code, port = setup
+    body = config_of(code, port, args={"word": "hello"})
+    out = deploy(cluster, tmp_path, body).stdout
+    assert "Sent deploy request successfully." in out
+    wait_for(lambda: app_status(cluster, "echo") == "RUNNING", "echo RUNNING")
+    assert fetch(port, "/echo").startswith("hello ")
+    assert yaml.safe_load(cli(cluster, "config").stdout) == body["applications"][0]
+    status = yaml.safe_load(cli(cluster, "status").stdout)
+    assert status["applications"]["echo"]["deployments"]["Echo"]["replica_states"] == {"RUNNING": 1}
+    assert list(status["proxies"].values()) == ["HEALTHY"]
+
+
+def test_a_put_leaves_serve_run_apps_alone_and_refuses_their_prefix(setup, tmp_path):
+    cluster, code, port = setup
+    with driver_of(cluster):
+        serve.run(serve.deployment(lambda request: "imperative", name="Mine").bind(), name="mine",
+                  route_prefix="/mine")
+        taken = deploy(cluster, tmp_path, config_of(code, port, route_prefix="/mine"), check=False)
+        assert taken.returncode != 0 and 'Prefix /mine is being used by application "mine"' in taken.stderr
+        deploy(cluster, tmp_path, config_of(code, port, args={"word": "again"}))
+        wait_for(lambda: fetch(port, "/echo").startswith("again "), "the new args")
+        details = json.loads(urllib.request.urlopen(urllib.request.Request(
+            f"{cluster.dashboard_url}/api/serve/applications/?api_type=imperative",
+            headers={"Authorization": f"Bearer {cluster.token}"}), timeout=30).read())
+        assert list(details["applications"]) == ["mine"]
+        assert details["applications"]["mine"]["deployed_app_config"] is None
+        serve.delete("mine")
+
+
+def test_an_import_path_with_arguments_deploys_one_app(setup, tmp_path):
+    cluster, code, port = setup
+    deploy(cluster, tmp_path, config_of(code, port, args={"word": "kept"}))
+    wait_for(lambda: fetch(port, "/echo").startswith("kept "), "kept")
+    p = cli(cluster, "deploy", "no_such_module:app", "word=x", "--name", "other", check=True)
+    assert "Sent deploy request successfully." in p.stdout
+    wait_for(lambda: app_status(cluster, "other") == "DEPLOY_FAILED", "other DEPLOY_FAILED")
+    message = yaml.safe_load(cli(cluster, "status", "-n", "other").stdout)["message"]
+    assert "No module named 'no_such_module'" in message
+    # The PUT of one app replaced the declarative set: echo is gone.
+    wait_for(lambda: "echo" not in yaml.safe_load(cli(cluster, "status").stdout)["applications"], "echo deleted")
+
+
+def test_a_bad_config_file_is_refused_with_the_reason(setup, tmp_path):
+    cluster, code, port = setup
+    p = deploy(cluster, tmp_path, {"applications": [{"name": "x"}]}, check=False)
+    assert p.returncode != 0 and "import_path is required" in p.stderr
+    (tmp_path / "broken.yaml").write_text("applications: [\n")
+    p = cli(cluster, "deploy", str(tmp_path / "broken.yaml"), check=False)
+    assert p.returncode != 0 and "not a valid YAML or JSON config" in p.stderr
+
+
+def test_declarative_apps_survive_a_head_restart(setup, tmp_path):
+    # Last in the module: the restarted head is this test's to stop.
+    cluster, code, port = setup
+    deploy(cluster, tmp_path, config_of(code, port, args={"word": "durable"}))
+    wait_for(lambda: app_status(cluster, "echo") == "RUNNING", "echo RUNNING")
+    pid = fetch(port, "/echo").split()[1]
+    head, log = restart_head(cluster)
+    try:
+        assert head.poll() is None, log.read_text()
+        wait_for(lambda: fetch(port, "/echo") == f"durable {pid}", "the same replica behind the new head")
+        assert yaml.safe_load(cli(cluster, "config").stdout)["args"] == {"word": "durable"}
+        cli(cluster, "shutdown", "-y")
+        assert yaml.safe_load(cli(cluster, "status").stdout)["applications"] == {}
+
+        def refused():
+            try:
+                fetch(port, "/echo")
+            except urllib.error.URLError:
+                return True
+            return False
+        wait_for(refused, "the proxy to stop")
+        assert "No config has been deployed." in cli(cluster, "config").stdout
+    finally:
+        head.terminate()
+        head.wait(timeout=30)
