@@ -329,8 +329,12 @@ def test_a_rayservice_serves_its_config_and_applies_changes_in_place(operator, k
     service = {"apiVersion": "oxray.io/v1", "kind": "RayService", "metadata": {"name": "fruit"},
                "spec": {"serveConfigV2": serve_config(serve_port, 3), "rayClusterConfig": cluster}}
     apply(kubectl, service)
-    s = wait_until(lambda: (st := status(kube, SERVICES, "fruit")).get("serviceStatus") == "Running" and st,
-                   timeout=180, what="the RayService to serve")
+    try:
+        s = wait_until(lambda: (st := status(kube, SERVICES, "fruit")).get("serviceStatus") == "Running" and st,
+                       timeout=180, what="the RayService to serve")
+    except TimeoutError:
+        pytest.fail(f"the RayService did not serve: {status(kube, SERVICES, 'fruit')}\n"
+                    f"operator log: {operator['log'].read_text()[-3000:]}")
     apps = s["activeServiceStatus"]["applicationStatuses"]
     assert apps["fruit"]["status"] == "RUNNING", s
     assert apps["fruit"]["serveDeploymentStatuses"]["Fruit"]["status"] == "HEALTHY", s

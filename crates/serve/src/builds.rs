@@ -7,12 +7,16 @@
 
 use crate::controller::{Controller, Origin};
 use crate::declarative::{self, AppConfig, DeployConfig};
-use crate::host::{ActorHost, NewReplica, StateStore};
+use crate::host::{ActorHost, NewReplica, Placed, StateStore};
 use crate::spec::AppSpec;
 use crate::wire::{self, Arg};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a builder that cannot be started is tried again (a cluster still starting).
+const START_PATIENCE: Duration = Duration::from_secs(60);
 
 /// An application of the config that is not deployed as it says yet.
 #[derive(Debug, Clone)]
@@ -21,12 +25,14 @@ pub struct Build {
     generation: u64,
     /// Why it failed; `None` while it runs.
     pub failed: Option<String>,
+    /// Why it has not started yet, while it waits.
+    pub waiting: Option<String>,
 }
 
 impl Build {
     /// A build of `config`, failed for `failed` (for reports made without a controller).
     pub fn new(config: Value, failed: Option<String>) -> Self {
-        Self { config, generation: 0, failed }
+        Self { config, generation: 0, failed, waiting: None }
     }
 }
 
@@ -122,7 +128,10 @@ impl Declarative {
                 }
                 state.generation += 1;
                 let generation = state.generation;
-                state.builds.insert(app.name.clone(), Build { config: app.raw.clone(), generation, failed: None });
+                state.builds.insert(
+                    app.name.clone(),
+                    Build { config: app.raw.clone(), generation, failed: None, waiting: None },
+                );
                 started.push((app.clone(), generation));
             }
             state.config = Some(config.clone());
@@ -151,8 +160,7 @@ impl Declarative {
             max_concurrency: 1,
             args: wire::args(vec![]),
         };
-        let placed =
-            self.host.create(builder).await.map_err(|e| format!("cannot start the application's builder: {e}"))?;
+        let placed = self.start_builder(app, generation, builder).await?;
         let mut config = app.raw.clone();
         config["name"] = Value::String(app.name.clone());
         let reply = self
@@ -165,6 +173,37 @@ impl Declarative {
             return Err(format!("Deploying the application failed:\n{error}"));
         }
         serde_json::from_value(reply["app"].clone()).map_err(|e| format!("the builder's answer is unreadable: {e}"))
+    }
+
+    /// Starts the builder; while the cluster cannot (no node has joined yet, as when a
+    /// RayService's head has just started) it tries again for a while, and the application's
+    /// message says why it waits.
+    async fn start_builder(&self, app: &AppConfig, generation: u64, builder: NewReplica) -> Result<Placed, String> {
+        let began = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(200);
+        loop {
+            let error = match self.host.create(builder.clone()).await {
+                Ok(placed) => return Ok(placed),
+                Err(e) => format!("cannot start the application's builder: {e}"),
+            };
+            if began.elapsed() >= START_PATIENCE || !self.note(&app.name, generation, &error) {
+                return Err(error);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Records why build `generation` of `name` waits; false once it is superseded.
+    fn note(&self, name: &str, generation: u64, why: &str) -> bool {
+        let mut state = self.lock();
+        match state.builds.get_mut(name) {
+            Some(b) if b.generation == generation => {
+                b.waiting = Some(why.to_string());
+                true
+            }
+            _ => false,
+        }
     }
 
     fn finish(&self, app: &AppConfig, generation: u64, outcome: Result<AppSpec, String>) {

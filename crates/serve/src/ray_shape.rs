@@ -107,7 +107,7 @@ fn application(name: &str, a: &Value, build: Option<&crate::builds::Build>) -> V
         // A new config is being applied (or failed to be) over what runs.
         Some(b) => match &b.failed {
             Some(why) => (json!("DEPLOY_FAILED"), json!(why), b.config.clone()),
-            None => (json!("DEPLOYING"), json!(""), b.config.clone()),
+            None => (json!("DEPLOYING"), json!(b.waiting.as_deref().unwrap_or("")), b.config.clone()),
         },
         None => (a["status"].clone(), a["message"].clone(), a["deployed_app_config"].clone()),
     };
@@ -133,7 +133,7 @@ fn building(name: &str, b: &crate::builds::Build) -> Value {
     };
     let (status, message) = match &b.failed {
         Some(why) => ("DEPLOY_FAILED", why.as_str()),
-        None => ("DEPLOYING", ""),
+        None => ("DEPLOYING", b.waiting.as_deref().unwrap_or("")),
     };
     json!({
         "name": name,

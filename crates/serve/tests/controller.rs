@@ -17,6 +17,8 @@ struct Fake {
     /// Replies by method; `__serve_ready__` defaults to ok.
     replies: Mutex<HashMap<String, serde_json::Value>>,
     dead: Mutex<Vec<String>>,
+    /// Creations refused before one succeeds (a cluster with no node yet).
+    refusals: Mutex<u32>,
 }
 
 fn pickled(text: String) -> Vec<u8> {
@@ -26,6 +28,13 @@ fn pickled(text: String) -> Vec<u8> {
 #[async_trait::async_trait]
 impl ActorHost for Fake {
     async fn create(&self, replica: NewReplica) -> Result<Placed, String> {
+        {
+            let mut refusals = self.refusals.lock().unwrap();
+            if *refusals > 0 {
+                *refusals -= 1;
+                return Err("no alive node can run replicas".into());
+            }
+        }
         let mut created = self.created.lock().unwrap();
         created.push(replica);
         Ok(Placed { actor_id: format!("actor{}", created.len()), worker_address: "w".into(), node_id: "n".into() })
@@ -271,6 +280,20 @@ mod declarative {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(builders(&host), 1, "an unchanged app is not built again");
         assert!(d.view().builds.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_builder_the_cluster_cannot_start_yet_is_tried_again() {
+        let host = Arc::new(Fake::default());
+        host.replies.lock().unwrap().insert("build".into(), built());
+        *host.refusals.lock().unwrap() = 2;
+        let store = Arc::new(Memory::default());
+        let c = Controller::open(host.clone(), store.clone()).unwrap();
+        let d = Declarative::new(c.clone(), host.clone(), store);
+        d.apply(&config(serde_json::json!([{"name": "a", "import_path": "m:app"}]))).unwrap();
+        until(&c, || d.view().builds.get("a").is_some_and(|b| b.waiting.is_some())).await;
+        assert!(d.view().builds["a"].waiting.as_ref().unwrap().contains("no alive node"));
+        until(&c, || status(&c.details()) == "RUNNING").await;
     }
 
     #[tokio::test]
