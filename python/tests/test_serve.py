@@ -366,3 +366,42 @@ def test_a_streamed_response_reaches_the_client_piece_by_piece(clean):
     # The first token came long before the last one was made (4 x 0.3 s).
     assert pieces[0][1] < 0.8, pieces
     assert pieces[-1][1] >= 0.9, pieces
+
+
+@serve.deployment(max_ongoing_requests=2, autoscaling_config={
+    "min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1, "upscale_delay_s": 0,
+    "downscale_delay_s": 1, "look_back_period_s": 1, "metrics_interval_s": 0.2})
+class Busy:
+    async def __call__(self, request):
+        await asyncio.sleep(float(request.query_params.get("s", "0")))
+        return str(os.getpid())
+
+
+def _replicas(app, deployment):
+    overview = serve.status().applications[app].deployments[deployment]
+    return overview.replica_states.get("RUNNING", 0)
+
+
+def test_autoscaling_follows_http_load_up_to_max_and_back_to_min(clean):
+    serve.run(Busy.bind(), name="busy", route_prefix="/busy")
+    assert _replicas("busy", "Busy") == 1
+    pids = set()
+    stop = time.monotonic() + 60
+
+    def load():
+        while time.monotonic() < stop and _replicas("busy", "Busy") < 3:
+            pids.add(get("/busy?s=0.5").text)
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        for f in [pool.submit(load) for _ in range(6)]:
+            f.result()
+    assert _replicas("busy", "Busy") == 3, serve.status()
+    # Requests reach the new replicas too.
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        pids.update(pool.map(lambda _: get("/busy?s=0.3").text, range(12)))
+    assert len(pids) >= 2
+    deadline = time.monotonic() + 30
+    while _replicas("busy", "Busy") > 1:
+        assert time.monotonic() < deadline, serve.status()
+        time.sleep(0.2)
+    assert get("/busy").status_code == 200

@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 const TICK: Duration = Duration::from_millis(200);
 /// Health checks failed in a row after which a replica is replaced.
 const HEALTH_FAILURES: u32 = 3;
+/// A replica that does not say its load within this long counts as idle.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(2);
 /// A replica not placed after this long is waiting for resources, and its deployment says so.
 const UNPLACED_S: f64 = 10.0;
 
@@ -42,6 +44,11 @@ struct Deployment {
     /// No longer in the application: its replicas stop, then it goes.
     #[serde(default)]
     removed: bool,
+    /// The replica count the autoscaler chose (autoscaling deployments only).
+    #[serde(default)]
+    autoscaled: Option<u32>,
+    #[serde(skip)]
+    load: crate::autoscale::Load,
     #[serde(skip)]
     busy: HashSet<String>,
     #[serde(skip)]
@@ -57,6 +64,8 @@ impl Deployment {
             message: String::new(),
             was_healthy: false,
             removed: false,
+            autoscaled: None,
+            load: Default::default(),
             busy: HashSet::new(),
             checked: HashMap::new(),
         }
@@ -66,13 +75,22 @@ impl Deployment {
         if deleting || self.removed {
             0
         } else {
-            self.spec.num_replicas
+            self.wanted()
+        }
+    }
+
+    /// The replicas it should have: the autoscaler's choice within its bounds, else the
+    /// configured count.
+    fn wanted(&self) -> u32 {
+        match (&self.spec.autoscaling_config, self.autoscaled) {
+            (Some(p), Some(n)) => n.clamp(p.min_replicas, p.max_replicas.max(p.min_replicas)),
+            _ => self.spec.num_replicas,
         }
     }
 
     fn status(&self) -> DeploymentStatus {
         plan::deployment_status(
-            self.spec.num_replicas,
+            self.wanted(),
             &self.spec.version,
             &self.spec.user_config,
             &self.replicas,
@@ -159,6 +177,8 @@ pub struct Controller {
     /// Something changed: the loop looks again now, and waiting requests retry.
     pub(crate) changed: Notify,
     pub(crate) routes_changed: tokio::sync::watch::Sender<u64>,
+    /// Requests the HTTP proxy holds waiting for a replica with room, per application.
+    pub(crate) queued: Arc<Mutex<HashMap<String, i64>>>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -194,6 +214,7 @@ impl Controller {
             state: Mutex::new(state),
             changed: Notify::new(),
             routes_changed: tokio::sync::watch::Sender::new(0),
+            queued: Arc::default(),
         }))
     }
 
@@ -252,6 +273,9 @@ impl Controller {
                         existing.failures = 0;
                         existing.message.clear();
                         existing.was_healthy = false;
+                    }
+                    if d.autoscaling_config.is_none() {
+                        existing.autoscaled = None;
                     }
                     existing.spec = d.clone();
                     existing.removed = false;
@@ -516,6 +540,21 @@ impl Controller {
                             });
                         }
                     }
+                    if let Some(policy) = d.spec.autoscaling_config.as_ref().filter(|_| !deleting && !d.removed) {
+                        let at = now_s();
+                        if d.load.last_measured.is_none_or(|t| at - t >= policy.measure_every_s()) {
+                            d.load.last_measured = Some(at);
+                            let running =
+                                d.replicas.iter().filter(|r| r.state == ReplicaState::Running).cloned().collect();
+                            let ingress = d.spec.name == app.spec.ingress;
+                            work.push(Work::Measure {
+                                app: name.clone(),
+                                deployment: d.spec.name.clone(),
+                                replicas: running,
+                                ingress,
+                            });
+                        }
+                    }
                     if d.status() == DeploymentStatus::Healthy {
                         d.was_healthy = true;
                     }
@@ -587,6 +626,9 @@ impl Controller {
             Work::Stop { app, deployment, replica } => self.stop(&app, &deployment, &replica).await,
             Work::Check { app, deployment, replica } => self.check(&app, &deployment, &replica).await,
             Work::Reconfigure { app, deployment, replica } => self.reconfigure(&app, &deployment, &replica).await,
+            Work::Measure { app, deployment, replicas, ingress } => {
+                self.measure(&app, &deployment, &replicas, ingress).await
+            }
         }
     }
 
@@ -749,6 +791,32 @@ impl Controller {
         }
     }
 
+    /// Asks the replicas how many requests they run, adds those the proxy holds for the
+    /// application (its ingress only), and lets the autoscaler decide.
+    async fn measure(&self, app: &str, deployment: &str, replicas: &[Replica], ingress: bool) {
+        let asks = replicas.iter().map(|r| async move {
+            let call = self.host.call(&r.actor_id, &r.worker_address, "__serve_metrics__", wire::args(vec![]));
+            match tokio::time::timeout(METRICS_TIMEOUT, call).await {
+                Ok(Ok(data)) => wire::json_reply(&data).ok().and_then(|v| v["in_flight"].as_f64()).unwrap_or(0.0),
+                _ => 0.0,
+            }
+        });
+        let running: f64 = futures_util::future::join_all(asks).await.into_iter().sum();
+        let queued = if ingress { self.queued.lock().expect("queue lock").get(app).copied().unwrap_or(0) } else { 0 };
+        let total = running + queued.max(0) as f64;
+        self.update(app, deployment, "", |d, _| {
+            let Some(policy) = d.spec.autoscaling_config.clone() else { return };
+            let now = now_s();
+            d.load.record(now, total, &policy);
+            let current = d.wanted();
+            let next = d.load.decide(&policy, current, now);
+            if next != current {
+                tracing::info!("autoscaling {app}/{deployment} from {current} to {next} replicas (load {total:.1})");
+                d.autoscaled = Some(next);
+            }
+        });
+    }
+
     async fn reconfigure(&self, app: &str, d: &DeploymentSpec, r: &Replica) {
         let config = d.user_config.clone().unwrap_or(serde_json::Value::Null);
         let args = wire::args(vec![Arg::Str(config.to_string())]);
@@ -775,6 +843,7 @@ impl Controller {
 }
 
 enum Work {
+    Measure { app: String, deployment: String, replicas: Vec<Replica>, ingress: bool },
     Start { app: String, spec: AppSpec, deployment: DeploymentSpec, replica: String },
     Stop { app: String, deployment: DeploymentSpec, replica: String },
     Check { app: String, deployment: DeploymentSpec, replica: Replica },
@@ -804,7 +873,7 @@ fn deployment_details(d: &Deployment) -> serde_json::Value {
         "status_trigger": plan::status_trigger(d.status()),
         "deployment_config": d.spec.config,
         "message": d.message,
-        "target_num_replicas": d.spec.num_replicas,
+        "target_num_replicas": d.wanted(),
         "max_ongoing_requests": d.spec.max_ongoing_requests,
         "max_queued_requests": d.spec.max_queued_requests,
         "user_config": d.spec.user_config,

@@ -4,6 +4,7 @@
 //! deploys, reports and deletes. Only replicas run Python.
 
 mod api;
+pub mod autoscale;
 pub mod builds;
 pub mod controller;
 pub mod declarative;

@@ -31,8 +31,9 @@ pub struct Proxy {
     request_timeout_s: Option<f64>,
     /// Requests in flight at each replica, from this proxy.
     in_flight: Mutex<HashMap<String, u32>>,
-    /// Requests waiting for room, per application.
-    waiting: Mutex<HashMap<String, i64>>,
+    /// Requests waiting for room, per application (the controller's map: the autoscaler
+    /// counts them as load).
+    waiting: Arc<Mutex<HashMap<String, i64>>>,
     freed: Notify,
 }
 
@@ -103,11 +104,11 @@ pub fn timeout_of(headers: &HeaderMap, default: Option<f64>) -> Option<f64> {
 impl Proxy {
     pub fn new(controller: Arc<Controller>, host: Arc<dyn ActorHost>, options: &HttpOptions) -> Arc<Self> {
         Arc::new(Self {
+            waiting: controller.queued.clone(),
             controller,
             host,
             request_timeout_s: options.request_timeout_s,
             in_flight: Mutex::new(HashMap::new()),
-            waiting: Mutex::new(HashMap::new()),
             freed: Notify::new(),
         })
     }

@@ -76,6 +76,9 @@ pub struct DeploymentSpec {
     /// The options in effect, in Ray's `DeploymentSchema` shape, for reports.
     #[serde(default)]
     pub config: Option<serde_json::Value>,
+    /// With it, `num_replicas` is only the initial count: the load decides.
+    #[serde(default)]
+    pub autoscaling_config: Option<crate::autoscale::Policy>,
 }
 
 fn default_max_ongoing() -> u32 {

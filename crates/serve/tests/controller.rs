@@ -227,6 +227,27 @@ async fn state_survives_a_restart_and_prefixes_stay_unique() {
     assert_eq!(host.created.lock().unwrap().len(), 1, "the running replica is kept");
 }
 
+#[tokio::test]
+async fn an_autoscaling_deployment_follows_its_load_within_bounds() {
+    let host = Arc::new(Fake::default());
+    host.replies.lock().unwrap().insert("__serve_metrics__".into(), serde_json::json!({"in_flight": 3}));
+    let c = Controller::open(host.clone(), Arc::new(Memory::default())).unwrap();
+    let mut spec = app(1, "v1", serde_json::Value::Null);
+    spec.deployments[0].autoscaling_config = Some(
+        serde_json::from_value(serde_json::json!({
+            "min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 1, "upscale_delay_s": 0,
+            "downscale_delay_s": 0, "look_back_period_s": 0.3, "metrics_interval_s": 0.1
+        }))
+        .unwrap(),
+    );
+    c.deploy("a", spec).unwrap();
+    // Each of the replicas answers 3 in flight: the count grows to the bound.
+    let d = settle(&c, |d| replica_states(d) == ["RUNNING"; 4]).await;
+    assert_eq!(d["applications"]["a"]["deployments"]["D"]["target_num_replicas"], 4);
+    host.replies.lock().unwrap().insert("__serve_metrics__".into(), serde_json::json!({"in_flight": 0}));
+    settle(&c, |d| replica_states(d) == ["RUNNING"]).await;
+}
+
 mod declarative {
     use super::*;
     use oxray_serve::builds::Declarative;

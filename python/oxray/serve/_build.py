@@ -163,6 +163,7 @@ def deployment_body(name: str, app: Application, app_name: str, names: Dict[int,
         "definition": base64.b64encode(definition).decode(),
         "version": digest.hexdigest(),
         "config": deployment_schema(name, options, ray_actor_options),
+        "autoscaling_config": autoscaling.dict() if (autoscaling := autoscaling_of(options)) else None,
     }
 
 

@@ -222,6 +222,10 @@ class Replica:
             return _json(ok=False, error=self._error)
         return _json(ok=True, pid=os.getpid())
 
+    async def __serve_metrics__(self) -> str:
+        """The load the autoscaler reads: requests running here now."""
+        return _json(in_flight=self._in_flight)
+
     async def __serve_health__(self) -> str:
         if self._started is None or not self._started.done():
             return _json(ok=True)  # still starting: the controller waits on __serve_ready__
