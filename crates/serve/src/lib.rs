@@ -114,8 +114,19 @@ impl Serve {
             tracing::warn!("proxy_location Disabled is not supported: the head's HTTP proxy serves the applications");
         }
         let options = self.controller.http_options_or(&config.http_options);
-        match proxy.as_ref() {
-            Some(running) if running.options != config.http_options => {
+        self.ensure_proxy(&mut proxy, &config.http_options, &options).await
+    }
+
+    /// Starts the proxy with `options` unless one runs; one running with other options than
+    /// `wanted` keeps them, as in Ray.
+    async fn ensure_proxy(
+        &self,
+        slot: &mut Option<RunningProxy>,
+        wanted: &HttpOptions,
+        options: &HttpOptions,
+    ) -> Result<(), String> {
+        match slot.as_ref() {
+            Some(running) if &running.options != wanted => {
                 tracing::warn!(
                     "Serve is running with other HTTP options ({}:{}); the new ones are ignored",
                     running.options.host,
@@ -124,7 +135,7 @@ impl Serve {
                 Ok(())
             }
             Some(_) => Ok(()),
-            None => self.start_proxy(&mut proxy, &options).await,
+            None => self.start_proxy(slot, options).await,
         }
     }
 
@@ -148,17 +159,6 @@ impl Serve {
     pub async fn deploy(&self, name: &str, spec: AppSpec) -> Result<(), DeployError> {
         let mut proxy = self.proxy.lock().await;
         let options = self.controller.deploy(name, spec)?;
-        match proxy.as_ref() {
-            Some(running) if running.options != options => {
-                tracing::warn!(
-                    "Serve is running with other HTTP options ({}:{}); the new ones are ignored",
-                    running.options.host,
-                    running.options.port
-                );
-                Ok(())
-            }
-            Some(_) => Ok(()),
-            None => self.start_proxy(&mut proxy, &options).await.map_err(DeployError::Proxy),
-        }
+        self.ensure_proxy(&mut proxy, &options, &options).await.map_err(DeployError::Proxy)
     }
 }
