@@ -16,8 +16,8 @@ const PREFIX: &str = "oxray-objects-";
 /// agent in them, so processes of this machine know the store is their node's.
 pub fn mark(port: u16, node_id: &str) -> std::io::Result<()> {
     let (memory, spill) = object_store_dirs(port);
-    std::fs::create_dir_all(&memory)?;
-    std::fs::create_dir_all(&spill)?;
+    oxray_config::paths::private_dir(&memory)?;
+    oxray_config::paths::private_dir(&spill)?;
     let me = procs::identity();
     std::fs::write(memory.join(STORE_AGENT_FILE), format!("{}\n{}\n{}\n", me.pid_namespace, me.pid, me.start_ticks))?;
     std::fs::write(memory.join(STORE_NODE_FILE), node_id)

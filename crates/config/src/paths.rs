@@ -43,10 +43,30 @@ pub fn object_store_dirs(agent_port: u16) -> (PathBuf, PathBuf) {
     (memory.join(format!("oxray-objects-{agent_port}")), std::env::temp_dir().join(format!("oxray-spill-{agent_port}")))
 }
 
+/// Creates `dir` (and its missing parents) readable by this user alone, and makes it so if
+/// it was there: object stores, spill and session directories hold other jobs' data.
+pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn private_dirs_are_the_user_s_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("oxray-private-test-{}", std::process::id()));
+        let dir = base.join("a/b");
+        private_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn stable_storage_follows_temp_dir_and_port() {

@@ -24,7 +24,8 @@ impl SessionDir {
             .collect();
         let name = format!("session_{stamp}_{}", std::process::id());
         let path = temp_dir.join(&name);
-        fs::create_dir_all(path.join("logs"))?;
+        crate::paths::private_dir(&path.join("logs"))?;
+        crate::paths::private_dir(&path)?;
         let latest = temp_dir.join("session_latest");
         let tmp_link = temp_dir.join(format!(".session_latest.{}", std::process::id()));
         let _ = fs::remove_file(&tmp_link);
@@ -35,7 +36,8 @@ impl SessionDir {
 
     /// Uses an existing directory (created if missing), as the launcher hands it to a server.
     pub fn open(path: &Path) -> io::Result<Self> {
-        fs::create_dir_all(path.join("logs"))?;
+        crate::paths::private_dir(&path.join("logs"))?;
+        crate::paths::private_dir(path)?;
         Ok(Self { path: path.to_path_buf() })
     }
 

@@ -13,6 +13,7 @@
 
 use std::fs::OpenOptions;
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -44,9 +45,15 @@ impl NodeStore {
     /// Opens (creating if needed) the store of a node: `dir` in shared memory holding up to
     /// `capacity` bytes, `spill` on disk for the rest.
     pub fn open(dir: &Path, spill: &Path, capacity: u64) -> io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        std::fs::create_dir_all(spill)?;
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(USAGE_FILE))?;
+        oxray_config::paths::private_dir(dir)?;
+        oxray_config::paths::private_dir(spill)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(dir.join(USAGE_FILE))?;
         if file.metadata()?.len() < 16 {
             file.set_len(16)?;
         }
@@ -110,7 +117,8 @@ impl NodeStore {
             in_memory = self.reserve(size);
         }
         let path = if in_memory { self.dir.join(id) } else { self.spill.join(id) };
-        let made = OpenOptions::new().write(true).create_new(true).open(&path).and_then(|f| f.set_len(size));
+        let made =
+            OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).and_then(|f| f.set_len(size));
         let file = StoredFile { path, size, in_memory };
         if let Err(e) = made {
             self.remove(&file);
@@ -256,6 +264,9 @@ mod tests {
         assert_eq!(std::fs::metadata(&a.path).unwrap().len(), 60);
         let b = store.create("b", 60, false).unwrap();
         assert!(!b.in_memory && b.path.starts_with(&spill), "no room left: spilled");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&dir), mode(&spill), mode(&a.path), mode(&b.path)), (0o700, 0o700, 0o600, 0o600));
         let other = NodeStore::open(&dir, &spill, 100).unwrap();
         assert_eq!(other.used(), 60, "every process of the node sees the same usage");
         store.delete(&a);
