@@ -42,12 +42,20 @@ import sys, time
 import oxray as rt
 from oxray import serve
 rt.init(address="local", num_cpus=4)
+
+def replica_pids():
+    from oxray.serve import _controller_client
+    apps = _controller_client.get_applications()["applications"]
+    return [r["pid"] for a in apps.values() for d in a["deployments"].values() for r in d["replicas"]]
 ''',
     "ray": r'''
 import sys, time
 import ray as rt
 from ray import serve
 rt.init(include_dashboard=False, num_cpus=4)
+
+def replica_pids():
+    return []  # found by their process titles (ray::ServeReplica:...)
 ''',
 }
 
@@ -77,7 +85,7 @@ began = time.perf_counter()
 serve.run(Noop.bind(), name="noop", route_prefix="/")
 took = time.perf_counter() - began
 serve.run(Chain.bind(Second.bind()), name="chain", route_prefix="/chain")
-print(f"READY {took:.3f}", flush=True)
+print(f"READY {took:.3f} {' '.join(map(str, replica_pids()))}", flush=True)
 while True:
     time.sleep(3600)
 '''
@@ -115,6 +123,50 @@ async def load(url: str, concurrency: int, seconds: float):
     return len(latencies) / elapsed, pick(0.5), pick(0.99), errors
 
 
+def _kib(pid: int, path: str, key: str) -> int:
+    try:
+        for line in open(f"/proc/{pid}/{path}"):
+            if line.startswith(key):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _titled(prefix: str):
+    """Pids whose command line begins with `prefix` (Ray titles its actors' processes)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if open(f"/proc/{entry}/cmdline", "rb").read().startswith(prefix.encode()):
+                    pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def _argv(pid: int):
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def memory(system: str, replicas):
+    """(MiB of RSS of Serve's control plane, mean MiB of PSS per replica). oxray's control
+    plane is the whole head process (Serve's controller and proxy live in it); Ray's are its
+    ServeController and ProxyActor processes."""
+    if system == "oxray":
+        control = [p for p in _titled("") if _argv(p)[1:2] == ["head"] and _argv(p)[0].endswith("oxray")]
+    else:
+        control = _titled("ray::ServeController") + _titled("ray::ProxyActor")
+        replicas = _titled("ray::ServeReplica")
+    rss = sum(_kib(p, "status", "VmRSS:") for p in control) / 1024
+    pss = [_kib(p, "smaps_rollup", "Pss:") / 1024 for p in replicas]
+    return rss, (sum(pss) / len(pss) if pss else 0.0), len(pss)
+
+
 def serve_with(name: str, port: int, env: dict):
     source = SERVERS[name] + ("" if name == "uvicorn" else APP)
     proc = subprocess.Popen([sys.executable, "-c", source, str(port)], stdout=subprocess.PIPE,
@@ -123,7 +175,8 @@ def serve_with(name: str, port: int, env: dict):
     if not line.startswith("READY"):
         proc.kill()
         raise RuntimeError(f"{name} did not start")
-    return proc, float(line.split()[1])
+    words = line.split()
+    return proc, float(words[1]), [int(w) for w in words[2:]]
 
 
 def stop(proc):
@@ -150,12 +203,15 @@ def main():
     if not args.no_ray and importlib.util.find_spec("ray") is not None:
         systems.append("ray")
     rows = []
+    memories = {}
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, OXRAY_HOME=f"{tmp}/home", RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=f"{tmp}/ray")
         for system in systems:
             port = 18000 + len(rows)
-            proc, run_s = serve_with(system, port, env)
+            proc, run_s, replicas = serve_with(system, port, env)
             try:
+                if system != "uvicorn":
+                    memories[system] = memory(system, replicas)
                 paths = [("no-op", "/")] + ([] if system == "uvicorn" else [("chain of 2", "/chain")])
                 for label, path in paths:
                     for c in levels:
@@ -179,6 +235,8 @@ def main():
     for s in systems[1:]:
         r = next(r for r in rows if r[0] == s)
         print(f"serve.run of the no-op app, {s}: {r[7]:.2f} s")
+    for s, (rss, pss, n) in memories.items():
+        print(f"memory, {s}: control plane {rss:.0f} MiB RSS, replicas {pss:.0f} MiB PSS each ({n} replicas)")
 
 
 if __name__ == "__main__":

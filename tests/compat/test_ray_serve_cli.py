@@ -151,6 +151,35 @@ def test_bad_configs_are_refused_with_the_reason(cluster, serve_env):
     assert status_code == 400 and "Invalid 'api_type' value" in text
 
 
+def post_scale(cluster, app, deployment, n):
+    req = urllib.request.Request(f"{cluster.dashboard_url}/api/v1/applications/{app}/deployments/{deployment}/scale",
+                                 method="POST", data=json.dumps({"target_num_replicas": n}).encode(),
+                                 headers={"Authorization": f"Bearer {cluster.token}",
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_an_external_scaler_sets_the_replica_count_where_the_app_allows_it(cluster, serve_env, tmp_path):
+    code, port = serve_env
+    status_code, body = post_scale(cluster, "greet", "Greeter", 2)
+    assert status_code == 412 and "external_scaler_enabled" in body["error"], body
+    deploy(cluster, tmp_path, config(code, port, args={"greeting": "Hello"}, external_scaler_enabled=True))
+    wait_status(cluster, "greet", "RUNNING")
+    status_code, body = post_scale(cluster, "greet", "Greeter", 3)
+    assert status_code == 200 and "Scaling request received" in body["message"], body
+    seen = {}
+
+    def three():
+        seen.update(status(cluster)["applications"]["greet"])
+        return seen["deployments"]["Greeter"]["replica_states"] == {"RUNNING": 3}
+    cluster.wait_for(three, cluster.timeout, lambda: f"three replicas; last seen {seen}")
+    assert post_scale(cluster, "greet", "Nope", 1)[0] == 404
+
+
 def test_apps_left_out_of_a_config_are_deleted_and_shutdown_ends_all(cluster, serve_env, tmp_path):
     code, port = serve_env
     body = config(code, port, import_path="greet_app:app")

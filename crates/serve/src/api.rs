@@ -3,6 +3,7 @@
 //! `serve deploy` and KubeRay send it), `GET` (Ray's `ServeInstanceDetails`) and `DELETE`
 //! (shut everything down).
 
+use crate::controller::ScaleError;
 use crate::ray_shape::Source;
 use crate::{DeployError, Serve};
 use axum::extract::{Path, Query, State};
@@ -17,6 +18,7 @@ pub fn router(serve: Arc<Serve>) -> axum::Router {
         .route("/api/oxray/serve/applications", get(details))
         .route("/api/oxray/serve/applications/{name}", put(deploy).delete(remove))
         .route("/api/serve/applications/", delete(shutdown).put(apply).get(ray_details))
+        .route("/api/v1/applications/{app}/deployments/{deployment}/scale", axum::routing::post(scale))
         .with_state(serve)
 }
 
@@ -59,6 +61,30 @@ async fn apply(State(serve): State<Arc<Serve>>, body: axum::body::Bytes) -> Resp
     match serve.apply_config(&body).await {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ScaleRequest {
+    target_num_replicas: u32,
+}
+
+async fn scale(
+    State(serve): State<Arc<Serve>>,
+    Path((app, deployment)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    let request: ScaleRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("Invalid request body: {e}")),
+    };
+    match serve.controller().scale(&app, &deployment, request.target_num_replicas) {
+        Ok(()) => Json(serde_json::json!({
+            "message": "Scaling request received. Deployment will get scaled asynchronously."
+        }))
+        .into_response(),
+        Err(e @ ScaleError::NotFound) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ ScaleError::NotEnabled(_)) => error(StatusCode::PRECONDITION_FAILED, e.to_string()),
     }
 }
 

@@ -79,11 +79,12 @@ impl Deployment {
         }
     }
 
-    /// The replicas it should have: the autoscaler's choice within its bounds, else the
-    /// configured count.
+    /// The replicas it should have: the autoscaler's choice within its bounds, else an
+    /// external scaler's, else the configured count.
     fn wanted(&self) -> u32 {
         match (&self.spec.autoscaling_config, self.autoscaled) {
             (Some(p), Some(n)) => n.clamp(p.min_replicas, p.max_replicas.max(p.min_replicas)),
+            (None, Some(n)) => n,
             _ => self.spec.num_replicas,
         }
     }
@@ -182,6 +183,14 @@ pub struct Controller {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ScaleError {
+    #[error("Application or Deployment not found")]
+    NotFound,
+    #[error("{0}")]
+    NotEnabled(String),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub enum DeployError {
     #[error("{0}")]
     Invalid(String),
@@ -274,7 +283,9 @@ impl Controller {
                         existing.message.clear();
                         existing.was_healthy = false;
                     }
-                    if d.autoscaling_config.is_none() {
+                    // A deploy sets the count again (an external scaler's included), but an
+                    // autoscaler keeps the scale it reached.
+                    if d.autoscaling_config.is_none() || existing.spec.autoscaling_config.is_none() {
                         existing.autoscaled = None;
                     }
                     existing.spec = d.clone();
@@ -295,6 +306,30 @@ impl Controller {
         drop(state);
         self.touched();
         Ok(http)
+    }
+
+    /// Sets the replica count of a deployment, for an external scaler (Ray's
+    /// `POST /api/v1/applications/{app}/deployments/{deployment}/scale`); a deploy resets it.
+    pub fn scale(&self, app: &str, deployment: &str, replicas: u32) -> Result<(), ScaleError> {
+        let mut state = self.lock();
+        let Some(a) = state.apps.get_mut(app).filter(|a| !a.deleting) else { return Err(ScaleError::NotFound) };
+        let enabled = a.spec.external_scaler_enabled;
+        let Some(d) = a.deployments.get_mut(deployment).filter(|d| !d.removed) else {
+            return Err(ScaleError::NotFound);
+        };
+        if !enabled {
+            return Err(ScaleError::NotEnabled(format!(
+                "External scaling is disabled for application '{app}': deploy it with external_scaler_enabled."
+            )));
+        }
+        d.autoscaled = Some(replicas);
+        // Scaling, not a replica lost: UPSCALING/DOWNSCALING until it is there.
+        d.was_healthy = false;
+        let a = a.clone();
+        self.persist(app, &a);
+        drop(state);
+        self.touched();
+        Ok(())
     }
 
     /// Starts deleting application `name`; false if there is none.
@@ -434,6 +469,7 @@ impl Controller {
                     "route_prefix": a.spec.route_prefix,
                     "ingress": a.spec.ingress,
                     "last_deployed_time_s": a.deployed_s,
+                    "external_scaler_enabled": a.spec.external_scaler_enabled,
                     "deployments": deployments,
                 });
                 (name.clone(), details)
@@ -757,6 +793,8 @@ impl Controller {
             Ok(Err(CallError::Died(e))) => {
                 tracing::warn!("replica {} of {app}/{} died: {e}", r.replica_id, d.name);
                 self.update(app, &d.name, &r.replica_id, |dep, id| dep.replicas.retain(|x| x.replica_id != id));
+                // Unreachable is not always dead: make sure it does not run on unseen.
+                self.host.kill(&r.actor_id, &r.worker_address, &r.actor_name).await;
                 return;
             }
             Ok(Err(CallError::Failed(e))) => Err(e),
@@ -813,6 +851,7 @@ impl Controller {
             if next != current {
                 tracing::info!("autoscaling {app}/{deployment} from {current} to {next} replicas (load {total:.1})");
                 d.autoscaled = Some(next);
+                d.was_healthy = false;
             }
         });
     }
@@ -822,6 +861,7 @@ impl Controller {
         let args = wire::args(vec![Arg::Str(config.to_string())]);
         let reply = self.host.call(&r.actor_id, &r.worker_address, "__serve_reconfigure__", args).await;
         let outcome = reply.map_err(|e| e.to_string()).and_then(|data| wire::json_reply(&data));
+        let failed = !matches!(&outcome, Ok(reply) if reply["ok"] == true);
         self.update(app, &d.name, &r.replica_id, |dep, id| match outcome {
             Ok(reply) if reply["ok"] == true => {
                 if let Some(x) = dep.replica_mut(id) {
@@ -839,6 +879,11 @@ impl Controller {
                 dep.replicas.retain(|x| x.replica_id != id);
             }
         });
+        if failed {
+            // Forgotten by the deployment: it must not keep running (and holding its
+            // resources) unseen.
+            self.host.kill(&r.actor_id, &r.worker_address, &r.actor_name).await;
+        }
     }
 }
 

@@ -121,7 +121,7 @@ fn application(name: &str, a: &Value, build: Option<&crate::builds::Build>) -> V
         "deployed_app_config": config,
         "source": a["source"],
         "deployments": deployments,
-        "external_scaler_enabled": config.get("external_scaler_enabled").and_then(Value::as_bool).unwrap_or(false),
+        "external_scaler_enabled": a["external_scaler_enabled"].as_bool().unwrap_or(false),
     })
 }
 

@@ -42,6 +42,9 @@ pub struct AppSpec {
     #[serde(default)]
     pub http_options: Option<HttpOptions>,
     pub deployments: Vec<DeploymentSpec>,
+    /// Whether `POST .../scale` may set its deployments' replica counts.
+    #[serde(default)]
+    pub external_scaler_enabled: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -214,6 +217,7 @@ mod tests {
             python: "python3".into(),
             http_options: None,
             deployments,
+            external_scaler_enabled: false,
         }
     }
 

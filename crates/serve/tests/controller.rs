@@ -228,6 +228,23 @@ async fn state_survives_a_restart_and_prefixes_stay_unique() {
 }
 
 #[tokio::test]
+async fn a_replica_whose_reconfigure_fails_is_ended_and_replaced() {
+    let host = Arc::new(Fake::default());
+    let c = Controller::open(host.clone(), Arc::new(Memory::default())).unwrap();
+    c.deploy("a", app(1, "v1", serde_json::json!({"t": 1}))).unwrap();
+    settle(&c, |d| status(d) == "RUNNING").await;
+    host.replies
+        .lock()
+        .unwrap()
+        .insert("__serve_reconfigure__".into(), serde_json::json!({"ok": false, "error": "KeyError"}));
+    c.deploy("a", app(1, "v1", serde_json::json!({"t": 2}))).unwrap();
+    settle(&c, |_| host.killed.lock().unwrap().contains(&"actor1".to_string())).await;
+    host.replies.lock().unwrap().remove("__serve_reconfigure__");
+    let d = settle(&c, |d| status(d) == "RUNNING").await;
+    assert_eq!(d["applications"]["a"]["deployments"]["D"]["replicas"][0]["actor_id"], "actor2");
+}
+
+#[tokio::test]
 async fn an_autoscaling_deployment_follows_its_load_within_bounds() {
     let host = Arc::new(Fake::default());
     host.replies.lock().unwrap().insert("__serve_metrics__".into(), serde_json::json!({"in_flight": 3}));
@@ -357,4 +374,23 @@ mod declarative {
         assert_eq!(builders(&host), 2);
         assert!(d2.view().config.is_some());
     }
+}
+
+#[tokio::test]
+async fn an_external_scaler_sets_the_count_only_where_enabled_until_the_next_deploy() {
+    use oxray_serve::controller::ScaleError;
+    let host = Arc::new(Fake::default());
+    let c = Controller::open(host.clone(), Arc::new(Memory::default())).unwrap();
+    c.deploy("a", app(1, "v1", serde_json::Value::Null)).unwrap();
+    settle(&c, |d| status(d) == "RUNNING").await;
+    assert!(matches!(c.scale("a", "D", 3), Err(ScaleError::NotEnabled(_))));
+    assert_eq!(c.scale("a", "nope", 3), Err(ScaleError::NotFound));
+    assert_eq!(c.scale("b", "D", 3), Err(ScaleError::NotFound));
+    let mut spec = app(1, "v1", serde_json::Value::Null);
+    spec.external_scaler_enabled = true;
+    c.deploy("a", spec.clone()).unwrap();
+    c.scale("a", "D", 3).unwrap();
+    settle(&c, |d| replica_states(d) == ["RUNNING"; 3]).await;
+    c.deploy("a", spec).unwrap();
+    settle(&c, |d| replica_states(d) == ["RUNNING"]).await;
 }

@@ -87,7 +87,8 @@ def _put(targets: List[RunTarget]) -> Dict[str, Any]:
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise RayServeException(f"Application names must be unique, got {names}.")
-    bodies = {t.name: _build.application_body(t.target, t.name, t.route_prefix, dict(_http_options))
+    bodies = {t.name: _build.application_body(t.target, t.name, t.route_prefix, dict(_http_options),
+                                              external_scaler_enabled=t.external_scaler_enabled)
               for t in targets}
     prefixes = [t.route_prefix for t in targets if t.route_prefix is not None]
     if len(set(prefixes)) != len(prefixes):

@@ -90,7 +90,8 @@ def build(config: Dict[str, Any]) -> Dict[str, Any]:
     route_prefix = config.get("route_prefix", "/")
     code_version = json.dumps([config["import_path"], config.get("args") or {}, config.get("runtime_env") or {}],
                               sort_keys=True)
-    return _build.application_body(root, config.get("name") or "default", route_prefix, None, code_version)
+    return _build.application_body(root, config.get("name") or "default", route_prefix, None, code_version,
+                                   bool(config.get("external_scaler_enabled")))
 
 
 class ApplicationBuilder:

@@ -208,6 +208,8 @@ class Replica:
 
     async def _reconfigure(self, user_config) -> None:
         self._identity["user_config"] = user_config
+        if user_config is None:
+            return  # as in Ray: a user_config taken away calls nothing
         reconfigure = getattr(self._user, "reconfigure", None)
         if reconfigure is None:
             raise RayServeException(f"user_config is set but {type(self._user).__name__} has no reconfigure method.")
