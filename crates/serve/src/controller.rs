@@ -44,7 +44,7 @@ struct Deployment {
     /// No longer in the application: its replicas stop, then it goes.
     #[serde(default)]
     removed: bool,
-    /// The replica count the autoscaler chose (autoscaling deployments only).
+    /// The replica count the autoscaler, or an external scaler, chose.
     #[serde(default)]
     autoscaled: Option<u32>,
     #[serde(skip)]

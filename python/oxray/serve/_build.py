@@ -143,6 +143,7 @@ def deployment_body(name: str, app: Application, app_name: str, names: Dict[int,
     resources = resource_request(ray_actor_options, default_cpus=1)
     resources.setdefault("GPU", 0.0)
     definition = definition_of(app, app_name, names)
+    autoscaling = autoscaling_of(options)
     digest = hashlib.sha256(definition if code_version is None else f"{code_version}\0{name}".encode())
     digest.update(json.dumps(ray_actor_options, sort_keys=True, default=repr).encode())
     for key in ("placement_group_bundles", "placement_group_strategy"):
@@ -163,7 +164,7 @@ def deployment_body(name: str, app: Application, app_name: str, names: Dict[int,
         "definition": base64.b64encode(definition).decode(),
         "version": digest.hexdigest(),
         "config": deployment_schema(name, options, ray_actor_options),
-        "autoscaling_config": autoscaling.dict() if (autoscaling := autoscaling_of(options)) else None,
+        "autoscaling_config": autoscaling.dict() if autoscaling is not None else None,
     }
 
 
