@@ -2,6 +2,7 @@
 //! requests in flight at a deployment's replicas over the look-back window to the number
 //! of replicas it should have, after the up/downscale delays.
 
+use crate::spec::{ten, thirty, two};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -33,15 +34,6 @@ pub struct Policy {
 
 fn one() -> u32 {
     1
-}
-fn two() -> f64 {
-    2.0
-}
-fn ten() -> f64 {
-    10.0
-}
-fn thirty() -> f64 {
-    30.0
 }
 fn six_hundred() -> f64 {
     600.0

@@ -632,12 +632,19 @@ impl Controller {
 
     /// Applies `change` to replica `id` of `app`/`deployment` and records the result.
     fn update(&self, app: &str, deployment: &str, id: &str, change: impl FnOnce(&mut Deployment, &str)) {
+        self.change_deployment(app, deployment, |d| {
+            d.busy.remove(id);
+            change(d, id);
+        });
+    }
+
+    /// Applies `change` to `app`/`deployment`; records and announces it if it changed anything.
+    fn change_deployment(&self, app: &str, deployment: &str, change: impl FnOnce(&mut Deployment)) {
         let mut state = self.lock();
         let Some(a) = state.apps.get_mut(app) else { return };
         let before = serde_json::to_vec(&*a).expect("serve state serializes");
         let Some(d) = a.deployments.get_mut(deployment) else { return };
-        d.busy.remove(id);
-        change(d, id);
+        change(d);
         if d.status() == DeploymentStatus::Healthy {
             d.was_healthy = true;
         }
@@ -842,7 +849,7 @@ impl Controller {
         let running: f64 = futures_util::future::join_all(asks).await.into_iter().sum();
         let queued = if ingress { self.queued.lock().expect("queue lock").get(app).copied().unwrap_or(0) } else { 0 };
         let total = running + queued.max(0) as f64;
-        self.update(app, deployment, "", |d, _| {
+        self.change_deployment(app, deployment, |d| {
             let Some(policy) = d.spec.autoscaling_config.clone() else { return };
             let now = now_s();
             d.load.record(now, total, &policy);

@@ -90,13 +90,13 @@ fn default_max_ongoing() -> u32 {
 fn unlimited() -> i64 {
     -1
 }
-fn ten() -> f64 {
+pub(crate) fn ten() -> f64 {
     10.0
 }
-fn thirty() -> f64 {
+pub(crate) fn thirty() -> f64 {
     30.0
 }
-fn two() -> f64 {
+pub(crate) fn two() -> f64 {
     2.0
 }
 fn twenty() -> f64 {
