@@ -291,6 +291,8 @@ impl WorkerPool {
             worker_address: worker.address.clone(),
             worker_id: worker.id.clone(),
             gpu_ids: gpu_ids.clone(),
+            node_id: self.env.node_id.lock().expect("node id lock").clone(),
+            worker_pid: worker.child.id().unwrap_or(0),
         };
         let (notify, actor_id) = match notify {
             Some((owner, actor)) => (Some(owner), actor),

@@ -1,10 +1,11 @@
 //! JSON shapes shared by the HTTP API, the CLI's `--format json|yaml` and the dashboard.
-//! Node rows follow Ray's state API so Ray's own clients can read them.
+//! Node, actor, task and placement group rows follow Ray's state API so Ray's own clients can read them.
 
 mod cluster_status;
 mod events;
 mod jobs;
 mod nodes;
+pub mod state;
 
 pub use cluster_status::{ClusterStatus, NodeSummary};
 pub use events::{Event, JobPage};

@@ -11,7 +11,9 @@ mod placement;
 mod placement_groups;
 mod serve_host;
 mod service;
+mod state_rows;
 mod store;
+mod task_states;
 
 pub use jobs::JobManager;
 pub use membership::{Membership, MembershipError, Verdict};
@@ -45,6 +47,8 @@ pub struct HeadConfig {
     pub node_death_timeout: Duration,
     /// A dead node's record is forgotten this long after its death.
     pub dead_node_retention: Duration,
+    /// How many ended task attempts and dead actors the state API keeps (newest first).
+    pub max_ended_tasks: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +73,7 @@ pub struct BoundHead {
     events: Arc<events::Events>,
     actors: Arc<actors::Actors>,
     groups: Arc<placement_groups::PlacementGroups>,
+    states: Arc<task_states::TaskStates>,
     store: Arc<Store>,
     control: TcpListener,
     http: TcpListener,
@@ -101,7 +106,8 @@ impl Head {
         )?);
         let actors = Arc::new(actors::Actors::open(store.clone())?);
         let groups = placement_groups::PlacementGroups::open(membership.clone(), config.token.clone(), store.clone())?;
-        Ok(BoundHead { config, membership, jobs, events, actors, groups, store, control, http })
+        let states = Arc::new(task_states::TaskStates::new(config.max_ended_tasks));
+        Ok(BoundHead { config, membership, jobs, events, actors, groups, states, store, control, http })
     }
 }
 
@@ -109,6 +115,9 @@ struct View {
     membership: Arc<Membership>,
     jobs: Arc<JobManager>,
     events: Arc<events::Events>,
+    actors: Arc<actors::Actors>,
+    groups: Arc<placement_groups::PlacementGroups>,
+    states: Arc<task_states::TaskStates>,
 }
 
 #[async_trait::async_trait]
@@ -121,6 +130,31 @@ impl ClusterView for View {
     }
     fn events(&self, limit: usize) -> Vec<oxray_api_types::Event> {
         self.events.latest(limit)
+    }
+    fn state_rows(&self, kind: oxray_api_types::state::StateKind) -> (Vec<serde_json::Value>, String) {
+        use oxray_api_types::state::StateKind;
+        match kind {
+            StateKind::Tasks => {
+                let actors = self.states.actors().into_iter().map(|a| (a.event.actor_id.clone(), a)).collect();
+                let (tasks, dropped) = self.states.tasks();
+                let rows = tasks.iter().map(|t| state_rows::task_row(t, &actors)).collect();
+                let warning = if dropped == 0 {
+                    String::new()
+                } else {
+                    format!("{dropped} task attempts are not shown: the head keeps the newest (--max-ended-tasks)")
+                };
+                (rows, warning)
+            }
+            StateKind::Actors => {
+                let named =
+                    self.actors.list(None).into_iter().map(|a| (a.actor_id, (a.name, a.namespace))).collect();
+                (self.states.actors().iter().map(|a| state_rows::actor_row(a, &named)).collect(), String::new())
+            }
+            StateKind::PlacementGroups => {
+                (self.groups.list().iter().map(state_rows::placement_group_row).collect(), String::new())
+            }
+            StateKind::Jobs => (Vec::new(), String::new()),
+        }
     }
     async fn node_log(&self, node_id: &str, max_bytes: u64) -> Result<String, oxray_api_types::ApiError> {
         let id =
@@ -140,7 +174,7 @@ impl BoundHead {
 
     /// Serves until `shutdown` is cancelled, then stops accepting and returns.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), HeadError> {
-        let BoundHead { config, membership, jobs, events, actors, groups, store, control, http } = self;
+        let BoundHead { config, membership, jobs, events, actors, groups, states, store, control, http } = self;
         let session_name = config.session.name();
         tracing::info!(
             control = %control.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -187,8 +221,9 @@ impl BoundHead {
         let service = service::HeadService::new(
             membership.clone(),
             jobs.clone(),
-            actors,
-            groups,
+            actors.clone(),
+            groups.clone(),
+            states.clone(),
             session_name.clone(),
             dashboard,
         );
@@ -197,7 +232,7 @@ impl BoundHead {
             .serve_with_incoming_shutdown(oxray_rpc::incoming(control), shutdown.clone().cancelled_owned());
 
         let api = oxray_http::router(ApiState {
-            view: Arc::new(View { membership, jobs: jobs.clone(), events }),
+            view: Arc::new(View { membership, jobs: jobs.clone(), events, actors, groups, states }),
             jobs: Arc::new(jobs::Api(jobs)),
             token: config.token.clone(),
             session_name,

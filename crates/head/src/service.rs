@@ -14,6 +14,7 @@ pub struct HeadService {
     jobs: Arc<JobManager>,
     actors: Arc<crate::actors::Actors>,
     groups: Arc<crate::placement_groups::PlacementGroups>,
+    states: Arc<crate::task_states::TaskStates>,
     session_name: String,
     dashboard: crate::Dashboard,
 }
@@ -24,10 +25,11 @@ impl HeadService {
         jobs: Arc<JobManager>,
         actors: Arc<crate::actors::Actors>,
         groups: Arc<crate::placement_groups::PlacementGroups>,
+        states: Arc<crate::task_states::TaskStates>,
         session_name: String,
         dashboard: crate::Dashboard,
     ) -> Self {
-        Self { membership, jobs, actors, groups, session_name, dashboard }
+        Self { membership, jobs, actors, groups, states, session_name, dashboard }
     }
 
     /// Several heartbeats fit in one death timeout, so one lost heartbeat kills no node.
@@ -75,6 +77,14 @@ const PACKAGE_CHUNK: usize = 1 << 20;
 #[tonic::async_trait]
 impl head_service_server::HeadService for HeadService {
     type GetPackageStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<v1::DataChunk, Status>> + Send>>;
+
+    async fn report_events(
+        &self,
+        request: Request<v1::ReportEventsRequest>,
+    ) -> Result<Response<v1::ReportEventsReply>, Status> {
+        self.states.apply(request.into_inner());
+        Ok(Response::new(v1::ReportEventsReply {}))
+    }
 
     async fn register_actor(
         &self,

@@ -1,5 +1,5 @@
 //! The head's HTTP API on the dashboard port: version and health, Ray's state API for
-//! nodes, cluster status and Prometheus metrics, all behind the cluster token.
+//! nodes, actors, tasks, placement groups and jobs, cluster status and Prometheus metrics, all behind the cluster token.
 
 mod assets;
 mod auth;
@@ -8,6 +8,7 @@ mod jobs_api;
 mod metrics;
 mod nodes;
 mod packages;
+mod state;
 mod status;
 mod ui;
 mod utf8;
@@ -30,6 +31,9 @@ pub trait ClusterView: Send + Sync + 'static {
     fn pending(&self) -> Vec<String>;
     /// The newest events, newest first.
     fn events(&self, limit: usize) -> Vec<oxray_api_types::Event>;
+    /// Every row of a kind of Ray's state API (not jobs: the jobs API has those), with
+    /// every column, and a warning when some are missing.
+    fn state_rows(&self, kind: oxray_api_types::state::StateKind) -> (Vec<serde_json::Value>, String);
     /// The end of a node agent's own log.
     async fn node_log(&self, node_id: &str, max_bytes: u64) -> Result<String, oxray_api_types::ApiError>;
 }
@@ -45,6 +49,12 @@ pub struct ApiState {
 pub fn router(state: ApiState) -> Router {
     let protected = Router::new()
         .route("/api/v0/nodes", get(nodes::list))
+        .route("/api/v0/actors", get(state::actors))
+        .route("/api/v0/tasks", get(state::tasks))
+        .route("/api/v0/placement_groups", get(state::placement_groups))
+        .route("/api/v0/jobs", get(state::jobs))
+        .route("/api/v0/tasks/summarize", get(state::summarize_tasks))
+        .route("/api/v0/actors/summarize", get(state::summarize_actors))
         .route("/api/cluster_status", get(status::cluster_status))
         .route("/metrics", get(metrics::render))
         .route("/api/jobs/", get(jobs::list).post(jobs::submit))

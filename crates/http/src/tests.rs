@@ -17,6 +17,19 @@ impl ClusterView for FixedView {
     fn events(&self, _limit: usize) -> Vec<oxray_api_types::Event> {
         Vec::new()
     }
+    fn state_rows(&self, kind: oxray_api_types::state::StateKind) -> (Vec<serde_json::Value>, String) {
+        use oxray_api_types::state::StateKind;
+        let rows = match kind {
+            StateKind::Tasks => vec![
+                serde_json::json!({ "task_id": "b", "attempt_number": 0, "name": "f", "func_or_class_name": "f",
+                                    "type": "NORMAL_TASK", "state": "FINISHED", "events": [] }),
+                serde_json::json!({ "task_id": "a", "attempt_number": 0, "name": "g", "func_or_class_name": "g",
+                                    "type": "NORMAL_TASK", "state": "RUNNING", "events": [] }),
+            ],
+            _ => Vec::new(),
+        };
+        (rows, String::new())
+    }
     async fn node_log(&self, node_id: &str, _max_bytes: u64) -> Result<String, oxray_api_types::ApiError> {
         Err(oxray_api_types::ApiError::NotFound(format!("Node {node_id} does not exist")))
     }
@@ -223,4 +236,31 @@ async fn signing_in_sets_the_token_cookie() {
     let page = get("/api/ui/jobs?limit=5", Some(("cookie", "ray-authentication-token=s3cret"))).await;
     assert_eq!(page.0, StatusCode::OK);
     assert!(page.1.contains("\"total\":0"), "{}", page.1);
+}
+
+async fn get_json(uri: &str) -> (StatusCode, serde_json::Value) {
+    let (status, body) = get(uri, AUTH).await;
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+#[tokio::test]
+async fn task_lists_filter_and_summarize_in_rays_envelope() {
+    let (status, body) =
+        get_json("/api/v0/tasks?limit=10&detail=False&filter_keys=STATE&filter_predicates=%3D&filter_values=running&timeout=24")
+            .await;
+    assert_eq!(status, StatusCode::OK);
+    let list = &body["data"]["result"];
+    assert_eq!((list["total"].clone(), list["num_filtered"].clone()), (serde_json::json!(2), serde_json::json!(1)));
+    assert_eq!(list["result"][0]["task_id"], "a");
+    assert!(list["result"][0].get("events").is_none());
+    let (status, body) = get_json("/api/v0/tasks?filter_keys=colour&filter_predicates=%3D&filter_values=red").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["result"], false);
+    assert!(body["msg"].as_str().unwrap().contains("not supported"));
+    let (status, body) = get_json("/api/v0/tasks/summarize?timeout=30").await;
+    assert_eq!(status, StatusCode::OK);
+    let cluster = &body["data"]["result"]["result"]["node_id_to_summary"]["cluster"];
+    assert_eq!(cluster["summary"]["f"]["state_counts"]["FINISHED"], 1);
+    let (status, body) = get_json("/api/v0/actors").await;
+    assert_eq!((status, body["data"]["result"]["total"].clone()), (StatusCode::OK, serde_json::json!(0)));
 }

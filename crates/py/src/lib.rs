@@ -146,6 +146,8 @@ fn connect(
 
 /// How long `shutdown` waits for group removals still on their way (the head may be gone).
 const GROUP_CHANGES_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long an ending driver waits for its last task and actor states to reach the head.
+const EVENTS_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The core's own runtime: one thread, beside Python's.
 fn core_runtime() -> PyResult<tokio::runtime::Runtime> {
@@ -819,6 +821,11 @@ impl Client {
         let groups = self.cluster.groups().clone();
         let settled = async move { tokio::time::timeout(GROUP_CHANGES_AT_EXIT, groups.all_settled()).await };
         let _ = py.detach(|| self.cluster.call(|_| settled));
+        let submitter = self.submitter.lock().expect("submitter lock").clone();
+        if let Some(submitter) = submitter {
+            let flushed = async move { tokio::time::timeout(EVENTS_AT_EXIT, submitter.flush_events()).await };
+            let _ = py.detach(|| self.runtime.block_on(flushed));
+        }
         if let Some(Some(store)) = self.store.lock().expect("store lock").as_ref() {
             store.release_kept();
         }

@@ -28,6 +28,13 @@ pub struct RestartPlan {
     pub restarts_left: i64,
 }
 
+pub(crate) struct Facts {
+    pub resources: ResourceSet,
+    pub strategy: Strategy,
+    pub detached: bool,
+    pub lease: Option<v1::LeaseReply>,
+}
+
 struct Record {
     address: String,
     life: Life,
@@ -69,6 +76,19 @@ impl ActorDirectory {
             looked_up: true,
         };
         self.lock().insert(actor_id.to_string(), record);
+    }
+
+    /// What the state API shows of an actor this process owns.
+    pub(crate) fn facts(&self, actor_id: &str) -> Option<Facts> {
+        let records = self.lock();
+        let record = records.get(actor_id)?;
+        let plan = record.plan.as_ref()?;
+        Some(Facts {
+            resources: plan.resources.clone(),
+            strategy: plan.strategy.clone(),
+            detached: plan.detached,
+            lease: record.lease.as_ref().map(|l| l.reply.clone()),
+        })
     }
 
     fn plan(&self, actor_id: &str) -> Option<RestartPlan> {
@@ -160,7 +180,7 @@ impl ActorDirectory {
         self.notify();
     }
 
-    fn set_dead(&self, actor_id: &str, reason: String) -> Option<Lease> {
+    pub(crate) fn set_dead(&self, actor_id: &str, reason: String) -> Option<Lease> {
         let lease = self.lock().get_mut(actor_id).and_then(|r| {
             r.life = Life::Dead(reason);
             r.lease.take()
@@ -183,7 +203,7 @@ impl Submitter {
     /// An actor whose creation call could not be sent: it is dead, and its worker (holding
     /// the calls sent to it meanwhile) is ended.
     pub(crate) async fn creation_failed(&self, actor_id: &str, reason: String) {
-        if let Some(lease) = self.actors.set_dead(actor_id, reason) {
+        if let Some(lease) = self.actor_died(actor_id, reason) {
             let _ = self.give_back(&lease, true).await;
         }
     }
@@ -200,6 +220,8 @@ impl Submitter {
         plan: RestartPlan,
     ) -> String {
         self.actors.expect(actor_id, plan);
+        let state = if creation.dependencies.is_empty() { "PENDING_CREATION" } else { "DEPENDENCIES_UNREADY" };
+        self.note_actor(actor_id, state, |e| e.class_name.clone_from(&creation.name));
         self.submit(runtime, creation).swap_remove(0)
     }
 
@@ -237,7 +259,7 @@ impl Submitter {
                 call.gpu_ids = gpu_ids;
             }
             Ok((_, Err(reason))) | Err(reason) => {
-                self.actors.set_dead(&actor_id, reason.clone());
+                self.actor_died(&actor_id, reason.clone());
                 call.dead = Some(reason);
             }
         }
@@ -251,9 +273,9 @@ impl Submitter {
         if let Some(owner) = self.actors.claim_lookup(actor_id) {
             match self.ask_owner(&owner, actor_id, "").await {
                 Ok(r) if !r.address.is_empty() => self.actors.set_address(actor_id, &r.address),
-                Ok(r) => drop(self.actors.set_dead(actor_id, r.dead_reason)),
+                Ok(r) => drop(self.actor_died(actor_id, r.dead_reason)),
                 Err(e) => {
-                    drop(self.actors.set_dead(actor_id, format!("the owner of actor {actor_id} is unreachable: {e}")))
+                    drop(self.actor_died(actor_id, format!("the owner of actor {actor_id} is unreachable: {e}")))
                 }
             }
         }
@@ -333,6 +355,8 @@ impl Submitter {
                             return Err(reason);
                         }
                         record.life = Life::Restarting;
+                        drop(records);
+                        self.note_actor(actor_id, "RESTARTING", |_| {});
                         tokio::spawn(self.clone().restart(actor_id.to_string()));
                     }
                     Life::Restarting => {}
@@ -356,7 +380,7 @@ impl Submitter {
         loop {
             if plan.restarts_left == 0 {
                 let reason = format!("the actor {actor_id} died and every restart failed (max_restarts)");
-                self.actors.set_dead(&actor_id, reason);
+                self.actor_died(&actor_id, reason);
                 return;
             }
             plan.restarts_left -= 1;
@@ -367,7 +391,7 @@ impl Submitter {
             let lease = match self.lease_patiently(&plan.resources, &plan.env, &plan.strategy, holder, true).await {
                 Ok(lease) => lease,
                 Err(e) => {
-                    self.actors.set_dead(&actor_id, format!("the actor {actor_id} died and cannot be restarted: {e}"));
+                    self.actor_died(&actor_id, format!("the actor {actor_id} died and cannot be restarted: {e}"));
                     return;
                 }
             };
@@ -386,12 +410,13 @@ impl Submitter {
                         r.lease = Some(lease);
                     }
                     self.actors.set_address(&actor_id, &address);
+                    self.note_actor(&actor_id, "ALIVE", |_| {});
                     return;
                 }
                 Ok(_) => {
                     let _ = self.give_back(&lease, true).await;
                     let reason = format!("the actor {actor_id} died and its constructor raised when it was restarted");
-                    self.actors.set_dead(&actor_id, reason);
+                    self.actor_died(&actor_id, reason);
                     return;
                 }
                 Err(_) => {
@@ -416,7 +441,7 @@ impl Submitter {
             return client.kill_actor(request).await.map(|_| ()).map_err(|s| s.message().to_string());
         }
         let lease = if no_restart {
-            self.actors.set_dead(actor_id, format!("the actor {actor_id} was killed"))
+            self.actor_died(actor_id, format!("the actor {actor_id} was killed"))
         } else {
             self.actors.lock().get_mut(actor_id).and_then(|r| r.lease.take())
         };

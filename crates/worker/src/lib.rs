@@ -15,6 +15,7 @@ mod objects;
 pub mod placement_groups;
 mod push;
 mod store;
+mod state_events;
 mod streams;
 mod tasks;
 

@@ -13,6 +13,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 mod actor_calls;
+mod states;
 
 pub(crate) type Authed = InterceptedService<Channel, ClientAuth>;
 
@@ -149,6 +150,8 @@ pub struct Submitter {
     object_address: std::sync::OnceLock<String>,
     /// What `result_store` names, once it can.
     result_store: std::sync::OnceLock<String>,
+    /// The state API's view of this process's tasks and actors; `None` when not reported.
+    events: Option<Arc<crate::state_events::Reporter>>,
 }
 
 type Reply = Result<v1::PushTaskReply, NoReply>;
@@ -228,7 +231,9 @@ impl Submitter {
         links: Arc<crate::OwnerLinks>,
     ) -> Result<Self, String> {
         let leases = LeaseServiceClient::with_interceptor(channel(agent)?, ClientAuth::new(&token));
+        let events = head.clone().and_then(crate::state_events::Reporter::start);
         Ok(Self {
+            events,
             objects,
             leases,
             head,
@@ -286,6 +291,7 @@ impl Submitter {
         if spec.streaming {
             self.expect_items(&ids[0]);
         }
+        self.note_submitted(&ids[0], &spec);
         let job = Job { spec, ids: ids.clone(), contained };
         match &job.spec.route {
             Route::Actor(call) if !call.creation => self.call(runtime, job),
@@ -309,9 +315,16 @@ impl Submitter {
             _ => None,
         };
         let outcome = self.run(&ids[0], spec).await;
-        if let (Err(Failure::Dependency(_)), Some(actor_id)) = (&outcome, created) {
-            let reason = format!("the actor {actor_id} was never created: an argument of its creation failed");
-            self.creation_failed(&actor_id, reason).await;
+        match (&outcome, created) {
+            (Err(Failure::Dependency(_)), Some(actor_id)) => {
+                let reason = format!("the actor {actor_id} was never created: an argument of its creation failed");
+                self.creation_failed(&actor_id, reason).await;
+            }
+            (Ok(reply), Some(actor_id)) if !reply.is_error => self.note_actor(&actor_id, "ALIVE", |_| {}),
+            (Ok(_), Some(actor_id)) => self.note_actor(&actor_id, "DEAD", |e| {
+                e.death_cause = format!("the actor {actor_id}'s constructor raised an exception");
+            }),
+            _ => {}
         }
         self.conclude(&ids, &contained, actor, outcome);
     }
@@ -324,6 +337,7 @@ impl Submitter {
             self.cancelled.lock().expect("cancelled lock").remove(&ids[0]);
         }
         self.pushes.forget_items(&ids[0]);
+        self.note_ended(&ids[0], actor, &outcome);
         for nested in contained {
             self.objects.release(nested);
         }
@@ -374,6 +388,7 @@ impl Submitter {
             self.objects.release(dep);
         }
         let values = values.map_err(|e| Failure::System(e.to_string()))?;
+        self.note_args_ready(task_id, !spec.dependencies.is_empty());
         let mut dependencies = Vec::with_capacity(values.len());
         for (id, ready) in spec.dependencies.iter().zip(values) {
             // A failed argument fails the task with the same error, as in Ray.
@@ -418,6 +433,7 @@ impl Submitter {
                 });
             }
             attempt += 1;
+            self.note_retry(task_id, &reply);
             if reply.is_err() {
                 // A node that just died may still look alive for a moment: do not spend
                 // every retry on it at once.
@@ -574,6 +590,7 @@ impl Submitter {
             self.running.lock().expect("running lock").insert(task_id.clone(), lease.reply.worker_address.clone());
             let mut push = queued.push;
             push.gpu_ids = lease.reply.gpu_ids.clone();
+            self.note_running(&task_id, Some(&lease.reply));
             let reply = self.pushes.push(&lease.reply.worker_address, None, push).await;
             self.running.lock().expect("running lock").remove(&task_id);
             // A broken worker, or one that ends after this reply (`max_calls`), runs nothing

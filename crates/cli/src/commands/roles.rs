@@ -45,6 +45,10 @@ pub struct StateArgs {
     /// Seconds a dead node's record is kept before it is forgotten
     #[arg(long, default_value_t = 86_400.0, value_parser = positive_seconds)]
     pub dead_node_retention_s: f64,
+    /// Ended task attempts and dead actors the state API keeps, newest first (Ray's
+    /// task_events_max_num_task_in_gcs)
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub max_ended_tasks: u64,
     /// Start the head with an empty database; the previous one is kept beside it as
     /// `<storage>.previous`
     #[arg(long)]
@@ -53,7 +57,12 @@ pub struct StateArgs {
 
 impl StateArgs {
     pub fn to_args(&self) -> Vec<String> {
-        let mut v = vec!["--dead-node-retention-s".to_string(), self.dead_node_retention_s.to_string()];
+        let mut v = vec![
+            "--dead-node-retention-s".to_string(),
+            self.dead_node_retention_s.to_string(),
+            "--max-ended-tasks".to_string(),
+            self.max_ended_tasks.to_string(),
+        ];
         if self.fresh {
             v.push("--fresh".into());
         }
@@ -210,6 +219,7 @@ pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
             token,
             node_death_timeout: Duration::from_secs_f64(args.node_death_timeout_s),
             dead_node_retention: Duration::from_secs_f64(args.state.dead_node_retention_s),
+            max_ended_tasks: args.state.max_ended_tasks as usize,
         })
     };
     let config = match setup() {

@@ -82,6 +82,7 @@ impl Submitter {
             self.push_request(&ids[0], spec.function, spec.args, spec.name.clone(), Vec::new(), spec.num_returns);
         push.streaming = spec.streaming;
         prepare(&mut push, &mut call);
+        self.note_running(&ids[0], None);
         let (this, again) = (self.clone(), push.clone());
         let address = call.address.clone();
         self.pushes.send(
@@ -175,6 +176,7 @@ impl Submitter {
                     if call.creation {
                         self.actors.remember_creation(&call.actor_id, &push);
                     }
+                    self.note_running(&push.task_id, None);
                     match self.pushes.push(&call.address, call.place, push.clone()).await {
                         Ok(reply) => return Ok(reply),
                         Err(cause) => cause,

@@ -1,0 +1,272 @@
+//! The tasks and actors of the cluster as their owners report them (`ReportEvents`), for
+//! the state API. Kept in memory only and bounded: the newest `max_ended` ended task
+//! attempts and dead actors are kept, older ones forgotten, so a million short tasks do not
+//! grow the head.
+
+use oxray_proto::v1;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+/// How many records of work not ended yet are kept, per ended one kept.
+const LIVE_PER_ENDED: usize = 10;
+
+fn is_ended_task(state: &str) -> bool {
+    state == "FINISHED" || state == "FAILED"
+}
+
+/// Takes `from` when it says something.
+fn keep(into: &mut String, from: String) {
+    if !from.is_empty() {
+        *into = from;
+    }
+}
+
+/// A task attempt: everything its owner reported, merged.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskRecord {
+    pub event: v1::TaskEvent,
+}
+
+impl TaskRecord {
+    /// The latest state.
+    pub fn state(&self) -> &str {
+        self.event.transitions.last().map_or("NIL", |t| t.state.as_str())
+    }
+
+    fn ended(&self) -> bool {
+        is_ended_task(self.state())
+    }
+
+    fn merge(&mut self, e: v1::TaskEvent) {
+        let into = &mut self.event;
+        keep(&mut into.name, e.name);
+        keep(&mut into.kind, e.kind);
+        keep(&mut into.job_id, e.job_id);
+        keep(&mut into.actor_id, e.actor_id);
+        keep(&mut into.node_id, e.node_id);
+        keep(&mut into.worker_id, e.worker_id);
+        keep(&mut into.error_type, e.error_type);
+        keep(&mut into.error_message, e.error_message);
+        keep(&mut into.placement_group_id, e.placement_group_id);
+        keep(&mut into.parent_task_id, e.parent_task_id);
+        if e.worker_pid != 0 {
+            into.worker_pid = e.worker_pid;
+        }
+        if !e.required_resources.is_empty() {
+            into.required_resources = e.required_resources;
+        }
+        // An ended attempt stays ended: a late report of an earlier state changes nothing.
+        let was_ended = is_ended_task(into.transitions.last().map_or("", |t| t.state.as_str()));
+        if !was_ended {
+            into.transitions.extend(e.transitions);
+        }
+    }
+}
+
+/// An actor: its owner's reports, merged.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActorRecord {
+    pub event: v1::ActorEvent,
+    /// When it first became ALIVE, when it died (0: not yet).
+    pub start_time_ms: u64,
+    pub end_time_ms: u64,
+    pub num_restarts: u32,
+}
+
+impl ActorRecord {
+    fn merge(&mut self, e: v1::ActorEvent) {
+        if self.event.state == "DEAD" {
+            return;
+        }
+        let into = &mut self.event;
+        match e.state.as_str() {
+            "ALIVE" if self.start_time_ms == 0 => self.start_time_ms = e.time_ms,
+            "RESTARTING" => self.num_restarts += 1,
+            "DEAD" => self.end_time_ms = e.time_ms,
+            _ => {}
+        }
+        keep(&mut into.actor_id, e.actor_id);
+        keep(&mut into.state, e.state);
+        keep(&mut into.class_name, e.class_name);
+        keep(&mut into.name, e.name);
+        keep(&mut into.namespace, e.namespace);
+        keep(&mut into.job_id, e.job_id);
+        keep(&mut into.node_id, e.node_id);
+        keep(&mut into.worker_id, e.worker_id);
+        keep(&mut into.death_cause, e.death_cause);
+        keep(&mut into.placement_group_id, e.placement_group_id);
+        if e.pid != 0 {
+            into.pid = e.pid;
+        }
+        if !e.required_resources.is_empty() {
+            into.required_resources = e.required_resources;
+        }
+        into.detached |= e.detached;
+        into.time_ms = e.time_ms;
+    }
+}
+
+#[derive(Default)]
+struct Tables {
+    tasks: HashMap<(String, u32), TaskRecord>,
+    /// Ended attempts, oldest first: the first forgotten.
+    ended_tasks: VecDeque<(String, u32)>,
+    actors: HashMap<String, ActorRecord>,
+    dead_actors: VecDeque<String>,
+    /// Task attempts not kept: dropped by their reporters or beyond the bounds here.
+    dropped_tasks: u64,
+}
+
+pub struct TaskStates {
+    tables: Mutex<Tables>,
+    max_ended: usize,
+}
+
+impl TaskStates {
+    pub fn new(max_ended: usize) -> Self {
+        Self { tables: Mutex::default(), max_ended: max_ended.max(1) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
+        self.tables.lock().expect("task states lock")
+    }
+
+    pub fn apply(&self, report: v1::ReportEventsRequest) {
+        let mut t = self.lock();
+        t.dropped_tasks += report.dropped_tasks;
+        for event in report.tasks {
+            self.apply_task(&mut t, event);
+        }
+        for event in report.actors {
+            let id = event.actor_id.clone();
+            let record = t.actors.entry(id.clone()).or_default();
+            let was_dead = record.event.state == "DEAD";
+            record.merge(event);
+            if !was_dead && record.event.state == "DEAD" {
+                t.dead_actors.push_back(id);
+                while t.dead_actors.len() > self.max_ended {
+                    if let Some(gone) = t.dead_actors.pop_front() {
+                        t.actors.remove(&gone);
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply_task(&self, t: &mut Tables, event: v1::TaskEvent) {
+        let key = (event.task_id.clone(), event.attempt);
+        if !t.tasks.contains_key(&key) && t.tasks.len() >= self.max_ended * (LIVE_PER_ENDED + 1) {
+            t.dropped_tasks += 1;
+            return;
+        }
+        let record = t.tasks.entry(key.clone()).or_insert_with(|| TaskRecord {
+            event: v1::TaskEvent { task_id: event.task_id.clone(), attempt: event.attempt, ..Default::default() },
+        });
+        let was_ended = record.ended();
+        record.merge(event);
+        if !was_ended && record.ended() {
+            t.ended_tasks.push_back(key);
+            while t.ended_tasks.len() > self.max_ended {
+                if let Some(gone) = t.ended_tasks.pop_front() {
+                    t.tasks.remove(&gone);
+                    t.dropped_tasks += 1;
+                }
+            }
+        }
+    }
+
+    pub fn tasks(&self) -> (Vec<TaskRecord>, u64) {
+        let t = self.lock();
+        (t.tasks.values().cloned().collect(), t.dropped_tasks)
+    }
+
+    pub fn actors(&self) -> Vec<ActorRecord> {
+        self.lock().actors.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: &str, attempt: u32, states: &[&str]) -> v1::TaskEvent {
+        v1::TaskEvent {
+            task_id: id.into(),
+            attempt,
+            transitions: states
+                .iter()
+                .enumerate()
+                .map(|(i, s)| v1::TaskTransition { state: s.to_string(), time_ms: i as u64 + 1 })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn report(tasks: Vec<v1::TaskEvent>, actors: Vec<v1::ActorEvent>) -> v1::ReportEventsRequest {
+        v1::ReportEventsRequest { tasks, actors, dropped_tasks: 0 }
+    }
+
+    #[test]
+    fn reports_of_an_attempt_merge_and_ended_ones_stay_ended() {
+        let states = TaskStates::new(10);
+        let mut first = task("t", 0, &["PENDING_NODE_ASSIGNMENT"]);
+        first.name = "f".into();
+        states.apply(report(vec![first], vec![]));
+        let mut running = task("t", 0, &["RUNNING", "FINISHED"]);
+        running.node_id = "n1".into();
+        states.apply(report(vec![running, task("t", 0, &["RUNNING"])], vec![]));
+        let (tasks, dropped) = states.tasks();
+        assert_eq!((tasks.len(), dropped), (1, 0));
+        let t = &tasks[0];
+        assert_eq!((t.state(), t.event.name.as_str(), t.event.node_id.as_str()), ("FINISHED", "f", "n1"));
+        assert_eq!(t.event.transitions.len(), 3);
+    }
+
+    #[test]
+    fn only_the_newest_ended_attempts_are_kept() {
+        let states = TaskStates::new(3);
+        states.apply(report(vec![task("live", 0, &["RUNNING"])], vec![]));
+        for i in 0..100 {
+            states.apply(report(vec![task(&i.to_string(), 0, &["RUNNING", "FINISHED"])], vec![]));
+        }
+        let (tasks, dropped) = states.tasks();
+        let mut ids: Vec<_> = tasks.iter().map(|t| t.event.task_id.clone()).collect();
+        ids.sort();
+        assert_eq!(ids, ["97", "98", "99", "live"]);
+        assert_eq!(dropped, 97);
+    }
+
+    #[test]
+    fn work_not_ended_is_bounded_too() {
+        let states = TaskStates::new(1);
+        let pending: Vec<_> = (0..50).map(|i| task(&i.to_string(), 0, &["PENDING_NODE_ASSIGNMENT"])).collect();
+        states.apply(report(pending, vec![]));
+        let (tasks, dropped) = states.tasks();
+        assert_eq!((tasks.len(), dropped), (LIVE_PER_ENDED + 1, 50 - (LIVE_PER_ENDED as u64 + 1)));
+    }
+
+    fn actor(id: &str, state: &str, time_ms: u64) -> v1::ActorEvent {
+        v1::ActorEvent { actor_id: id.into(), state: state.into(), time_ms, ..Default::default() }
+    }
+
+    #[test]
+    fn actors_count_restarts_and_dead_ones_are_bounded() {
+        let states = TaskStates::new(2);
+        let mut created = actor("a", "PENDING_CREATION", 1);
+        created.class_name = "Counter".into();
+        states.apply(report(
+            vec![],
+            vec![created, actor("a", "ALIVE", 2), actor("a", "RESTARTING", 3), actor("a", "ALIVE", 4)],
+        ));
+        let a = &states.actors()[0];
+        assert_eq!((a.event.state.as_str(), a.event.class_name.as_str()), ("ALIVE", "Counter"));
+        assert_eq!((a.start_time_ms, a.num_restarts, a.end_time_ms), (2, 1, 0));
+        for id in ["x", "y", "z"] {
+            states.apply(report(vec![], vec![actor(id, "DEAD", 9)]));
+        }
+        states.apply(report(vec![], vec![actor("y", "ALIVE", 10)]));
+        let mut ids: Vec<_> = states.actors().into_iter().map(|a| (a.event.actor_id, a.event.state)).collect();
+        ids.sort();
+        assert_eq!(ids, [("a".into(), "ALIVE".into()), ("y".into(), "DEAD".into()), ("z".into(), "DEAD".into())]);
+    }
+}

@@ -1,0 +1,114 @@
+//! Ray's state API on the dashboard port (`ray list`, `ray get`, `ray summary`): the query
+//! Ray's client sends, the rows the control plane has, Ray's envelope.
+
+use crate::{rest_response, ApiState};
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::Json;
+use oxray_api_types::state::{self, ListQuery, StateFilter, StateKind};
+use oxray_api_types::MAX_LIMIT;
+
+pub(crate) type Reply = (StatusCode, Json<serde_json::Value>);
+
+pub(crate) fn bad_request(msg: String) -> Reply {
+    (StatusCode::BAD_REQUEST, Json(rest_response(false, &msg, serde_json::json!({ "result": null }))))
+}
+
+fn ok(result: serde_json::Value) -> Reply {
+    (StatusCode::OK, Json(rest_response(true, "", serde_json::json!({ "result": result }))))
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(format!("invalid {name} {value:?}: expected True or False")),
+    }
+}
+
+/// What a list request asks for, before its filters are checked against a kind's columns.
+pub(crate) struct Query {
+    pub limit: usize,
+    pub detail: bool,
+    /// `(key, predicate, value)`.
+    pub filters: Vec<(String, String, String)>,
+}
+
+/// Ray sends filters as three parallel repeated parameters, and parameters of its own
+/// (timeout, exclude_driver, server_timeout_multiplier) that nothing here waits on.
+pub(crate) fn parse(query: &str) -> Result<Query, String> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query).map_err(|e| format!("malformed query: {e}"))?;
+    let mut q = Query { limit: 100, detail: false, filters: Vec::new() };
+    let (mut keys, mut preds, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, value) in pairs {
+        match name.as_str() {
+            "limit" => {
+                q.limit = value.parse().map_err(|_| format!("invalid limit {value:?}: expected a positive integer"))?;
+                if q.limit == 0 || q.limit > MAX_LIMIT {
+                    return Err(format!("limit must be between 1 and {MAX_LIMIT}, got {}", q.limit));
+                }
+            }
+            "detail" => q.detail = parse_bool("detail", &value)?,
+            "filter_keys" => keys.push(value),
+            "filter_predicates" => preds.push(value),
+            "filter_values" => values.push(value),
+            _ => {}
+        }
+    }
+    if keys.len() != preds.len() || keys.len() != values.len() {
+        return Err("filter_keys, filter_predicates and filter_values must come in equal numbers".into());
+    }
+    q.filters = keys.into_iter().zip(preds).zip(values).map(|((k, p), v)| (k, p, v)).collect();
+    Ok(q)
+}
+
+fn list_query(kind: StateKind, raw: Option<&str>) -> Result<ListQuery, String> {
+    let q = parse(raw.unwrap_or(""))?;
+    let filters =
+        q.filters.iter().map(|(k, p, v)| StateFilter::new(kind, k, p, v)).collect::<Result<Vec<_>, _>>()?;
+    Ok(ListQuery { limit: q.limit, detail: q.detail, filters })
+}
+
+fn rows(state: &ApiState, kind: StateKind) -> (Vec<serde_json::Value>, String) {
+    match kind {
+        StateKind::Jobs => {
+            let jobs = state.jobs.jobs().iter().filter_map(|j| serde_json::to_value(j).ok()).collect();
+            (jobs, String::new())
+        }
+        _ => state.view.state_rows(kind),
+    }
+}
+
+async fn list(state: ApiState, kind: StateKind, raw: Option<String>) -> Reply {
+    let query = match list_query(kind, raw.as_deref()) {
+        Ok(q) => q,
+        Err(msg) => return bad_request(msg),
+    };
+    let (rows, warning) = rows(&state, kind);
+    ok(state::list(kind, rows, &query, &warning))
+}
+
+pub async fn actors(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
+    list(s, StateKind::Actors, q).await
+}
+
+pub async fn tasks(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
+    list(s, StateKind::Tasks, q).await
+}
+
+pub async fn placement_groups(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
+    list(s, StateKind::PlacementGroups, q).await
+}
+
+pub async fn jobs(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
+    list(s, StateKind::Jobs, q).await
+}
+
+pub async fn summarize_tasks(State(s): State<ApiState>) -> Reply {
+    ok(state::summarize_tasks(&rows(&s, StateKind::Tasks).0))
+}
+
+pub async fn summarize_actors(State(s): State<ApiState>) -> Reply {
+    ok(state::summarize_actors(&rows(&s, StateKind::Actors).0))
+}

@@ -1,0 +1,128 @@
+//! What the submitter tells the state API about the tasks and actors it owns (see
+//! `state_events`): every hook is a no-op when reporting is off.
+
+use super::{Failure, Reply, Route, Strategy, Submitter, TaskSpec, CANCELLED};
+use crate::state_events::{FAILED, FINISHED};
+use oxray_proto::v1;
+
+/// Ray's ErrorType name for how a task ended without a value.
+fn error_type(failure: &Failure, actor: bool) -> &'static str {
+    match failure {
+        Failure::Dependency(_) => "DEPENDENCY_RESOLUTION_FAILED",
+        Failure::OutOfMemory(_) => "OUT_OF_MEMORY",
+        Failure::System(m) if m.contains(CANCELLED) => "TASK_CANCELLED",
+        Failure::System(_) if actor => "ACTOR_DIED",
+        Failure::System(_) => "WORKER_DIED",
+    }
+}
+
+fn failure_message(failure: &Failure) -> String {
+    match failure {
+        Failure::Dependency(_) => "an argument of the task failed".to_string(),
+        Failure::OutOfMemory(m) | Failure::System(m) => m.clone(),
+    }
+}
+
+impl Submitter {
+    /// Sends the state changes not reported yet (a process that ends sends its last ones).
+    pub async fn flush_events(&self) {
+        if let (Some(events), Some(head)) = (&self.events, &self.head) {
+            events.flush(&mut head.clone()).await;
+        }
+    }
+
+    pub(super) fn note_submitted(&self, task_id: &str, spec: &TaskSpec) {
+        let Some(events) = &self.events else { return };
+        let state = if spec.dependencies.is_empty() { "PENDING_NODE_ASSIGNMENT" } else { "PENDING_ARGS_AVAIL" };
+        events.task(task_id, state, |e| {
+            e.name.clone_from(&spec.name);
+            match &spec.route {
+                Route::Lease(resources, _, strategy) => {
+                    e.kind = "NORMAL_TASK".into();
+                    e.required_resources = resources.as_map().clone().into_iter().collect();
+                    if let Strategy::Bundle { group, .. } = strategy {
+                        e.placement_group_id.clone_from(group);
+                    }
+                }
+                Route::Actor(call) => {
+                    e.kind = if call.creation { "ACTOR_CREATION_TASK" } else { "ACTOR_TASK" }.into();
+                    e.actor_id.clone_from(&call.actor_id);
+                }
+            }
+        });
+    }
+
+    /// The task's arguments are ready: it waits for a worker now.
+    pub(super) fn note_args_ready(&self, task_id: &str, had_dependencies: bool) {
+        if let (Some(events), true) = (&self.events, had_dependencies) {
+            events.task(task_id, "PENDING_NODE_ASSIGNMENT", |_| {});
+        }
+    }
+
+    /// The task was sent to the worker of `lease` (to an actor's worker when `None`).
+    pub(super) fn note_running(&self, task_id: &str, lease: Option<&v1::LeaseReply>) {
+        let Some(events) = &self.events else { return };
+        events.task(task_id, "RUNNING", |e| {
+            if let Some(lease) = lease {
+                e.node_id.clone_from(&lease.node_id);
+                e.worker_id.clone_from(&lease.worker_id);
+                e.worker_pid = lease.worker_pid;
+            }
+        });
+    }
+
+    /// The attempt got `reply` and the task runs again.
+    pub(super) fn note_retry(&self, task_id: &str, reply: &Reply) {
+        let Some(events) = &self.events else { return };
+        let (kind, message) = match reply {
+            Ok(_) => ("TASK_EXECUTION_EXCEPTION", "the task raised an exception (retry_exceptions)".to_string()),
+            Err(super::NoReply::OutOfMemory(m)) => ("OUT_OF_MEMORY", m.clone()),
+            Err(super::NoReply::Failed(m)) => ("WORKER_DIED", m.clone()),
+        };
+        events.retry(task_id, kind, message);
+    }
+
+    pub(super) fn note_ended(&self, task_id: &str, actor: bool, outcome: &Result<v1::PushTaskReply, Failure>) {
+        let Some(events) = &self.events else { return };
+        match outcome {
+            Ok(reply) if !reply.is_error => events.task(task_id, FINISHED, |_| {}),
+            Ok(_) => events.task(task_id, FAILED, |e| {
+                e.error_type = "TASK_EXECUTION_EXCEPTION".into();
+                e.error_message = "the task raised an exception: getting its result raises it".into();
+            }),
+            Err(failure) => events.task(task_id, FAILED, |e| {
+                e.error_type = error_type(failure, actor).into();
+                e.error_message = failure_message(failure);
+            }),
+        }
+    }
+
+    /// An actor this process owns changed state; what its record knows fills the rest.
+    pub(crate) fn note_actor(&self, actor_id: &str, state: &str, fill: impl FnOnce(&mut v1::ActorEvent)) {
+        let Some(events) = &self.events else { return };
+        let Some(facts) = self.actors.facts(actor_id) else { return };
+        let mut event = v1::ActorEvent {
+            actor_id: actor_id.to_string(),
+            state: state.to_string(),
+            detached: facts.detached,
+            required_resources: facts.resources.as_map().clone().into_iter().collect(),
+            ..Default::default()
+        };
+        if let Strategy::Bundle { group, .. } = &facts.strategy {
+            event.placement_group_id.clone_from(group);
+        }
+        if let Some(lease) = facts.lease {
+            event.node_id = lease.node_id;
+            event.worker_id = lease.worker_id;
+            event.pid = lease.worker_pid;
+        }
+        fill(&mut event);
+        events.actor(event);
+    }
+
+    /// Marks an actor dead here and, when this process owns it, in the state API.
+    pub(crate) fn actor_died(&self, actor_id: &str, reason: String) -> Option<super::Lease> {
+        self.note_actor(actor_id, "DEAD", |e| e.death_cause.clone_from(&reason));
+        self.actors.set_dead(actor_id, reason)
+    }
+}
