@@ -22,9 +22,9 @@ class Cluster:
     def oxray(self, *args):
         return subprocess.run([OXRAY_BIN, *args], env=self.env, check=True, capture_output=True, text=True, timeout=60)
 
-    def start(self, cpus=2):
+    def start(self, cpus=2, *head_args):
         self.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", str(cpus),
-                   "--node-ip-address", "127.0.0.1")
+                   "--node-ip-address", "127.0.0.1", *head_args)
         info = json.loads(Path(self.env["OXRAY_HOME"], "current_cluster.json").read_text())
         self.dashboard_url = info["dashboard_url"]
         self.token = self.oxray("get-auth-token").stdout.strip()

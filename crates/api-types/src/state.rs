@@ -25,7 +25,7 @@ impl StateKind {
     }
 
     /// Columns without `detail`.
-    fn plain_columns(self) -> &'static [&'static str] {
+    pub fn plain_columns(self) -> &'static [&'static str] {
         match self {
             StateKind::Actors => &["actor_id", "class_name", "state", "job_id", "name", "node_id", "pid", "ray_namespace"],
             StateKind::Tasks => &[
@@ -58,6 +58,16 @@ impl StateKind {
             StateKind::Jobs => return vec!["job_id", "type", "status", "submission_id"],
         };
         self.plain_columns().iter().chain(extra).copied().collect()
+    }
+
+    /// The path segment of its list under `/api/v0/`.
+    pub fn path(self) -> &'static str {
+        match self {
+            StateKind::Actors => "actors",
+            StateKind::Tasks => "tasks",
+            StateKind::PlacementGroups => "placement_groups",
+            StateKind::Jobs => "jobs",
+        }
     }
 
     pub fn noun(self) -> &'static str {
@@ -105,6 +115,11 @@ impl StateFilter {
             Some((k, v)) => Self::new(kind, k, "=", v),
             None => Err(format!("invalid filter {text:?}: expected key=value or key!=value")),
         }
+    }
+
+    /// `(filter_keys, filter_predicates, filter_values)` entries of Ray's query.
+    pub fn query_triple(&self) -> (&str, &str, &str) {
+        (&self.key, if self.equal { "=" } else { "!=" }, &self.value)
     }
 
     /// Strings match ignoring case, booleans and numbers by value; a missing value matches

@@ -30,6 +30,13 @@ enum Command {
         #[command(subcommand)]
         what: commands::list::ListWhat,
     },
+    /// Show one actor, task (every attempt), placement group or job in full.
+    Get(commands::state::GetArgs),
+    /// Summarize tasks by function or actors by class.
+    Summary {
+        #[command(subcommand)]
+        what: commands::state::SummaryWhat,
+    },
     /// Submit and manage jobs (compatible with Ray's Jobs API).
     Job {
         #[command(subcommand)]
@@ -60,6 +67,8 @@ fn main() -> ExitCode {
         Command::Stop(args) => commands::stop::run(args),
         Command::Status(args) => commands::status::run(args),
         Command::List { what } => commands::list::run(what),
+        Command::Get(args) => commands::state::get(args),
+        Command::Summary { what } => commands::state::summary(what),
         Command::Job { command } => commands::job::run(command),
         Command::Serve { command } => commands::serve::run(command),
         Command::GetAuthToken => commands::token::run(),

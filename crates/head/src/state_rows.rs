@@ -40,15 +40,21 @@ pub fn task_row(record: &TaskRecord, actors: &HashMap<String, ActorRecord>) -> V
     let events: Vec<Value> =
         e.transitions.iter().map(|t| json!({ "state": t.state, "created_ms": t.time_ms })).collect();
     let kind = if e.kind.is_empty() { "NORMAL_TASK" } else { e.kind.as_str() };
+    // Ray names actor work after the class: `Counter.incr`, `Counter.__init__`.
+    let name = match (kind, actor.map(|a| a.class_name.as_str()).unwrap_or_default()) {
+        ("ACTOR_CREATION_TASK", _) => format!("{}.__init__", e.name),
+        ("ACTOR_TASK", class) if !class.is_empty() => format!("{class}.{}", e.name),
+        _ => e.name.clone(),
+    };
     json!({
         "task_id": e.task_id,
         "attempt_number": e.attempt,
-        "name": e.name,
+        "name": name,
         "state": record.state(),
         "job_id": e.job_id,
         "actor_id": or_null(&e.actor_id),
         "type": kind,
-        "func_or_class_name": e.name,
+        "func_or_class_name": name,
         "parent_task_id": e.parent_task_id,
         "node_id": pick(&e.node_id, actor.map(|a| a.node_id.as_str())),
         "worker_id": pick(&e.worker_id, actor.map(|a| a.worker_id.as_str())),
@@ -159,7 +165,7 @@ mod tests {
         TaskRecord {
             event: v1::TaskEvent {
                 task_id: "t".into(),
-                name: "Counter.incr".into(),
+                name: "incr".into(),
                 kind: "ACTOR_TASK".into(),
                 actor_id: "a".into(),
                 transitions: states
@@ -174,10 +180,10 @@ mod tests {
     #[test]
     fn a_task_row_has_ray_times_and_takes_its_actors_place() {
         let mut actors = HashMap::new();
-        let actor = v1::ActorEvent { node_id: "n".into(), pid: 42, ..Default::default() };
+        let actor = v1::ActorEvent { node_id: "n".into(), pid: 42, class_name: "Counter".into(), ..Default::default() };
         actors.insert("a".to_string(), ActorRecord { event: actor, ..Default::default() });
         let row = task_row(&record(&[("PENDING_NODE_ASSIGNMENT", 1), ("RUNNING", 2), ("FINISHED", 3)]), &actors);
-        assert_eq!(row["state"], "FINISHED");
+        assert_eq!((row["state"].clone(), row["name"].clone()), (json!("FINISHED"), json!("Counter.incr")));
         assert_eq!((row["creation_time_ms"].clone(), row["start_time_ms"].clone()), (json!(1), json!(2)));
         assert_eq!(row["end_time_ms"], 3);
         assert_eq!((row["node_id"].clone(), row["worker_pid"].clone()), (json!("n"), json!(42)));

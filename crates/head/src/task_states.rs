@@ -106,6 +106,22 @@ impl ActorRecord {
     }
 }
 
+/// A new attempt's record: what does not change between attempts (the name, the kind, the
+/// resources) comes from the attempt before, which its owner reported already.
+fn retry_of(previous: Option<&TaskRecord>, event: &v1::TaskEvent) -> v1::TaskEvent {
+    let mut fresh = v1::TaskEvent { task_id: event.task_id.clone(), attempt: event.attempt, ..Default::default() };
+    if let Some(p) = previous.map(|p| &p.event) {
+        fresh.name.clone_from(&p.name);
+        fresh.kind.clone_from(&p.kind);
+        fresh.job_id.clone_from(&p.job_id);
+        fresh.actor_id.clone_from(&p.actor_id);
+        fresh.required_resources.clone_from(&p.required_resources);
+        fresh.placement_group_id.clone_from(&p.placement_group_id);
+        fresh.parent_task_id.clone_from(&p.parent_task_id);
+    }
+    fresh
+}
+
 #[derive(Default)]
 struct Tables {
     tasks: HashMap<(String, u32), TaskRecord>,
@@ -159,9 +175,11 @@ impl TaskStates {
             t.dropped_tasks += 1;
             return;
         }
-        let record = t.tasks.entry(key.clone()).or_insert_with(|| TaskRecord {
-            event: v1::TaskEvent { task_id: event.task_id.clone(), attempt: event.attempt, ..Default::default() },
-        });
+        if !t.tasks.contains_key(&key) {
+            let record = TaskRecord { event: retry_of(t.tasks.get(&(key.0.clone(), key.1.wrapping_sub(1))), &event) };
+            t.tasks.insert(key.clone(), record);
+        }
+        let record = t.tasks.get_mut(&key).expect("inserted above");
         let was_ended = record.ended();
         record.merge(event);
         if !was_ended && record.ended() {
@@ -220,6 +238,19 @@ mod tests {
         let t = &tasks[0];
         assert_eq!((t.state(), t.event.name.as_str(), t.event.node_id.as_str()), ("FINISHED", "f", "n1"));
         assert_eq!(t.event.transitions.len(), 3);
+    }
+
+    #[test]
+    fn a_retry_keeps_what_its_first_attempt_said() {
+        let states = TaskStates::new(10);
+        let mut first = task("t", 0, &["PENDING_NODE_ASSIGNMENT", "RUNNING", "FAILED"]);
+        first.name = "f".into();
+        first.kind = "NORMAL_TASK".into();
+        states.apply(report(vec![first], vec![]));
+        states.apply(report(vec![task("t", 1, &["RUNNING", "FINISHED"])], vec![]));
+        let (mut tasks, _) = states.tasks();
+        tasks.sort_by_key(|t| t.event.attempt);
+        assert_eq!((tasks[1].event.name.as_str(), tasks[1].state()), ("f", "FINISHED"));
     }
 
     #[test]

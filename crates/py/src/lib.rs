@@ -1057,7 +1057,8 @@ impl TaskExecutor {
     /// `contained`: `(object_id, owner, return_index)` of the ObjectRefs inside the results,
     /// each already held at its owner for the caller.
     /// `exits`: this process ends after the reply (`max_calls`).
-    #[pyo3(signature = (task_id, result, is_error, returns=Vec::new(), output=String::new(), contained=Vec::new(), exits=false))]
+    /// `error_text`: with `is_error`, the error as text, for the state API.
+    #[pyo3(signature = (task_id, result, is_error, returns=Vec::new(), output=String::new(), contained=Vec::new(), exits=false, error_text=String::new()))]
     #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
@@ -1068,6 +1069,7 @@ impl TaskExecutor {
         output: String,
         contained: Vec<(String, String, u32)>,
         exits: bool,
+        error_text: String,
     ) {
         let contained = contained
             .into_iter()
@@ -1080,6 +1082,7 @@ impl TaskExecutor {
             output,
             contained,
             worker_exits: exits,
+            error_text,
             ..Default::default()
         };
         self.executor.finish(task_id, reply);

@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 
 from oxray import _native
 from oxray._private import generators, serialization
@@ -197,6 +198,12 @@ def _exit_worker():
     os._exit(0)
 
 
+def _error_text(error):
+    """A task's error as the state API shows it: its traceback, cut to a readable size."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return text if len(text) <= 8192 else text[:4096] + "\n...\n" + text[-4096:]
+
+
 def _died_by_exit(name, error):
     """What the caller of the call that ended the actor gets, as in Ray: its death."""
     actor_id = current_context.get("actor_id")
@@ -247,6 +254,7 @@ def _run_one(executor, task, state, out, err, decoded=None):
     """Runs a task in this thread and hands back its reply."""
     task_id, name, num_returns = task[0], task[1], task[7]
     exiting = False
+    error_text = ""
     try:
         result = _run(task, state, decoded)
         if task[9]:  # streaming: each value goes as it comes, the reply says it ended
@@ -263,10 +271,12 @@ def _run_one(executor, task, state, out, err, decoded=None):
             exiting = state.setdefault("exiting_call", task_id) == task_id
     except BaseException as error:  # the task's failure is its result
         reply = (serialization.dumps_error(name, error), True, [], [])
+        error_text = _error_text(error)
     out.flush()
     err.flush()
     output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
-    executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3], bool(state.get("exit_after_reply")))
+    executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3], bool(state.get("exit_after_reply")),
+                    error_text)
     if exiting:
         _exit_actor(state, task_id)
 
@@ -335,7 +345,7 @@ def _serve_grouped(executor, runner, state, out, err):
             decoded = _decode(task)
             group = runner.group(task[6], decoded[2])
         except BaseException as error:  # a bad group or arguments: the call's own failure
-            executor.finish(task[0], serialization.dumps_error(task[1], error), True)
+            executor.finish(task[0], serialization.dumps_error(task[1], error), True, error_text=_error_text(error))
             continue
         queue_of(group).put((task, decoded))
 
@@ -407,7 +417,7 @@ def _submit_concurrent(executor, runner, task, state, out, err):
     try:
         call_args, call_kwargs, call_options = _decode(task)
     except BaseException as error:
-        executor.finish(task_id, serialization.dumps_error(name, error), True)
+        executor.finish(task_id, serialization.dumps_error(name, error), True, error_text=_error_text(error))
         return
     runner.running.add(task_id)
 
@@ -428,7 +438,8 @@ def _submit_concurrent(executor, runner, task, state, out, err):
                 return
             except BaseException as e:  # the result does not serialize
                 error = e
-        executor.finish(task_id, serialization.dumps_error(name, error), True, [], output)
+        executor.finish(task_id, serialization.dumps_error(name, error), True, [], output,
+                        error_text=_error_text(error))
 
     consume = (lambda values: generators.stream_async(executor, task_id, values)) if task[9] else None
     runner.submit(method, call_args, call_kwargs, done, call_options, consume)

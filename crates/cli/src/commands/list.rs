@@ -9,6 +9,14 @@ use std::process::ExitCode;
 pub enum ListWhat {
     /// Every node the cluster has seen, alive and dead.
     Nodes(ListNodesArgs),
+    /// Actors, alive and recently dead.
+    Actors(super::state::StateListArgs),
+    /// Task attempts: running, waiting, and the newest ended ones.
+    Tasks(super::state::StateListArgs),
+    /// Placement groups.
+    PlacementGroups(super::state::StateListArgs),
+    /// Jobs submitted to the cluster.
+    Jobs(super::state::StateListArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -37,7 +45,14 @@ pub struct ListNodesArgs {
 }
 
 pub fn run(what: ListWhat) -> Result<ExitCode> {
-    let ListWhat::Nodes(args) = what;
+    use oxray_api_types::state::StateKind;
+    let args = match what {
+        ListWhat::Nodes(args) => args,
+        ListWhat::Actors(args) => return super::state::list(StateKind::Actors, args),
+        ListWhat::Tasks(args) => return super::state::list(StateKind::Tasks, args),
+        ListWhat::PlacementGroups(args) => return super::state::list(StateKind::PlacementGroups, args),
+        ListWhat::Jobs(args) => return super::state::list(StateKind::Jobs, args),
+    };
     let filters = args.filters.iter().map(|f| NodeFilter::parse(f)).collect::<Result<Vec<_>, _>>()?;
     let nodes = runtime()?.block_on(async { fetch_nodes(&mut args.target.connect().await?).await })?;
     let list = list_nodes(&nodes, &filters, args.limit as usize, args.detail);

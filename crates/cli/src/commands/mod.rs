@@ -4,6 +4,7 @@ pub mod operator;
 pub mod roles;
 pub mod serve;
 pub mod start;
+pub mod state;
 pub mod status;
 pub mod stop;
 pub mod token;

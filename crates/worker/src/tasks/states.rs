@@ -23,6 +23,20 @@ fn failure_message(failure: &Failure) -> String {
     }
 }
 
+/// Resources as the state API shows them: what is asked for (an actor's 0 CPU is not).
+fn nonzero(resources: &oxray_types::ResourceSet) -> std::collections::HashMap<String, f64> {
+    resources.iter().filter(|(_, amount)| *amount > 0.0).map(|(name, amount)| (name.to_string(), amount)).collect()
+}
+
+/// What a task raised, as its worker described it.
+fn raised(reply: &v1::PushTaskReply) -> String {
+    if reply.error_text.is_empty() {
+        "the task raised an exception: getting its result raises it".to_string()
+    } else {
+        reply.error_text.clone()
+    }
+}
+
 impl Submitter {
     /// Sends the state changes not reported yet (a process that ends sends its last ones).
     pub async fn flush_events(&self) {
@@ -39,7 +53,7 @@ impl Submitter {
             match &spec.route {
                 Route::Lease(resources, _, strategy) => {
                     e.kind = "NORMAL_TASK".into();
-                    e.required_resources = resources.as_map().clone().into_iter().collect();
+                    e.required_resources = nonzero(resources);
                     if let Strategy::Bundle { group, .. } = strategy {
                         e.placement_group_id.clone_from(group);
                     }
@@ -75,7 +89,7 @@ impl Submitter {
     pub(super) fn note_retry(&self, task_id: &str, reply: &Reply) {
         let Some(events) = &self.events else { return };
         let (kind, message) = match reply {
-            Ok(_) => ("TASK_EXECUTION_EXCEPTION", "the task raised an exception (retry_exceptions)".to_string()),
+            Ok(reply) => ("TASK_EXECUTION_EXCEPTION", raised(reply)),
             Err(super::NoReply::OutOfMemory(m)) => ("OUT_OF_MEMORY", m.clone()),
             Err(super::NoReply::Failed(m)) => ("WORKER_DIED", m.clone()),
         };
@@ -86,9 +100,9 @@ impl Submitter {
         let Some(events) = &self.events else { return };
         match outcome {
             Ok(reply) if !reply.is_error => events.task(task_id, FINISHED, |_| {}),
-            Ok(_) => events.task(task_id, FAILED, |e| {
+            Ok(reply) => events.task(task_id, FAILED, |e| {
                 e.error_type = "TASK_EXECUTION_EXCEPTION".into();
-                e.error_message = "the task raised an exception: getting its result raises it".into();
+                e.error_message = raised(reply);
             }),
             Err(failure) => events.task(task_id, FAILED, |e| {
                 e.error_type = error_type(failure, actor).into();
@@ -105,7 +119,7 @@ impl Submitter {
             actor_id: actor_id.to_string(),
             state: state.to_string(),
             detached: facts.detached,
-            required_resources: facts.resources.as_map().clone().into_iter().collect(),
+            required_resources: nonzero(&facts.resources),
             ..Default::default()
         };
         if let Strategy::Bundle { group, .. } = &facts.strategy {

@@ -1,0 +1,236 @@
+//! `oxray list actors|tasks|placement-groups|jobs`, `oxray get` and `oxray summary`: clients
+//! of Ray's state API on the dashboard port, as Ray's `ray list/get/summary` are.
+
+use super::job::client::{JobClient, JobTarget};
+use super::list::Format;
+use crate::output::table;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use oxray_api_types::state::{StateFilter, StateKind};
+use oxray_api_types::MAX_LIMIT;
+use serde_json::Value;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct StateListArgs {
+    #[command(flatten)]
+    pub target: JobTarget,
+    /// Output format [default: table, or yaml with --detail]
+    #[arg(long)]
+    pub format: Option<Format>,
+    /// Every column, not only the main ones
+    #[arg(long)]
+    pub detail: bool,
+    /// Keep rows where KEY=VALUE or KEY!=VALUE (string values ignore case)
+    #[arg(long = "filter", short = 'f', value_name = "KEY=VALUE")]
+    pub filters: Vec<String>,
+    /// At most this many rows
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=MAX_LIMIT as i64))]
+    pub limit: u32,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum GetWhat {
+    Actors,
+    Tasks,
+    PlacementGroups,
+    Jobs,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// What to look up.
+    pub what: GetWhat,
+    /// Its id (a job's submission id).
+    pub id: String,
+    #[command(flatten)]
+    pub target: JobTarget,
+    /// Output format
+    #[arg(long, default_value = "yaml")]
+    pub format: Format,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SummaryWhat {
+    /// Tasks by function, with how many are in each state.
+    Tasks(SummaryArgs),
+    /// Actors by class, with how many are in each state.
+    Actors(SummaryArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SummaryArgs {
+    #[command(flatten)]
+    pub target: JobTarget,
+    /// Output format
+    #[arg(long, default_value = "table")]
+    pub format: Format,
+}
+
+impl From<GetWhat> for StateKind {
+    fn from(what: GetWhat) -> Self {
+        match what {
+            GetWhat::Actors => StateKind::Actors,
+            GetWhat::Tasks => StateKind::Tasks,
+            GetWhat::PlacementGroups => StateKind::PlacementGroups,
+            GetWhat::Jobs => StateKind::Jobs,
+        }
+    }
+}
+
+/// The query Ray's client would send.
+fn list_query(kind: StateKind, filters: &[StateFilter], limit: u32, detail: bool) -> String {
+    let mut pairs = vec![("limit", limit.to_string()), ("detail", detail.to_string())];
+    for filter in filters {
+        let (key, predicate, value) = filter.query_triple();
+        pairs.extend([("filter_keys", key.into()), ("filter_predicates", predicate.into()), ("filter_values", value.into())]);
+    }
+    format!("/api/v0/{}?{}", kind.path(), serde_urlencoded::to_string(pairs).unwrap_or_default())
+}
+
+/// `data.result` of Ray's envelope, or its message.
+async fn fetch(target: &JobTarget, path: &str) -> Result<Value> {
+    let client = JobClient::connect(target).await?;
+    let text = client.text(reqwest::Method::GET, path, None).await?;
+    let body: Value = serde_json::from_str(&text).context("the cluster's answer is not JSON")?;
+    if body["result"] != Value::Bool(true) {
+        bail!("{}", body["msg"].as_str().unwrap_or("the cluster refused the request"));
+    }
+    Ok(body["data"]["result"].clone())
+}
+
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn render(rows: &[Value], columns: &[&str], format: Format) -> Result<String> {
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(rows)?,
+        Format::Yaml => serde_norway::to_string(rows).context("cannot format as YAML")?,
+        Format::Table => {
+            let headers: Vec<String> = columns.iter().map(|c| c.to_ascii_uppercase()).collect();
+            let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+            let cells: Vec<Vec<String>> = rows.iter().map(|r| columns.iter().map(|c| cell(&r[*c])).collect()).collect();
+            table(&headers, &cells)
+        }
+    })
+}
+
+pub fn list(kind: StateKind, args: StateListArgs) -> Result<ExitCode> {
+    let filters = args.filters.iter().map(|f| StateFilter::parse(kind, f)).collect::<Result<Vec<_>, _>>();
+    let filters = filters.map_err(|e| anyhow!(e))?;
+    let path = list_query(kind, &filters, args.limit, args.detail);
+    let list = crate::target::runtime()?.block_on(fetch(&args.target, &path))?;
+    let rows = list["result"].as_array().cloned().unwrap_or_default();
+    let format = args.format.unwrap_or(if args.detail { Format::Yaml } else { Format::Table });
+    if rows.is_empty() && matches!(format, Format::Table) {
+        println!("No {} in the cluster.", kind.noun());
+    } else {
+        println!("{}", render(&rows, kind.plain_columns(), format)?.trim_end());
+    }
+    for warning in list["warnings"].as_array().into_iter().flatten() {
+        eprintln!("note: {}", cell(warning));
+    }
+    let (filtered, shown) = (list["num_filtered"].as_u64().unwrap_or(0), rows.len() as u64);
+    if filtered > shown {
+        eprintln!("note: showing {shown} of {filtered} {}; raise --limit to see more", kind.noun());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn get(args: GetArgs) -> Result<ExitCode> {
+    let kind = StateKind::from(args.what);
+    let filter = format!("{}={}", kind.id_key(), args.id);
+    let parsed = StateFilter::parse(kind, &filter).map_err(|e| anyhow!(e))?;
+    let path = list_query(kind, &[parsed], MAX_LIMIT as u32, true);
+    let list = crate::target::runtime()?.block_on(fetch(&args.target, &path))?;
+    let rows = list["result"].as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        bail!("no {} with id {} in the cluster", kind.noun(), args.id);
+    }
+    // A task has one row per attempt; everything else one.
+    let shown = if rows.len() == 1 { rows[0].clone() } else { Value::Array(rows) };
+    let text = match args.format {
+        Format::Json => serde_json::to_string_pretty(&shown)?,
+        _ => serde_norway::to_string(&shown).context("cannot format as YAML")?,
+    };
+    println!("{}", text.trim_end());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Rows of a summary table: one per function or class, its states counted.
+fn summary_rows(summary: &Value, key: &str) -> Vec<Vec<String>> {
+    let Some(groups) = summary.as_object() else { return Vec::new() };
+    groups
+        .values()
+        .map(|g| {
+            let counts = g["state_counts"].as_object().map(|c| {
+                c.iter().map(|(state, n)| format!("{state}: {n}")).collect::<Vec<_>>().join(", ")
+            });
+            let mut row = vec![cell(&g[key])];
+            if key == "func_or_class_name" {
+                row.push(cell(&g["type"]));
+            }
+            row.push(counts.unwrap_or_default());
+            row
+        })
+        .collect()
+}
+
+pub fn summary(what: SummaryWhat) -> Result<ExitCode> {
+    let (args, path, key) = match what {
+        SummaryWhat::Tasks(a) => (a, "/api/v0/tasks/summarize", "func_or_class_name"),
+        SummaryWhat::Actors(a) => (a, "/api/v0/actors/summarize", "class_name"),
+    };
+    let result = crate::target::runtime()?.block_on(fetch(&args.target, path))?;
+    let cluster = &result["result"]["node_id_to_summary"]["cluster"];
+    let text = match args.format {
+        Format::Json => serde_json::to_string_pretty(cluster)?,
+        Format::Yaml => serde_norway::to_string(cluster).context("cannot format as YAML")?,
+        Format::Table => {
+            let totals: Vec<String> = cluster
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| k.starts_with("total"))
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
+            let headers: &[&str] = if key == "class_name" {
+                &["CLASS_NAME", "STATE_COUNTS"]
+            } else {
+                &["FUNC_OR_CLASS_NAME", "TYPE", "STATE_COUNTS"]
+            };
+            format!("{}\n\n{}", totals.join("\n"), table(headers, &summary_rows(&cluster["summary"], key)))
+        }
+    };
+    println!("{}", text.trim_end());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_queries_are_rays() {
+        let raw = vec!["STATE=alive".to_string(), "name!=x".to_string()];
+        let filters: Vec<_> = raw.iter().map(|f| StateFilter::parse(StateKind::Actors, f).unwrap()).collect();
+        let path = list_query(StateKind::Actors, &filters, 5, false);
+        assert_eq!(
+            path,
+            "/api/v0/actors?limit=5&detail=false&filter_keys=state&filter_predicates=%3D&filter_values=alive\
+             &filter_keys=name&filter_predicates=%21%3D&filter_values=x"
+        );
+    }
+
+    #[test]
+    fn summary_rows_count_states() {
+        let summary = serde_json::json!({ "f": { "func_or_class_name": "f", "type": "NORMAL_TASK",
+                                                 "state_counts": { "FINISHED": 2 } } });
+        assert_eq!(summary_rows(&summary, "func_or_class_name"), vec![vec!["f", "NORMAL_TASK", "FINISHED: 2"]]);
+    }
+}
