@@ -98,6 +98,10 @@ impl StateFilter {
                 filterable.join(", ")
             ));
         }
+        // Ray converts filters on number columns and refuses what is not a number.
+        if ["attempt_number", "worker_pid", "pid"].contains(&key.as_str()) && value.trim().parse::<i64>().is_err() {
+            return Err(format!("invalid filter value {value:?} for {key}: it must be an integer"));
+        }
         let equal = match predicate {
             "=" => true,
             "!=" => false,
@@ -283,6 +287,7 @@ mod tests {
         assert!(StateFilter::parse(StateKind::Tasks, "events=x").unwrap_err().contains("not supported"));
         assert!(StateFilter::parse(StateKind::Actors, "state").is_err());
         assert!(StateFilter::new(StateKind::Actors, "state", "~", "x").is_err());
+        assert!(StateFilter::parse(StateKind::Tasks, "worker_pid=x").unwrap_err().contains("integer"));
         let missing = StateFilter::parse(StateKind::Tasks, "worker_pid!=5").unwrap();
         assert!(missing.matches(&task("a", "f", "RUNNING", None)));
     }

@@ -1,0 +1,100 @@
+"""Ray's own state CLI (`ray list`, `ray get`, `ray summary`, RAY_ADDRESS=http://head:8265,
+token auth) against an oxray head: the tasks, actors and placement groups of a job submitted
+with `ray job submit`, parsed by Ray's strict state models."""
+
+import json
+import textwrap
+
+import pytest
+import yaml
+
+JOB = textwrap.dedent('''
+    import oxray as ray
+
+    @ray.remote
+    def square(x):
+        return x * x
+
+    @ray.remote
+    def fails():
+        raise ValueError("state compat")
+
+    @ray.remote
+    class Keeper:
+        def ping(self):
+            return "pong"
+
+    ray.init()
+    assert ray.get([square.remote(i) for i in range(3)]) == [0, 1, 4]
+    try:
+        ray.get(fails.remote())
+    except Exception:
+        pass
+    keeper = Keeper.options(name="keeper", namespace="compat", lifetime="detached").remote()
+    assert ray.get(keeper.ping.remote()) == "pong"
+    group = ray.util.placement_group([{"CPU": 0.1}], name="compat-group", lifetime="detached")
+    ray.get(group.ready())
+    print("workload done")
+''')
+
+
+@pytest.fixture(scope="module")
+def job(cluster, tmp_path_factory):
+    code = tmp_path_factory.mktemp("state-job")
+    (code / "state_job.py").write_text(JOB)
+    r = cluster.ray("job", "submit", "--submission-id", "state-compat", "--working-dir", str(code),
+                    "--", "python", "state_job.py")
+    assert r.returncode == 0 and "workload done" in r.output, r
+
+    def reported():
+        status, body = cluster.http("GET", "/api/v0/tasks?limit=100&detail=False")
+        return status == 200 and body["data"]["result"]["total"] >= 6
+    cluster.wait_for(reported, 30, "the job's tasks in the state API")
+    return "state-compat"
+
+
+def listed(cluster, *args):
+    r = cluster.ray("list", *args, "--format", "json")
+    assert r.returncode == 0, r
+    return json.loads(r.stdout)
+
+
+def test_ray_list_tasks_and_actors(cluster, job):
+    tasks = listed(cluster, "tasks", "--limit", "100")
+    names = {t["name"]: t for t in tasks}
+    assert {"square", "fails", "Keeper.__init__", "Keeper.ping"} <= set(names)
+    assert names["fails"]["state"] == "FAILED" and names["fails"]["error_type"] == "TASK_EXECUTION_EXCEPTION"
+    assert names["square"]["job_id"] == job
+    failed = listed(cluster, "tasks", "--filter", "state=FAILED", "--detail")
+    assert [t["name"] for t in failed] == ["fails"] and "state compat" in failed[0]["error_message"]
+    actors = listed(cluster, "actors", "--filter", "name=keeper")
+    assert len(actors) == 1 and actors[0]["state"] == "ALIVE" and actors[0]["ray_namespace"] == "compat"
+    table = cluster.ray("list", "actors")
+    assert table.returncode == 0 and "Keeper" in table.stdout, table
+
+
+def test_ray_get_and_summary(cluster, job):
+    [actor] = listed(cluster, "actors", "--filter", "class_name=Keeper")
+    got = cluster.ray("get", "actors", actor["actor_id"])
+    assert got.returncode == 0, got
+    [shown] = yaml.safe_load(got.stdout)  # Ray prints the one actor as a YAML list
+    assert shown["class_name"] == "Keeper" and shown["is_detached"] is True
+    [task] = listed(cluster, "tasks", "--filter", "name=fails")
+    got = cluster.ray("get", "tasks", task["task_id"])
+    assert got.returncode == 0 and "TASK_EXECUTION_EXCEPTION" in got.stdout, got
+    summary = cluster.ray("summary", "tasks")
+    assert summary.returncode == 0 and "square" in summary.stdout and "FINISHED" in summary.stdout, summary
+    actors = cluster.ray("summary", "actors")
+    assert actors.returncode == 0 and "Keeper" in actors.stdout, actors
+
+
+def test_ray_list_placement_groups_and_jobs(cluster, job):
+    groups = listed(cluster, "placement-groups")
+    assert any(g["name"] == "compat-group" and g["state"] == "CREATED" for g in groups), groups
+    jobs = listed(cluster, "jobs")
+    assert any(j["submission_id"] == job and j["status"] == "SUCCEEDED" for j in jobs), jobs
+
+
+def test_a_bad_filter_is_refused_with_rays_message(cluster, job):
+    r = cluster.ray("list", "tasks", "--filter", "language!=RUST", "--filter", "worker_pid=x")
+    assert r.returncode != 0 and "worker_pid" in r.output, r
