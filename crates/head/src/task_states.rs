@@ -176,7 +176,13 @@ impl TaskStates {
             return;
         }
         if !t.tasks.contains_key(&key) {
-            let record = TaskRecord { event: retry_of(t.tasks.get(&(key.0.clone(), key.1.wrapping_sub(1))), &event) };
+            let previous = if key.1 == 0 { None } else { t.tasks.get(&(key.0.clone(), key.1 - 1)) };
+            // Later changes of a task whose start was not kept (dropped by its reporter or
+            // here) make no record: it would have no name.
+            if event.kind.is_empty() && previous.is_none() {
+                return;
+            }
+            let record = TaskRecord { event: retry_of(previous, &event) };
             t.tasks.insert(key.clone(), record);
         }
         let record = t.tasks.get_mut(&key).expect("inserted above");
@@ -211,6 +217,7 @@ mod tests {
         v1::TaskEvent {
             task_id: id.into(),
             attempt,
+            kind: "NORMAL_TASK".into(),
             transitions: states
                 .iter()
                 .enumerate()
@@ -247,8 +254,14 @@ mod tests {
         first.name = "f".into();
         first.kind = "NORMAL_TASK".into();
         states.apply(report(vec![first], vec![]));
-        states.apply(report(vec![task("t", 1, &["RUNNING", "FINISHED"])], vec![]));
+        let mut retry = task("t", 1, &["RUNNING", "FINISHED"]);
+        retry.kind.clear();
+        states.apply(report(vec![retry], vec![]));
+        let mut unknown = task("never-started", 0, &["FINISHED"]);
+        unknown.kind.clear();
+        states.apply(report(vec![unknown], vec![]));
         let (mut tasks, _) = states.tasks();
+        assert_eq!(tasks.len(), 2);
         tasks.sort_by_key(|t| t.event.attempt);
         assert_eq!((tasks[1].event.name.as_str(), tasks[1].state()), ("f", "FINISHED"));
     }

@@ -1,4 +1,5 @@
 use crate::ApiState;
+use oxray_api_types::state::StateKind;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -10,6 +11,16 @@ use std::sync::atomic::AtomicU64;
 
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Rows of the state API counted by their state and `by` (a task's name, an actor's class).
+fn count_rows(state: &ApiState, kind: StateKind, by: &str) -> Family<Labels, Gauge> {
+    let counts = Family::<Labels, Gauge>::default();
+    for row in state.view.state_rows(kind).0 {
+        let text = |key: &str| row.get(key).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        counts.get_or_create(&vec![("state".into(), text("state")), (by.into(), text(by))]).inc();
+    }
+    counts
+}
 
 /// Builds the gauges from the current view at each scrape; the view is small (one entry per
 /// node and resource), so there is nothing to keep in between.
@@ -34,6 +45,13 @@ pub async fn render(State(state): State<ApiState>) -> Response {
         }
     }
     let mut registry = Registry::with_prefix("oxray");
+    registry.register("tasks", "Task attempts the head knows of, by state and name", count_rows(&state, StateKind::Tasks, "name"));
+    registry.register("actors", "Actors the head knows of, by state and class", count_rows(&state, StateKind::Actors, "class_name"));
+    let jobs = Family::<Labels, Gauge>::default();
+    for job in state.jobs.jobs() {
+        jobs.get_or_create(&vec![("status".into(), job.status.to_string())]).inc();
+    }
+    registry.register("jobs", "Submitted jobs, by status", jobs);
     registry.register("cluster_nodes", "Nodes the head has seen, by state", by_state);
     registry.register("node_resources_total", "Resources of each alive node", total);
     registry.register("node_resources_available", "Free resources of each alive node", available);

@@ -179,6 +179,7 @@ async fn metrics_count_nodes_by_state() {
     assert!(body.contains("oxray_cluster_nodes{state=\"DEAD\"} 1"), "{body}");
     assert!(body.contains("oxray_node_resources_total{"), "{body}");
     assert!(!body.contains("node:127.0.0.1"), "{body}");
+    assert!(body.contains("oxray_tasks{state=\"RUNNING\",name=\"g\"} 1"), "{body}");
 }
 
 #[tokio::test]

@@ -108,7 +108,7 @@ impl Submitter {
                 e.error_type = error_type(failure, actor).into();
                 e.error_message = failure_message(failure);
             }),
-        }
+        };
     }
 
     /// An actor this process owns changed state; what its record knows fills the rest.
