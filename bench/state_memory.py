@@ -30,9 +30,21 @@ def argv(pid):
     except OSError:
         return []
 
+def descends_from_me(pid):
+    while pid > 1:
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            pid = int(stat[stat.rfind(")") + 2:].split()[1])
+        except (OSError, ValueError):
+            return False
+        if pid == os.getpid():
+            return True
+    return False
+
 def keeper():
+    """The state keeper of the cluster this driver started (not of another one)."""
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
+        if entry.isdigit() and descends_from_me(int(entry)):
             a = argv(int(entry))
             if name == "oxray" and a[1:2] == ["head"] and a[0].endswith("oxray"):
                 return int(entry)

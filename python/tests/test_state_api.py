@@ -177,6 +177,16 @@ def test_the_cli_lists_gets_and_summarizes(cluster, workload):
     assert missing.returncode != 0 and "no tasks with id" in missing.stderr
 
 
+def test_the_timeline_is_a_chrome_trace_of_the_tasks(cluster, workload, tmp_path):
+    rows_when(cluster, "tasks", lambda rows: len(rows) >= 13)
+    out = tmp_path / "trace.json"
+    assert "task events" in cli(cluster, "timeline", "-o", str(out)).stdout
+    trace = json.loads(out.read_text())
+    squares = [e for e in trace if e["name"] == "square"]
+    assert len(squares) == 4 and all(e["ph"] == "X" and e["dur"] >= 0 for e in squares)
+    assert squares[0]["args"]["state"] == "FINISHED" and squares[0]["tid"].startswith("worker ")
+
+
 def test_the_head_keeps_only_the_newest_ended_tasks():
     with tempfile.TemporaryDirectory(prefix="oxray-py-") as tmp:
         small = Cluster(Path(tmp))

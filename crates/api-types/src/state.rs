@@ -245,6 +245,37 @@ pub fn summarize_actors(rows: &[Value]) -> Value {
     summary_response(cluster, rows.len())
 }
 
+/// A Chrome trace (`chrome://tracing`, Perfetto) of task rows with times: one complete event
+/// per attempt that started, on a track per node and worker process, as Ray's timeline.
+pub fn timeline(rows: &[Value]) -> Value {
+    let mut events: Vec<Value> = rows
+        .iter()
+        .filter_map(|row| {
+            let start = row.get("start_time_ms")?.as_u64()?;
+            let end = row.get("end_time_ms").and_then(Value::as_u64).unwrap_or_else(|| start.max(oxray_types::now_ms()));
+            Some(json!({
+                "name": text(row, "name"),
+                "cat": text(row, "type"),
+                "ph": "X",
+                "ts": start * 1000,
+                "dur": end.saturating_sub(start) * 1000,
+                "pid": format!("node {}", text(row, "node_id").get(..8).unwrap_or_default()),
+                "tid": format!("worker {}", row.get("worker_pid").and_then(Value::as_u64).unwrap_or(0)),
+                "args": {
+                    "task_id": text(row, "task_id"),
+                    "attempt_number": row.get("attempt_number").cloned().unwrap_or(Value::Null),
+                    "state": text(row, "state"),
+                    "job_id": text(row, "job_id"),
+                    "actor_id": row.get("actor_id").cloned().unwrap_or(Value::Null),
+                    "error_type": row.get("error_type").cloned().unwrap_or(Value::Null),
+                },
+            }))
+        })
+        .collect();
+    events.sort_by_key(|e| e["ts"].as_u64().unwrap_or(0));
+    Value::Array(events)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +321,19 @@ mod tests {
         assert!(StateFilter::parse(StateKind::Tasks, "worker_pid=x").unwrap_err().contains("integer"));
         let missing = StateFilter::parse(StateKind::Tasks, "worker_pid!=5").unwrap();
         assert!(missing.matches(&task("a", "f", "RUNNING", None)));
+    }
+
+    #[test]
+    fn the_timeline_has_an_event_per_started_attempt() {
+        let rows = vec![
+            json!({ "task_id": "a", "name": "f", "type": "NORMAL_TASK", "node_id": "0123456789ab", "worker_pid": 7,
+                    "start_time_ms": 5, "end_time_ms": 8, "state": "FINISHED" }),
+            json!({ "task_id": "b", "name": "g", "start_time_ms": null, "state": "PENDING_NODE_ASSIGNMENT" }),
+        ];
+        let trace = timeline(&rows);
+        assert_eq!(trace.as_array().unwrap().len(), 1);
+        assert_eq!((trace[0]["ts"].clone(), trace[0]["dur"].clone()), (json!(5000), json!(3000)));
+        assert_eq!((trace[0]["pid"].clone(), trace[0]["tid"].clone()), (json!("node 01234567"), json!("worker 7")));
     }
 
     #[test]

@@ -32,6 +32,8 @@ enum Command {
     },
     /// Show one actor, task (every attempt), placement group or job in full.
     Get(commands::state::GetArgs),
+    /// Write the cluster's recent tasks as a Chrome trace (chrome://tracing, Perfetto).
+    Timeline(commands::state::TimelineArgs),
     /// Summarize tasks by function or actors by class.
     Summary {
         #[command(subcommand)]
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
         Command::List { what } => commands::list::run(what),
         Command::Get(args) => commands::state::get(args),
         Command::Summary { what } => commands::state::summary(what),
+        Command::Timeline(args) => commands::state::timeline(args),
         Command::Job { command } => commands::job::run(command),
         Command::Serve { command } => commands::serve::run(command),
         Command::GetAuthToken => commands::token::run(),

@@ -132,29 +132,7 @@ impl ClusterView for View {
         self.events.latest(limit)
     }
     fn state_rows(&self, kind: oxray_api_types::state::StateKind) -> (Vec<serde_json::Value>, String) {
-        use oxray_api_types::state::StateKind;
-        match kind {
-            StateKind::Tasks => {
-                let actors = self.states.actors().into_iter().map(|a| (a.event.actor_id.clone(), a)).collect();
-                let (tasks, dropped) = self.states.tasks();
-                let rows = tasks.iter().map(|t| state_rows::task_row(t, &actors)).collect();
-                let warning = if dropped == 0 {
-                    String::new()
-                } else {
-                    format!("{dropped} task attempts are not shown: the head keeps the newest (--max-ended-tasks)")
-                };
-                (rows, warning)
-            }
-            StateKind::Actors => {
-                let named =
-                    self.actors.list(None).into_iter().map(|a| (a.actor_id, (a.name, a.namespace))).collect();
-                (self.states.actors().iter().map(|a| state_rows::actor_row(a, &named)).collect(), String::new())
-            }
-            StateKind::PlacementGroups => {
-                (self.groups.list().iter().map(state_rows::placement_group_row).collect(), String::new())
-            }
-            StateKind::Jobs => (Vec::new(), String::new()),
-        }
+        state_rows::of_kind(kind, &self.states, &self.actors, &self.groups)
     }
     async fn node_log(&self, node_id: &str, max_bytes: u64) -> Result<String, oxray_api_types::ApiError> {
         let id =

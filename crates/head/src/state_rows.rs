@@ -3,10 +3,37 @@
 //! request asks for. Ray's client checks each row strictly, so required string columns
 //! are never null.
 
-use crate::task_states::{ActorRecord, TaskRecord};
+use crate::actors::Actors;
+use crate::placement_groups::PlacementGroups;
+use crate::task_states::{ActorRecord, TaskRecord, TaskStates};
+use oxray_api_types::state::StateKind;
 use oxray_proto::v1;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+
+/// Every row of `kind` (jobs come from the jobs API), and what is missing from them.
+pub fn of_kind(kind: StateKind, states: &TaskStates, named: &Actors, groups: &PlacementGroups) -> (Vec<Value>, String) {
+    match kind {
+        StateKind::Tasks => {
+            let actors = states.actors().into_iter().map(|a| (a.event.actor_id.clone(), a)).collect();
+            let (tasks, dropped) = states.tasks();
+            let warning = match dropped {
+                0 => String::new(),
+                n => format!(
+                    "{n} task attempts are not shown: the head keeps the newest --max-ended-tasks ended ones, \
+                     and a process reports at most a few thousand new tasks a second"
+                ),
+            };
+            (tasks.iter().map(|t| task_row(t, &actors)).collect(), warning)
+        }
+        StateKind::Actors => {
+            let named = named.list(None).into_iter().map(|a| (a.actor_id, (a.name, a.namespace))).collect();
+            (states.actors().iter().map(|a| actor_row(a, &named)).collect(), String::new())
+        }
+        StateKind::PlacementGroups => (groups.list().iter().map(placement_group_row).collect(), String::new()),
+        StateKind::Jobs => (Vec::new(), String::new()),
+    }
+}
 
 fn or_null(text: &str) -> Value {
     if text.is_empty() {

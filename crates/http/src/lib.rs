@@ -54,6 +54,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v0/placement_groups", get(state::placement_groups))
         .route("/api/v0/jobs", get(state::jobs))
         .route("/api/v0/tasks/summarize", get(state::summarize_tasks))
+        .route("/api/v0/tasks/timeline", get(state::timeline))
         .route("/api/v0/actors/summarize", get(state::summarize_actors))
         .route("/api/cluster_status", get(status::cluster_status))
         .route("/metrics", get(metrics::render))

@@ -112,3 +112,16 @@ pub async fn summarize_tasks(State(s): State<ApiState>) -> Reply {
 pub async fn summarize_actors(State(s): State<ApiState>) -> Reply {
     ok(state::summarize_actors(&rows(&s, StateKind::Actors).0))
 }
+
+/// The tasks of a job (of every job without `job_id`) as a Chrome trace, without Ray's
+/// envelope: what Ray's dashboard downloads.
+pub async fn timeline(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q.as_deref().unwrap_or("")).unwrap_or_default();
+    let job = pairs.into_iter().find(|(k, _)| k == "job_id").map(|(_, v)| v);
+    let (rows, _) = rows(&s, StateKind::Tasks);
+    let rows: Vec<serde_json::Value> = match job {
+        Some(job) => rows.into_iter().filter(|r| r["job_id"].as_str() == Some(job.as_str())).collect(),
+        None => rows,
+    };
+    (StatusCode::OK, Json(state::timeline(&rows)))
+}

@@ -26,22 +26,35 @@ pub enum Format {
     Yaml,
 }
 
+/// What every `list` takes besides where the cluster is.
 #[derive(Args, Debug)]
-pub struct ListNodesArgs {
-    #[command(flatten)]
-    pub target: TargetArgs,
+pub struct ListOptions {
     /// Output format [default: table, or yaml with --detail]
     #[arg(long)]
     pub format: Option<Format>,
-    /// Include start and end times
+    /// Every column, not only the main ones
     #[arg(long)]
     pub detail: bool,
-    /// Keep rows where KEY=VALUE or KEY!=VALUE (node_id, node_ip, is_head_node, state, node_name)
+    /// Keep rows where KEY=VALUE or KEY!=VALUE (string values ignore case)
     #[arg(long = "filter", short = 'f', value_name = "KEY=VALUE")]
     pub filters: Vec<String>,
     /// At most this many rows
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=MAX_LIMIT as i64))]
     pub limit: u32,
+}
+
+impl ListOptions {
+    pub fn format(&self) -> Format {
+        self.format.unwrap_or(if self.detail { Format::Yaml } else { Format::Table })
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ListNodesArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub list: ListOptions,
 }
 
 pub fn run(what: ListWhat) -> Result<ExitCode> {
@@ -53,14 +66,15 @@ pub fn run(what: ListWhat) -> Result<ExitCode> {
         ListWhat::PlacementGroups(args) => return super::state::list(StateKind::PlacementGroups, args),
         ListWhat::Jobs(args) => return super::state::list(StateKind::Jobs, args),
     };
-    let filters = args.filters.iter().map(|f| NodeFilter::parse(f)).collect::<Result<Vec<_>, _>>()?;
+    let options = &args.list;
+    let filters = options.filters.iter().map(|f| NodeFilter::parse(f)).collect::<Result<Vec<_>, _>>()?;
     let nodes = runtime()?.block_on(async { fetch_nodes(&mut args.target.connect().await?).await })?;
-    let list = list_nodes(&nodes, &filters, args.limit as usize, args.detail);
-    let format = args.format.unwrap_or(if args.detail { Format::Yaml } else { Format::Table });
+    let list = list_nodes(&nodes, &filters, options.limit as usize, options.detail);
+    let format = options.format();
     let text = match format {
         Format::Json => serde_json::to_string_pretty(&list.result)?,
         Format::Yaml => serde_norway::to_string(&list.result).context("cannot format as YAML")?,
-        Format::Table => render_table(&list.result, args.detail),
+        Format::Table => render_table(&list.result, options.detail),
     };
     println!("{}", text.trim_end());
     if list.total > list.num_after_truncation {

@@ -2,7 +2,7 @@
 //! of Ray's state API on the dashboard port, as Ray's `ray list/get/summary` are.
 
 use super::job::client::{JobClient, JobTarget};
-use super::list::Format;
+use super::list::{Format, ListOptions};
 use crate::output::table;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
@@ -15,18 +15,8 @@ use std::process::ExitCode;
 pub struct StateListArgs {
     #[command(flatten)]
     pub target: JobTarget,
-    /// Output format [default: table, or yaml with --detail]
-    #[arg(long)]
-    pub format: Option<Format>,
-    /// Every column, not only the main ones
-    #[arg(long)]
-    pub detail: bool,
-    /// Keep rows where KEY=VALUE or KEY!=VALUE (string values ignore case)
-    #[arg(long = "filter", short = 'f', value_name = "KEY=VALUE")]
-    pub filters: Vec<String>,
-    /// At most this many rows
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=MAX_LIMIT as i64))]
-    pub limit: u32,
+    #[command(flatten)]
+    pub list: ListOptions,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -65,6 +55,18 @@ pub struct SummaryArgs {
     /// Output format
     #[arg(long, default_value = "table")]
     pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct TimelineArgs {
+    /// Only this job's tasks (its submission id)
+    #[arg(long)]
+    pub job_id: Option<String>,
+    /// Where to write the trace [default: oxray-timeline-<time>.json here]
+    #[arg(short = 'o', long)]
+    pub output: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub target: JobTarget,
 }
 
 impl From<GetWhat> for StateKind {
@@ -121,12 +123,13 @@ fn render(rows: &[Value], columns: &[&str], format: Format) -> Result<String> {
 }
 
 pub fn list(kind: StateKind, args: StateListArgs) -> Result<ExitCode> {
-    let filters = args.filters.iter().map(|f| StateFilter::parse(kind, f)).collect::<Result<Vec<_>, _>>();
+    let options = &args.list;
+    let filters = options.filters.iter().map(|f| StateFilter::parse(kind, f)).collect::<Result<Vec<_>, _>>();
     let filters = filters.map_err(|e| anyhow!(e))?;
-    let path = list_query(kind, &filters, args.limit, args.detail);
+    let path = list_query(kind, &filters, options.limit, options.detail);
     let list = crate::target::runtime()?.block_on(fetch(&args.target, &path))?;
     let rows = list["result"].as_array().cloned().unwrap_or_default();
-    let format = args.format.unwrap_or(if args.detail { Format::Yaml } else { Format::Table });
+    let format = options.format();
     if rows.is_empty() && matches!(format, Format::Table) {
         println!("No {} in the cluster.", kind.noun());
     } else {
@@ -233,4 +236,20 @@ mod tests {
                                                  "state_counts": { "FINISHED": 2 } } });
         assert_eq!(summary_rows(&summary, "func_or_class_name"), vec![vec!["f", "NORMAL_TASK", "FINISHED: 2"]]);
     }
+}
+
+/// `oxray timeline`: the tasks the head knows of as a Chrome trace file.
+pub fn timeline(args: TimelineArgs) -> Result<ExitCode> {
+    let query = args.job_id.as_deref().map(|j| serde_urlencoded::to_string([("job_id", j)])).transpose()?;
+    let path = format!("/api/v0/tasks/timeline?{}", query.unwrap_or_default());
+    let trace = crate::target::runtime()?.block_on(async {
+        let client = JobClient::connect(&args.target).await?;
+        client.text(reqwest::Method::GET, &path, None).await
+    })?;
+    let events: Value = serde_json::from_str(&trace).context("the cluster's timeline is not JSON")?;
+    let output = args.output.unwrap_or_else(|| format!("oxray-timeline-{}.json", oxray_types::now_ms() / 1000).into());
+    std::fs::write(&output, &trace).with_context(|| format!("cannot write {}", output.display()))?;
+    let count = events.as_array().map_or(0, Vec::len);
+    println!("Wrote {count} task events to {} (open it in chrome://tracing or https://ui.perfetto.dev)", output.display());
+    Ok(ExitCode::SUCCESS)
 }
