@@ -27,7 +27,9 @@ impl StateKind {
     /// Columns without `detail`.
     pub fn plain_columns(self) -> &'static [&'static str] {
         match self {
-            StateKind::Actors => &["actor_id", "class_name", "state", "job_id", "name", "node_id", "pid", "ray_namespace"],
+            StateKind::Actors => {
+                &["actor_id", "class_name", "state", "job_id", "name", "node_id", "pid", "ray_namespace"]
+            }
             StateKind::Tasks => &[
                 "task_id",
                 "attempt_number",
@@ -137,7 +139,8 @@ impl StateFilter {
                 _ => false,
             },
             Some(Value::Number(n)) => self.value.parse::<f64>().ok() == n.as_f64(),
-            Some(other) if !other.is_null() => other.to_string() == self.value,
+            // Lists and maps equal no filter value.
+            Some(Value::Array(_) | Value::Object(_)) => false,
             _ => return !self.equal,
         };
         same == self.equal
@@ -216,9 +219,9 @@ pub fn summarize_tasks(rows: &[Value]) -> Value {
             "ACTOR_CREATION_TASK" => creations += 1,
             _ => tasks += 1,
         }
-        let entry = summary.entry(name.to_string()).or_insert_with(|| {
-            json!({ "func_or_class_name": text(row, "func_or_class_name"), "type": kind, "state_counts": {} })
-        });
+        let entry = summary.entry(name.to_string()).or_insert_with(
+            || json!({ "func_or_class_name": text(row, "func_or_class_name"), "type": kind, "state_counts": {} }),
+        );
         count(&mut entry["state_counts"], text(row, "state"));
     }
     let cluster = json!({
@@ -236,9 +239,8 @@ pub fn summarize_actors(rows: &[Value]) -> Value {
     let mut summary: BTreeMap<String, Value> = BTreeMap::new();
     for row in rows {
         let class = text(row, "class_name");
-        let entry = summary
-            .entry(class.to_string())
-            .or_insert_with(|| json!({ "class_name": class, "state_counts": {} }));
+        let entry =
+            summary.entry(class.to_string()).or_insert_with(|| json!({ "class_name": class, "state_counts": {} }));
         count(&mut entry["state_counts"], text(row, "state"));
     }
     let cluster = json!({ "summary": summary, "total_actors": rows.len(), "summary_by": "class" });
@@ -252,7 +254,8 @@ pub fn timeline(rows: &[Value]) -> Value {
         .iter()
         .filter_map(|row| {
             let start = row.get("start_time_ms")?.as_u64()?;
-            let end = row.get("end_time_ms").and_then(Value::as_u64).unwrap_or_else(|| start.max(oxray_types::now_ms()));
+            let end =
+                row.get("end_time_ms").and_then(Value::as_u64).unwrap_or_else(|| start.max(oxray_types::now_ms()));
             Some(json!({
                 "name": text(row, "name"),
                 "cat": text(row, "type"),

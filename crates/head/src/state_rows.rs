@@ -44,7 +44,12 @@ fn or_null(text: &str) -> Value {
 }
 
 fn time_of(record: &TaskRecord, states: &[&str]) -> Value {
-    record.event.transitions.iter().find(|t| states.contains(&t.state.as_str())).map_or(Value::Null, |t| json!(t.time_ms))
+    record
+        .event
+        .transitions
+        .iter()
+        .find(|t| states.contains(&t.state.as_str()))
+        .map_or(Value::Null, |t| json!(t.time_ms))
 }
 
 /// A task attempt. Calls of actors whose worker the caller did not lease take the actor's

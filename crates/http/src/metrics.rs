@@ -1,8 +1,8 @@
 use crate::ApiState;
-use oxray_api_types::state::StateKind;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use oxray_api_types::state::StateKind;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -45,8 +45,16 @@ pub async fn render(State(state): State<ApiState>) -> Response {
         }
     }
     let mut registry = Registry::with_prefix("oxray");
-    registry.register("tasks", "Task attempts the head knows of, by state and name", count_rows(&state, StateKind::Tasks, "name"));
-    registry.register("actors", "Actors the head knows of, by state and class", count_rows(&state, StateKind::Actors, "class_name"));
+    registry.register(
+        "tasks",
+        "Task attempts the head knows of, by state and name",
+        count_rows(&state, StateKind::Tasks, "name"),
+    );
+    registry.register(
+        "actors",
+        "Actors the head knows of, by state and class",
+        count_rows(&state, StateKind::Actors, "class_name"),
+    );
     let jobs = Family::<Labels, Gauge>::default();
     for job in state.jobs.jobs() {
         jobs.get_or_create(&vec![("status".into(), job.status.to_string())]).inc();

@@ -8,8 +8,11 @@ use oxray_api_types::{list_nodes, NodeFilter};
 /// Nodes keep their own filters (typed, shared with `oxray list nodes`).
 fn parse(query: &str) -> Result<(usize, bool, Vec<NodeFilter>), String> {
     let q = crate::state::parse(query)?;
-    let filters =
-        q.filters.iter().map(|(k, p, v)| NodeFilter::new(k, p, v).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let filters = q
+        .filters
+        .iter()
+        .map(|(k, p, v)| NodeFilter::new(k, p, v).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
     Ok((q.limit, q.detail, filters))
 }
 

@@ -65,8 +65,7 @@ pub(crate) fn parse(query: &str) -> Result<Query, String> {
 
 fn list_query(kind: StateKind, raw: Option<&str>) -> Result<ListQuery, String> {
     let q = parse(raw.unwrap_or(""))?;
-    let filters =
-        q.filters.iter().map(|(k, p, v)| StateFilter::new(kind, k, p, v)).collect::<Result<Vec<_>, _>>()?;
+    let filters = q.filters.iter().map(|(k, p, v)| StateFilter::new(kind, k, p, v)).collect::<Result<Vec<_>, _>>()?;
     Ok(ListQuery { limit: q.limit, detail: q.detail, filters })
 }
 

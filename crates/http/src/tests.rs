@@ -246,9 +246,10 @@ async fn get_json(uri: &str) -> (StatusCode, serde_json::Value) {
 
 #[tokio::test]
 async fn task_lists_filter_and_summarize_in_rays_envelope() {
-    let (status, body) =
-        get_json("/api/v0/tasks?limit=10&detail=False&filter_keys=STATE&filter_predicates=%3D&filter_values=running&timeout=24")
-            .await;
+    let (status, body) = get_json(
+        "/api/v0/tasks?limit=10&detail=False&filter_keys=STATE&filter_predicates=%3D&filter_values=running&timeout=24",
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     let list = &body["data"]["result"];
     assert_eq!((list["total"].clone(), list["num_filtered"].clone()), (serde_json::json!(2), serde_json::json!(1)));

@@ -274,9 +274,7 @@ impl Submitter {
             match self.ask_owner(&owner, actor_id, "").await {
                 Ok(r) if !r.address.is_empty() => self.actors.set_address(actor_id, &r.address),
                 Ok(r) => drop(self.actor_died(actor_id, r.dead_reason)),
-                Err(e) => {
-                    drop(self.actor_died(actor_id, format!("the owner of actor {actor_id} is unreachable: {e}")))
-                }
+                Err(e) => drop(self.actor_died(actor_id, format!("the owner of actor {actor_id} is unreachable: {e}"))),
             }
         }
         self.actors.address(actor_id, hint, owner).await

@@ -14,8 +14,8 @@ mod object_server;
 mod objects;
 pub mod placement_groups;
 mod push;
-mod store;
 mod state_events;
+mod store;
 mod streams;
 mod tasks;
 

@@ -85,7 +85,11 @@ fn list_query(kind: StateKind, filters: &[StateFilter], limit: u32, detail: bool
     let mut pairs = vec![("limit", limit.to_string()), ("detail", detail.to_string())];
     for filter in filters {
         let (key, predicate, value) = filter.query_triple();
-        pairs.extend([("filter_keys", key.into()), ("filter_predicates", predicate.into()), ("filter_values", value.into())]);
+        pairs.extend([
+            ("filter_keys", key.into()),
+            ("filter_predicates", predicate.into()),
+            ("filter_values", value.into()),
+        ]);
     }
     format!("/api/v0/{}?{}", kind.path(), serde_urlencoded::to_string(pairs).unwrap_or_default())
 }
@@ -171,9 +175,9 @@ fn summary_rows(summary: &Value, key: &str) -> Vec<Vec<String>> {
     groups
         .values()
         .map(|g| {
-            let counts = g["state_counts"].as_object().map(|c| {
-                c.iter().map(|(state, n)| format!("{state}: {n}")).collect::<Vec<_>>().join(", ")
-            });
+            let counts = g["state_counts"]
+                .as_object()
+                .map(|c| c.iter().map(|(state, n)| format!("{state}: {n}")).collect::<Vec<_>>().join(", "));
             let mut row = vec![cell(&g[key])];
             if key == "func_or_class_name" {
                 row.push(cell(&g["type"]));
@@ -214,13 +218,32 @@ pub fn summary(what: SummaryWhat) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `oxray timeline`: the tasks the head knows of as a Chrome trace file.
+pub fn timeline(args: TimelineArgs) -> Result<ExitCode> {
+    let query = args.job_id.as_deref().map(|j| serde_urlencoded::to_string([("job_id", j)])).transpose()?;
+    let path = format!("/api/v0/tasks/timeline?{}", query.unwrap_or_default());
+    let trace = crate::target::runtime()?.block_on(async {
+        let client = JobClient::connect(&args.target).await?;
+        client.text(reqwest::Method::GET, &path, None).await
+    })?;
+    let events: Value = serde_json::from_str(&trace).context("the cluster's timeline is not JSON")?;
+    let output = args.output.unwrap_or_else(|| format!("oxray-timeline-{}.json", oxray_types::now_ms() / 1000).into());
+    std::fs::write(&output, &trace).with_context(|| format!("cannot write {}", output.display()))?;
+    let count = events.as_array().map_or(0, Vec::len);
+    println!(
+        "Wrote {count} task events to {} (open it in chrome://tracing or https://ui.perfetto.dev)",
+        output.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn list_queries_are_rays() {
-        let raw = vec!["STATE=alive".to_string(), "name!=x".to_string()];
+        let raw = ["STATE=alive".to_string(), "name!=x".to_string()];
         let filters: Vec<_> = raw.iter().map(|f| StateFilter::parse(StateKind::Actors, f).unwrap()).collect();
         let path = list_query(StateKind::Actors, &filters, 5, false);
         assert_eq!(
@@ -236,20 +259,4 @@ mod tests {
                                                  "state_counts": { "FINISHED": 2 } } });
         assert_eq!(summary_rows(&summary, "func_or_class_name"), vec![vec!["f", "NORMAL_TASK", "FINISHED: 2"]]);
     }
-}
-
-/// `oxray timeline`: the tasks the head knows of as a Chrome trace file.
-pub fn timeline(args: TimelineArgs) -> Result<ExitCode> {
-    let query = args.job_id.as_deref().map(|j| serde_urlencoded::to_string([("job_id", j)])).transpose()?;
-    let path = format!("/api/v0/tasks/timeline?{}", query.unwrap_or_default());
-    let trace = crate::target::runtime()?.block_on(async {
-        let client = JobClient::connect(&args.target).await?;
-        client.text(reqwest::Method::GET, &path, None).await
-    })?;
-    let events: Value = serde_json::from_str(&trace).context("the cluster's timeline is not JSON")?;
-    let output = args.output.unwrap_or_else(|| format!("oxray-timeline-{}.json", oxray_types::now_ms() / 1000).into());
-    std::fs::write(&output, &trace).with_context(|| format!("cannot write {}", output.display()))?;
-    let count = events.as_array().map_or(0, Vec::len);
-    println!("Wrote {count} task events to {} (open it in chrome://tracing or https://ui.perfetto.dev)", output.display());
-    Ok(ExitCode::SUCCESS)
 }
