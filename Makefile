@@ -102,11 +102,13 @@ test-python: venv
 	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest python/tests -q
 	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest tests/compat -q
 
-# The dashboard in Debian's Chromium, driven by playwright-core (no browser download).
+# The dashboard in Debian's Chromium, driven by playwright-core (no browser download). Its
+# workloads are jobs whose drivers run in the venv's Python; the venv is made when it has no oxray.
 ui/node_modules/.package-lock.json: ui/package.json ui/package-lock.json
 	cd ui && npm ci --no-audit --no-fund --silent
 
 test-ui: setup ui/node_modules/.package-lock.json
+	@$(PY) -c "import oxray" 2>/dev/null || $(MAKE) venv
 	$(CARGO) build -p oxray-cli
 	cd ui && OXRAY_BIN=$(CURDIR)/target/debug/oxray node --test tests/
 

@@ -74,6 +74,49 @@ function panel(title, ...content) {
   return h("section", { class: "panel" }, title ? h("h2", {}, title) : null, ...content);
 }
 
+function pager(offset, shown, total, move) {
+  const last = Math.min(total, offset + shown);
+  return h("div", { class: "pager" },
+    h("button", { onclick: () => move(-PAGE_SIZE), disabled: offset === 0 }, "Newer"),
+    h("span", {}, total ? `${offset + 1}–${last} of ${total}, newest first` : ""),
+    h("button", { onclick: () => move(PAGE_SIZE), disabled: last >= total }, "Older"));
+}
+
+// Ray's state API: `filters` are [key, value] pairs, all of which a row must equal.
+async function stateList(kind, filters = []) {
+  const query = new URLSearchParams({ detail: "True", limit: "10000" });
+  for (const [key, value] of filters) {
+    query.append("filter_keys", key);
+    query.append("filter_predicates", "=");
+    query.append("filter_values", value);
+  }
+  return (await api(`/api/v0/${kind}?${query}`)).data.result;
+}
+
+const nodeLink = (id) => (id ? h("a", { href: `#/nodes/${id}` }, short(id)) : "");
+const jobLink = (id) => (id ? h("a", { href: `#/jobs/${id}` }, id) : "");
+const actorLink = (id) => (id ? h("a", { href: `#/actors/${id}` }, short(id)) : "");
+const taskLink = (id) => h("a", { href: `#/tasks/${id}` }, short(id));
+const newestFirst = (key) => (a, b) => (b[key] || 0) - (a[key] || 0);
+
+// "2 ALIVE · 1 DEAD" as badges with their counts.
+function stateCounts(counts, id) {
+  const entries = Object.entries(counts).filter(([, n]) => n > 0);
+  if (!entries.length) return h("p", { class: "muted", id }, "None yet.");
+  return h("div", { class: "counts", id }, entries.map(([state, n]) => h("span", { class: "count" }, badge(state), ` ${n}`)));
+}
+
+function countBy(rows, key) {
+  const counts = {};
+  for (const row of rows) counts[row[key]] = (counts[row[key]] || 0) + 1;
+  return counts;
+}
+
+function warnings(list) {
+  if (!list || !list.length) return null;
+  return h("div", { class: "warnings", id: "state-warnings" }, list.map((w) => h("p", {}, w)));
+}
+
 // Pages. Each returns the nodes to show; the router re-runs it every REFRESH_MS.
 
 async function overview() {
@@ -156,7 +199,8 @@ async function node(id) {
   ];
 }
 
-let jobsOffset = 0;
+// Where the page's list is paged to; another page starts again at the newest.
+let pageOffset = 0;
 
 function jobTable(jobs) {
   const now = Date.now();
@@ -171,21 +215,20 @@ function jobTable(jobs) {
 }
 
 async function jobs() {
-  const page = await api(`/api/ui/jobs?offset=${jobsOffset}&limit=${PAGE_SIZE}`);
-  const last = Math.min(page.total, jobsOffset + page.jobs.length);
-  const move = (delta) => { jobsOffset = Math.max(0, jobsOffset + delta); render(); };
+  const page = await api(`/api/ui/jobs?offset=${pageOffset}&limit=${PAGE_SIZE}`);
+  const move = (delta) => { pageOffset = Math.max(0, pageOffset + delta); render(); };
   return [
     h("h1", {}, `Jobs (${page.total})`),
-    panel(null, jobTable(page.jobs),
-      h("div", { class: "pager" },
-        h("button", { onclick: () => move(-PAGE_SIZE), disabled: jobsOffset === 0 }, "Newer"),
-        h("span", {}, page.total ? `${jobsOffset + 1}–${last} of ${page.total}, newest first` : ""),
-        h("button", { onclick: () => move(PAGE_SIZE), disabled: last >= page.total }, "Older"))),
+    panel(null, jobTable(page.jobs), pager(pageOffset, page.jobs.length, page.total, move)),
   ];
 }
 
 async function job(id) {
-  const j = await api(`/api/jobs/${encodeURIComponent(id)}`);
+  const [j, actors, tasks] = await Promise.all([
+    api(`/api/jobs/${encodeURIComponent(id)}`),
+    stateList("actors", [["job_id", id]]),
+    stateList("tasks", [["job_id", id]]),
+  ]);
   const terminal = ["SUCCEEDED", "FAILED", "STOPPED"].includes(j.status);
   const act = async (method, path, then) => {
     try { await api(path, { method }); then(); } catch (e) { alert(e.message); }
@@ -205,6 +248,7 @@ async function job(id) {
       h("dt", {}, "Node"), h("dd", { class: "mono" }, j.driver_node_id ? h("a", { href: `#/nodes/${j.driver_node_id}` }, short(j.driver_node_id)) : "not placed yet"),
       h("dt", {}, "Metadata"), h("dd", { class: "mono" }, Object.entries(j.metadata || {}).map(([k, v]) => `${k}=${v}`).join(", ")),
       h("dt", {}, "Runtime env"), h("dd", { class: "mono" }, JSON.stringify(j.runtime_env || {})))),
+    jobWork(id, actors, tasks),
     panel("Logs", logView(id, terminal)),
   ];
 }
@@ -238,6 +282,214 @@ function closeSocket() {
   logEl = null;
 }
 
+// Actors, tasks and placement groups, from Ray's state API. Tasks and actors reach the head
+// about once a second after they change, so a page can trail its program by that much.
+
+const TASK_STATES = ["PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "RUNNING", "FINISHED", "FAILED"];
+
+// How long a task ran: milliseconds are worth showing for the short ones.
+function elapsed(ms) {
+  if (ms == null || ms < 0) return "";
+  return ms < 1000 ? `${ms} ms` : ms < 60_000 ? `${(ms / 1000).toFixed(1)}s` : duration(ms);
+}
+
+function taskElapsed(t) {
+  if (!t.start_time_ms) return "";
+  return elapsed((t.end_time_ms || Date.now()) - t.start_time_ms);
+}
+
+function actorTable(rows) {
+  return table(["Actor", "Class", "Name", "State", "Node", "PID", "Restarts", "Job"], rows.map((a) =>
+    h("tr", { "data-actor-id": a.actor_id },
+      h("td", { class: "mono" }, actorLink(a.actor_id)),
+      h("td", {}, a.class_name),
+      h("td", {}, a.name),
+      h("td", {}, badge(a.state)),
+      h("td", { class: "mono" }, nodeLink(a.node_id)),
+      h("td", { class: "mono" }, a.pid || ""),
+      h("td", {}, a.num_restarts),
+      h("td", { class: "mono" }, jobLink(a.job_id)))),
+  "No actor has been created yet.");
+}
+
+function taskTable(rows, empty = "No task has run yet.") {
+  return table(["Task", "Name", "Type", "State", "Attempt", "Node", "Worker PID", "Duration", "Error"], rows.map((t) =>
+    h("tr", { "data-task-id": t.task_id, "data-attempt": t.attempt_number },
+      h("td", { class: "mono" }, taskLink(t.task_id)),
+      h("td", {}, t.name),
+      h("td", { class: "muted" }, t.type),
+      h("td", {}, badge(t.state)),
+      h("td", {}, t.attempt_number),
+      h("td", { class: "mono" }, nodeLink(t.node_id)),
+      h("td", { class: "mono" }, t.worker_pid ?? ""),
+      h("td", {}, taskElapsed(t)),
+      h("td", { class: "error-type" }, t.error_type || ""))),
+  empty);
+}
+
+// The newest `PAGE_SIZE` rows from `pageOffset`, and a pager over all of them.
+function paged(rows) {
+  const move = (delta) => { pageOffset = Math.max(0, pageOffset + delta); render(); };
+  const shown = rows.slice(pageOffset, pageOffset + PAGE_SIZE);
+  return [shown, rows.length > PAGE_SIZE ? pager(pageOffset, shown.length, rows.length, move) : null];
+}
+
+async function actors() {
+  const list = await stateList("actors");
+  // Actors still being created have no start time yet: they are the newest.
+  const rows = list.result.sort((a, b) => (b.start_time_ms || Infinity) - (a.start_time_ms || Infinity));
+  const [shown, pages] = paged(rows);
+  return [
+    h("h1", {}, `Actors (${list.total})`),
+    panel("By state", stateCounts(countBy(rows, "state"), "actor-counts")),
+    panel(null, actorTable(shown), pages, warnings(list.warnings)),
+  ];
+}
+
+async function actor(id) {
+  const [list, work] = await Promise.all([stateList("actors", [["actor_id", id]]), stateList("tasks", [["actor_id", id]])]);
+  const a = list.result[0];
+  if (!a) return [h("h1", {}, `Actor ${short(id)}`), panel(null, h("p", { class: "muted" }, "The head has no actor with this id."))];
+  const death = a.death_cause?.actor_died_error_context?.error_message;
+  const [shown, pages] = paged(work.result.sort(newestFirst("creation_time_ms")));
+  return [
+    h("h1", {}, `Actor ${a.class_name}${a.name ? ` “${a.name}”` : ""} `, badge(a.state)),
+    panel("Details", h("dl", { class: "kv" },
+      h("dt", {}, "Actor id"), h("dd", { class: "mono", id: "actor-id" }, a.actor_id),
+      h("dt", {}, "Class"), h("dd", {}, a.class_name),
+      h("dt", {}, "Name"), h("dd", {}, a.name || h("span", { class: "muted" }, "anonymous")),
+      h("dt", {}, "Namespace"), h("dd", {}, a.ray_namespace || ""),
+      h("dt", {}, "Lifetime"), h("dd", {}, a.is_detached ? "detached: outlives its job" : "ends with its job"),
+      h("dt", {}, "Job"), h("dd", { class: "mono" }, jobLink(a.job_id)),
+      h("dt", {}, "Node"), h("dd", { class: "mono" }, nodeLink(a.node_id)),
+      h("dt", {}, "PID"), h("dd", { class: "mono" }, a.pid || ""),
+      h("dt", {}, "Resources"), h("dd", {}, resourceList(a.required_resources) || "none held while alive"),
+      h("dt", {}, "Placement group"), h("dd", { class: "mono" }, a.placement_group_id ? h("a", { href: "#/placement-groups" }, a.placement_group_id) : "none"),
+      h("dt", {}, "Restarts"), h("dd", {}, a.num_restarts),
+      h("dt", {}, "Started"), h("dd", {}, time(a.start_time_ms)),
+      h("dt", {}, "Ended"), h("dd", {}, time(a.end_time_ms)),
+      h("dt", {}, "Death cause"), h("dd", {}, death ? h("pre", { class: "log", id: "death-cause" }, death) : "none"))),
+    panel(`Tasks (${work.num_filtered})`, taskTable(shown, "No task of this actor has been reported yet."), pages, warnings(work.warnings)),
+  ];
+}
+
+function taskFilters(params, names) {
+  const state = h("select", { id: "filter-state", onchange: () => apply() },
+    h("option", { value: "" }, "any state"),
+    TASK_STATES.map((s) => h("option", { value: s, selected: params.get("state") === s }, s)));
+  const name = h("input", { type: "search", id: "filter-name", list: "task-names", placeholder: "name, e.g. Counter.incr", value: params.get("name") || "" });
+  const job = h("input", { type: "search", id: "filter-job", placeholder: "job id", value: params.get("job") || "" });
+  const apply = (event) => {
+    event?.preventDefault();
+    const query = new URLSearchParams();
+    for (const [key, field] of [["state", state], ["name", name], ["job", job]]) if (field.value.trim()) query.set(key, field.value.trim());
+    const next = query.toString() ? `#/tasks?${query}` : "#/tasks";
+    if (location.hash === next) render();
+    else location.hash = next;
+  };
+  return h("form", { class: "filters", onsubmit: apply },
+    h("label", {}, "State ", state), h("label", {}, "Name ", name), h("label", {}, "Job ", job),
+    h("button", { type: "submit", class: "primary" }, "Filter"),
+    h("a", { href: "#/tasks" }, "Clear"),
+    h("datalist", { id: "task-names" }, names.map((n) => h("option", { value: n }))));
+}
+
+async function tasks(params) {
+  // The server filters: the name must match whole, ignoring case.
+  const filters = [["state", params.get("state")], ["name", params.get("name")], ["job_id", params.get("job")]].filter(([, v]) => v);
+  const [summary, list] = await Promise.all([api("/api/v0/tasks/summarize"), stateList("tasks", filters)]);
+  const cluster = summary.data.result.result.node_id_to_summary.cluster;
+  const functions = Object.entries(cluster.summary).sort(([a], [b]) => a.localeCompare(b));
+  const [shown, pages] = paged(list.result.sort(newestFirst("creation_time_ms")));
+  return [
+    h("h1", {}, `Tasks (${filters.length ? `${list.num_filtered} of ${list.total}` : list.total})`),
+    warnings(list.warnings),
+    panel("Summary",
+      h("p", { class: "muted" }, `${cluster.total_tasks} tasks · ${cluster.total_actor_tasks} actor tasks · ${cluster.total_actor_scheduled} actor creations`),
+      table(["Name", "Type", "States", "Total"], functions.map(([name, f]) =>
+        h("tr", { "data-function": name },
+          h("td", {}, h("a", { href: `#/tasks?name=${encodeURIComponent(name)}` }, name)),
+          h("td", { class: "muted" }, f.type),
+          h("td", {}, stateCounts(f.state_counts)),
+          h("td", {}, Object.values(f.state_counts).reduce((x, y) => x + y, 0)))),
+      "No task has run yet.")),
+    panel(null, taskFilters(params, functions.map(([name]) => name)),
+      taskTable(shown, filters.length ? "No task matches these filters." : "No task has run yet."), pages),
+  ];
+}
+
+async function task(id) {
+  const list = await stateList("tasks", [["task_id", id]]);
+  const attempts = list.result.sort((a, b) => b.attempt_number - a.attempt_number);
+  const t = attempts[0];
+  if (!t) return [h("h1", {}, `Task ${short(id)}`), panel(null, h("p", { class: "muted" }, "The head has no task with this id: not reported yet, or ended long enough ago to be dropped."))];
+  return [
+    h("h1", {}, `Task ${t.name} `, badge(t.state)),
+    panel("Details", h("dl", { class: "kv" },
+      h("dt", {}, "Task id"), h("dd", { class: "mono", id: "task-id" }, t.task_id),
+      h("dt", {}, "Name"), h("dd", {}, t.name),
+      h("dt", {}, "Type"), h("dd", {}, t.type),
+      h("dt", {}, "Job"), h("dd", { class: "mono" }, jobLink(t.job_id)),
+      t.actor_id ? [h("dt", {}, "Actor"), h("dd", { class: "mono" }, h("a", { href: `#/actors/${t.actor_id}` }, t.actor_id))] : null,
+      t.parent_task_id ? [h("dt", {}, "Parent task"), h("dd", { class: "mono" }, h("a", { href: `#/tasks/${t.parent_task_id}` }, t.parent_task_id))] : null,
+      t.placement_group_id ? [h("dt", {}, "Placement group"), h("dd", { class: "mono" }, h("a", { href: "#/placement-groups" }, t.placement_group_id))] : null,
+      h("dt", {}, "Attempts"), h("dd", {}, attempts.length))),
+    attempts.map(attempt),
+  ];
+}
+
+function attempt(a) {
+  const created = a.creation_time_ms;
+  return h("section", { class: "panel attempt", "data-attempt": a.attempt_number },
+    h("h2", {}, `Attempt ${a.attempt_number} `, badge(a.state)),
+    h("dl", { class: "kv" },
+      h("dt", {}, "Node"), h("dd", { class: "mono" }, nodeLink(a.node_id) || "not placed yet"),
+      h("dt", {}, "Worker"), h("dd", { class: "mono" }, a.worker_pid ? `pid ${a.worker_pid}` : "", a.worker_id ? h("span", { class: "muted" }, ` (${a.worker_id})`) : ""),
+      h("dt", {}, "Resources"), h("dd", {}, resourceList(a.required_resources) || "none"),
+      h("dt", {}, "Created"), h("dd", {}, time(created)),
+      h("dt", {}, "Ran for"), h("dd", {}, taskElapsed(a)),
+      a.error_type ? [h("dt", {}, "Error type"), h("dd", { class: "error-type" }, a.error_type)] : null),
+    h("h3", {}, "State changes"),
+    table(["State", "Time", "Since created"], (a.events || []).map((e) =>
+      h("tr", {}, h("td", {}, badge(e.state)), h("td", {}, time(e.created_ms)), h("td", { class: "muted" }, `+${elapsed(e.created_ms - created)}`))),
+    "No state change reported yet."),
+    a.error_message ? [h("h3", {}, "Error"), h("pre", { class: "log task-error" }, a.error_message)] : null);
+}
+
+async function placementGroups() {
+  const list = await stateList("placement_groups");
+  const rows = list.result.sort(newestFirst("created_at_ms"));
+  const [shown, pages] = paged(rows);
+  return [
+    h("h1", {}, `Placement groups (${list.total})`),
+    panel("By state", stateCounts(countBy(rows, "state"), "pg-counts")),
+    panel(null, table(["Placement group", "Name", "State", "Strategy", "Lifetime", "Created", "Bundles"], shown.map((g) =>
+      h("tr", { "data-pg-id": g.placement_group_id },
+        h("td", { class: "mono", title: g.placement_group_id }, short(g.placement_group_id)),
+        h("td", {}, g.name),
+        h("td", {}, badge(g.state)),
+        h("td", {}, g.strategy),
+        h("td", {}, g.is_detached ? "detached" : "job"),
+        h("td", {}, time(g.created_at_ms)),
+        h("td", {}, h("ul", { class: "bundles" }, g.bundles.map((b) =>
+          h("li", {}, h("span", { class: "muted" }, `#${b.bundle_id.bundle_index} `), resourceList(b.unit_resources) || "nothing",
+            b.node_id ? [" on ", h("span", { class: "mono" }, nodeLink(b.node_id))] : h("span", { class: "muted" }, " not placed"))))))),
+    "No placement group has been created yet."), pages, warnings(list.warnings)),
+  ];
+}
+
+// The job page's view of what the job's program started.
+function jobWork(id, actorList, taskList) {
+  const shown = taskList.result.sort(newestFirst("creation_time_ms")).slice(0, PAGE_SIZE);
+  return h("section", { class: "panel", id: "job-work" },
+    h("h2", {}, `Actors (${actorList.num_filtered})`),
+    actorTable(actorList.result.sort(newestFirst("start_time_ms"))),
+    h("h2", { class: "spaced" }, `Tasks (${taskList.num_filtered})`),
+    taskTable(shown, "No task of this job has been reported yet."),
+    taskList.num_filtered > shown.length ? h("p", {}, h("a", { href: `#/tasks?job=${encodeURIComponent(id)}` }, `All ${taskList.num_filtered} tasks of this job`)) : null,
+    warnings(taskList.warnings));
+}
+
 function login(reason) {
   closeSocket();
   document.getElementById("nav").hidden = true;
@@ -263,17 +515,29 @@ const routes = [
   [/^#\/nodes\/([0-9a-f]+)$/, "nodes", (m) => node(m[1])],
   [/^#\/jobs$/, "jobs", () => jobs()],
   [/^#\/jobs\/([A-Za-z0-9_.-]+)$/, "jobs", (m) => job(m[1])],
+  [/^#\/actors$/, "actors", () => actors()],
+  [/^#\/actors\/([0-9a-f]+)$/, "actors", (m) => actor(m[1])],
+  [/^#\/tasks(?:\?(.*))?$/, "tasks", (m) => tasks(new URLSearchParams(m[1] || ""))],
+  [/^#\/tasks\/([0-9a-f]+)$/, "tasks", (m) => task(m[1])],
+  [/^#\/placement-groups$/, "placement-groups", () => placementGroups()],
 ];
 
-async function render() {
+// Someone typing into a field of the page: a refresh would take the field away.
+const typing = () => main.contains(document.activeElement) && document.activeElement.matches("input");
+
+async function render(auto = false) {
   clearTimeout(timer);
+  if (auto && typing()) {
+    timer = setTimeout(render, REFRESH_MS, true);
+    return;
+  }
   const hash = location.hash || "#/";
   const [pattern, tab, page] = routes.find(([p]) => p.test(hash)) || routes[0];
   if (!hash.startsWith("#/jobs/")) closeSocket();
   try {
     const content = await page(hash.match(pattern));
     if ((location.hash || "#/") !== hash) return;
-    main.replaceChildren(...content);
+    main.replaceChildren(...content.flat().filter((x) => x != null));
     document.getElementById("nav").hidden = false;
     document.getElementById("live").hidden = false;
     for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.tab === tab);
@@ -281,8 +545,8 @@ async function render() {
     if (e instanceof Unauthorized) return login();
     main.replaceChildren(panel("Error", h("p", {}, e.message)));
   }
-  timer = setTimeout(render, REFRESH_MS);
+  timer = setTimeout(render, REFRESH_MS, true);
 }
 
-window.addEventListener("hashchange", () => { jobsOffset = 0; render(); });
+window.addEventListener("hashchange", () => { pageOffset = 0; render(); });
 render();

@@ -111,6 +111,8 @@ def test_tasks_show_their_states_attempts_places_and_errors(cluster, workload):
     [failed] = by_name["fails"]
     assert failed["state"] == "FAILED" and failed["error_type"] == "TASK_EXECUTION_EXCEPTION"
     assert "ValueError: the input was wrong" in failed["error_message"]
+    # The traceback starts at the user's function: the worker loop's frames are left out.
+    assert "in fails" in failed["error_message"] and "worker_main" not in failed["error_message"]
     attempts = sorted((r["attempt_number"], r["state"], r["error_type"]) for r in by_name["dies_once"])
     assert attempts == [(0, "FAILED", "WORKER_DIED"), (1, "FINISHED", None)]
     assert {r["task_id"] for r in by_name["dies_once"]} == {workload["retried"]}

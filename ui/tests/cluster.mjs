@@ -8,6 +8,8 @@ import { fileURLToPath } from "node:url";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const bin = process.env.OXRAY_BIN || join(repo, "target", "debug", "oxray");
+// A Python with the oxray package, for drivers that jobs run (`make venv` makes this one).
+export const python = process.env.OXRAY_PYTHON || join(repo, ".venv", "bin", "python");
 
 export class Cluster {
   constructor() {
@@ -21,8 +23,9 @@ export class Cluster {
     return execFileSync(bin, args, { env: this.env, encoding: "utf8", timeout: 60_000 });
   }
 
-  start() {
-    this.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2", "--node-ip-address", "127.0.0.1");
+  // `headArgs`: more options of the head's `oxray start`.
+  start({ headArgs = [] } = {}) {
+    this.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2", "--node-ip-address", "127.0.0.1", ...headArgs);
     const current = JSON.parse(readFileSync(join(this.env.OXRAY_HOME, "current_cluster.json"), "utf8"));
     this.url = current.dashboard_url;
     this.token = this.oxray("get-auth-token").trim();

@@ -199,9 +199,20 @@ def _exit_worker():
 
 
 def _error_text(error):
-    """A task's error as the state API shows it: its traceback, cut to a readable size."""
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    """A task's error as the state API shows it: its traceback without oxray's own frames
+    (the worker loop's), cut to a readable size."""
+    tb = error.__traceback__
+    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(error), error, tb))
     return text if len(text) <= 8192 else text[:4096] + "\n...\n" + text[-4096:]
+
+
+def _is_ours(filename):
+    return os.path.abspath(filename).startswith(_PACKAGE)
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _died_by_exit(name, error):
