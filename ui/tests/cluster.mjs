@@ -5,6 +5,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const bin = process.env.OXRAY_BIN || join(repo, "target", "debug", "oxray");
@@ -59,4 +60,24 @@ export class Cluster {
       rmSync(this.dir, { recursive: true, force: true });
     }
   }
+}
+
+// Without the networking flags Chromium keeps dialing hosts this machine cannot reach.
+const CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+
+// Debian's Chromium, headless ($CHROMIUM picks another).
+export function launchChromium() {
+  return chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: CHROMIUM_ARGS });
+}
+
+// A page of `cluster`'s dashboard, signed in with its token.
+export async function signedIn(browser, cluster) {
+  const context = await browser.newContext({ viewport: { width: 1366, height: 860 } });
+  const page = await context.newPage();
+  await page.goto(cluster.url);
+  await page.fill("#token", cluster.token);
+  await page.click("button[type=submit]");
+  await page.waitForSelector("#nodes-alive");
+  return page;
 }

@@ -5,13 +5,9 @@ import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
-import { Cluster } from "./cluster.mjs";
+import { Cluster, launchChromium, signedIn as signIn } from "./cluster.mjs";
 
 const shots = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "target", "ui-screenshots");
-// Without the networking flags Chromium keeps dialing hosts this machine cannot reach.
-const CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 
 let cluster;
 let browser;
@@ -23,7 +19,7 @@ before(async () => {
   cluster = new Cluster().start();
   longJob = await cluster.submit("for i in $(seq 1 600); do echo tick $i; sleep 0.2; done", { metadata: { owner: "ui-test" } });
   shortJob = await cluster.submit("echo finished-quickly");
-  browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: CHROMIUM_ARGS });
+  browser = await launchChromium();
 });
 
 after(async () => {
@@ -31,15 +27,7 @@ after(async () => {
   cluster?.stop();
 });
 
-async function signedIn() {
-  const context = await browser.newContext({ viewport: { width: 1366, height: 860 } });
-  const page = await context.newPage();
-  await page.goto(cluster.url);
-  await page.fill("#token", cluster.token);
-  await page.click("button[type=submit]");
-  await page.waitForSelector("#nodes-alive");
-  return page;
-}
+const signedIn = () => signIn(browser, cluster);
 
 test("a visitor without the token sees nothing of the cluster", async () => {
   const context = await browser.newContext();

@@ -8,12 +8,9 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
-import { Cluster, python } from "./cluster.mjs";
+import { Cluster, launchChromium, python, signedIn as signIn } from "./cluster.mjs";
 
 const shots = process.env.OXRAY_UI_SCREENSHOTS || join(tmpdir(), "oxray-ui-screenshots");
-const CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 // Ended task attempts the head keeps: the workload ends 12, so the 4 oldest squares go.
 const MAX_ENDED_TASKS = 8;
 
@@ -110,7 +107,7 @@ before(async () => {
   failing = await eventually("the failing task", async () => (await rows("tasks", "&filter_keys=name&filter_predicates=%3D&filter_values=explode"))
     .find((t) => t.state === "FAILED"));
   group = await eventually("the placement group", async () => (await rows("placement_groups")).find((g) => g.name === "reserved" && g.state === "CREATED"));
-  browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: CHROMIUM_ARGS });
+  browser = await launchChromium();
 });
 
 after(async () => {
@@ -118,15 +115,7 @@ after(async () => {
   cluster?.stop();
 });
 
-async function signedIn() {
-  const context = await browser.newContext({ viewport: { width: 1366, height: 860 } });
-  const page = await context.newPage();
-  await page.goto(cluster.url);
-  await page.fill("#token", cluster.token);
-  await page.click("button[type=submit]");
-  await page.waitForSelector("#nodes-alive");
-  return page;
-}
+const signedIn = () => signIn(browser, cluster);
 
 const shot = (page, name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 
