@@ -235,7 +235,7 @@ class ActorClass:
         created = client.create_actor(
             actor_id, self.__name__, blueprint, payload, dependencies, contained, resources,
             env_vars(self._options, resources["CPU"]), scheduling_strategies.native(chosen), lifetime == "detached",
-            max_restarts, max_task_retries, not name and lifetime != "detached")
+            max_restarts, max_task_retries, not name and lifetime != "detached", namespace=namespace)
         created = worker.new_ref(created)
         address = lease_id = agent = None
         if name:

@@ -146,7 +146,7 @@ def test_actors_show_their_life_names_and_processes(cluster, workload):
         ("ALIVE", "Counter", "counter", "state")
     assert named["pid"] == workload["pid"] and named["node_id"] and named["num_restarts"] == 0
     assert gone["state"] == "DEAD" and "killed" in gone["death_cause"]["actor_died_error_context"]["error_message"]
-    assert gone["name"] == ""
+    assert gone["name"] == "" and gone["ray_namespace"]  # unnamed actors show where they were made
 
 
 def test_placement_groups_and_summaries(cluster, workload):

@@ -174,7 +174,8 @@ impl ActorHost for CoreHost {
             Vec::new(),
             call_of(&actor_id, "", "", true),
         );
-        let created = owner.submitter.create_actor(&tokio::runtime::Handle::current(), &actor_id, spec, plan);
+        let created =
+            owner.submitter.create_actor(&tokio::runtime::Handle::current(), &actor_id, spec, plan, NAMESPACE);
         self.made_by.lock().expect("owners lock").insert(actor_id.clone(), owner.clone());
         let placed = owner.submitter.actor_placement(&actor_id).await;
         // Nothing reads the creation call's result: calls queue behind it on their own.

@@ -113,7 +113,8 @@ pub fn task_row(record: &TaskRecord, actors: &HashMap<String, ActorRecord>) -> V
 /// An actor; `named` gives the name and namespace of the named ones.
 pub fn actor_row(record: &ActorRecord, named: &HashMap<String, (String, String)>) -> Value {
     let e = &record.event;
-    let (name, namespace) = named.get(&e.actor_id).map_or(("", ""), |(n, ns)| (n.as_str(), ns.as_str()));
+    let (name, namespace) =
+        named.get(&e.actor_id).map_or(("", e.namespace.as_str()), |(n, ns)| (n.as_str(), ns.as_str()));
     let death_cause = if e.death_cause.is_empty() {
         Value::Null
     } else {
@@ -244,5 +245,8 @@ mod tests {
         assert_eq!(row["death_cause"]["actor_died_error_context"]["error_message"], "killed");
         let unnamed = actor_row(&record, &HashMap::new());
         assert_eq!((unnamed["name"].clone(), unnamed["ray_namespace"].clone()), (json!(""), Value::Null));
+        let mut made_in = record.clone();
+        made_in.event.namespace = "jobs".into();
+        assert_eq!(actor_row(&made_in, &HashMap::new())["ray_namespace"], "jobs");
     }
 }

@@ -299,8 +299,10 @@ impl Client {
     /// Creates an actor (`actor_id` chosen by the caller) without waiting for a node: it is
     /// placed, and its creation call sent, in the background; calls wait for it. Returns
     /// the creation call's object. With `ends_with_handles`, the actor ends once that
-    /// object goes: when no handle to it is left in any process.
+    /// object goes: when no handle to it is left in any process. `namespace`: the one it is
+    /// made in.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (actor_id, name, class, args, dependencies, contained, resources, env_vars, strategy, detached, max_restarts, max_task_retries, ends_with_handles, namespace=String::new()))]
     fn create_actor(
         &self,
         py: Python<'_>,
@@ -317,6 +319,7 @@ impl Client {
         max_restarts: i64,
         max_task_retries: i64,
         ends_with_handles: bool,
+        namespace: String,
     ) -> PyResult<String> {
         let resources =
             oxray_types::ResourceSet::try_from(resources).map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -327,7 +330,7 @@ impl Client {
         let plan = RestartPlan { resources, env: env_vars, strategy, detached, restarts_left: max_restarts };
         let call = actor_call(&actor_id, "", None, String::new(), true, max_task_retries);
         let spec = TaskSpec::actor(name, class.to_vec(), args.to_vec(), dependencies, contained, call);
-        let created = submitter.create_actor(self.runtime.handle(), &actor_id, spec, plan);
+        let created = submitter.create_actor(self.runtime.handle(), &actor_id, spec, plan, &namespace);
         if ends_with_handles {
             let (owner, runtime) = (Arc::downgrade(&submitter), self.runtime.handle().clone());
             let end = move || {

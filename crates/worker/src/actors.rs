@@ -211,17 +211,22 @@ impl Submitter {
     /// Creates an actor this process owns, placed by `plan`, without waiting for a node:
     /// `creation` is its creation call, sent once the actor has a worker; calls made
     /// meanwhile wait for it. Returns the creation call's object. An actor no node could
-    /// ever hold is dead with the reason, which its calls raise.
+    /// ever hold is dead with the reason, which its calls raise. `namespace` is the one it
+    /// was made in, for the state API.
     pub fn create_actor(
         self: &Arc<Self>,
         runtime: &tokio::runtime::Handle,
         actor_id: &str,
         creation: crate::TaskSpec,
         plan: RestartPlan,
+        namespace: &str,
     ) -> String {
         self.actors.expect(actor_id, plan);
         let state = if creation.dependencies.is_empty() { "PENDING_CREATION" } else { "DEPENDENCIES_UNREADY" };
-        self.note_actor(actor_id, state, |e| e.class_name.clone_from(&creation.name));
+        self.note_actor(actor_id, state, |e| {
+            e.class_name.clone_from(&creation.name);
+            e.namespace = namespace.to_string();
+        });
         self.submit(runtime, creation).swap_remove(0)
     }
 
