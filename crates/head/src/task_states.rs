@@ -108,25 +108,35 @@ impl ActorRecord {
 
 /// A new attempt's record: what does not change between attempts (the name, the kind, the
 /// resources) comes from the attempt before, which its owner reported already.
-fn retry_of(previous: Option<&TaskRecord>, event: &v1::TaskEvent) -> v1::TaskEvent {
-    let mut fresh = v1::TaskEvent { task_id: event.task_id.clone(), attempt: event.attempt, ..Default::default() };
-    if let Some(p) = previous.map(|p| &p.event) {
-        fresh.name.clone_from(&p.name);
-        fresh.kind.clone_from(&p.kind);
-        fresh.job_id.clone_from(&p.job_id);
-        fresh.actor_id.clone_from(&p.actor_id);
-        fresh.required_resources.clone_from(&p.required_resources);
-        fresh.placement_group_id.clone_from(&p.placement_group_id);
-        fresh.parent_task_id.clone_from(&p.parent_task_id);
+fn retry_of(previous: &TaskRecord, event: &v1::TaskEvent) -> v1::TaskEvent {
+    let p = &previous.event;
+    v1::TaskEvent {
+        task_id: event.task_id.clone(),
+        attempt: event.attempt,
+        name: p.name.clone(),
+        kind: p.kind.clone(),
+        job_id: p.job_id.clone(),
+        actor_id: p.actor_id.clone(),
+        required_resources: p.required_resources.clone(),
+        placement_group_id: p.placement_group_id.clone(),
+        parent_task_id: p.parent_task_id.clone(),
+        ..Default::default()
     }
-    fresh
+}
+
+/// A task attempt's key: task ids are 128-bit hex, so reports of tens of thousands of tasks
+/// a second cost no allocation for their keys.
+type Key = (u128, u32);
+
+fn key_of(event: &v1::TaskEvent) -> Option<Key> {
+    u128::from_str_radix(&event.task_id, 16).ok().map(|id| (id, event.attempt))
 }
 
 #[derive(Default)]
 struct Tables {
-    tasks: HashMap<(String, u32), TaskRecord>,
+    tasks: HashMap<Key, TaskRecord>,
     /// Ended attempts, oldest first: the first forgotten.
-    ended_tasks: VecDeque<(String, u32)>,
+    ended_tasks: VecDeque<Key>,
     actors: HashMap<String, ActorRecord>,
     dead_actors: VecDeque<String>,
     /// Task attempts not kept: dropped by their reporters or beyond the bounds here.
@@ -170,20 +180,24 @@ impl TaskStates {
     }
 
     fn apply_task(&self, t: &mut Tables, event: v1::TaskEvent) {
-        let key = (event.task_id.clone(), event.attempt);
-        if !t.tasks.contains_key(&key) && t.tasks.len() >= self.max_ended * (LIVE_PER_ENDED + 1) {
+        let Some(key) = key_of(&event) else {
             t.dropped_tasks += 1;
             return;
-        }
+        };
         if !t.tasks.contains_key(&key) {
-            let previous = if key.1 == 0 { None } else { t.tasks.get(&(key.0.clone(), key.1 - 1)) };
-            // Later changes of a task whose start was not kept (dropped by its reporter or
-            // here) make no record: it would have no name.
-            if event.kind.is_empty() && previous.is_none() {
+            if t.tasks.len() >= self.max_ended * (LIVE_PER_ENDED + 1) {
+                t.dropped_tasks += 1;
                 return;
             }
-            let record = TaskRecord { event: retry_of(previous, &event) };
-            t.tasks.insert(key.clone(), record);
+            let previous = if key.1 == 0 { None } else { t.tasks.get(&(key.0, key.1 - 1)) };
+            let fresh = match previous {
+                Some(previous) => retry_of(previous, &event),
+                // Later changes of a task whose start was not kept (dropped by its reporter
+                // or here) make no record: it would have no name.
+                None if event.kind.is_empty() => return,
+                None => v1::TaskEvent { task_id: event.task_id.clone(), attempt: key.1, ..Default::default() },
+            };
+            t.tasks.insert(key, TaskRecord { event: fresh });
         }
         let record = t.tasks.get_mut(&key).expect("inserted above");
         let was_ended = record.ended();
@@ -234,12 +248,12 @@ mod tests {
     #[test]
     fn reports_of_an_attempt_merge_and_ended_ones_stay_ended() {
         let states = TaskStates::new(10);
-        let mut first = task("t", 0, &["PENDING_NODE_ASSIGNMENT"]);
+        let mut first = task("a1", 0, &["PENDING_NODE_ASSIGNMENT"]);
         first.name = "f".into();
         states.apply(report(vec![first], vec![]));
-        let mut running = task("t", 0, &["RUNNING", "FINISHED"]);
+        let mut running = task("a1", 0, &["RUNNING", "FINISHED"]);
         running.node_id = "n1".into();
-        states.apply(report(vec![running, task("t", 0, &["RUNNING"])], vec![]));
+        states.apply(report(vec![running, task("a1", 0, &["RUNNING"])], vec![]));
         let (tasks, dropped) = states.tasks();
         assert_eq!((tasks.len(), dropped), (1, 0));
         let t = &tasks[0];
@@ -250,16 +264,16 @@ mod tests {
     #[test]
     fn a_retry_keeps_what_its_first_attempt_said() {
         let states = TaskStates::new(10);
-        let mut first = task("t", 0, &["PENDING_NODE_ASSIGNMENT", "RUNNING", "FAILED"]);
+        let mut first = task("a1", 0, &["PENDING_NODE_ASSIGNMENT", "RUNNING", "FAILED"]);
         first.name = "f".into();
         first.kind = "NORMAL_TASK".into();
         states.apply(report(vec![first], vec![]));
-        let mut retry = task("t", 1, &["RUNNING", "FINISHED"]);
+        let mut retry = task("a1", 1, &["RUNNING", "FINISHED"]);
         retry.kind.clear();
         states.apply(report(vec![retry], vec![]));
-        let mut unknown = task("never-started", 0, &["FINISHED"]);
+        let mut unknown = task("bbbb", 0, &["FINISHED"]);
         unknown.kind.clear();
-        states.apply(report(vec![unknown], vec![]));
+        states.apply(report(vec![unknown, task("not an id", 0, &["RUNNING"])], vec![]));
         let (mut tasks, _) = states.tasks();
         assert_eq!(tasks.len(), 2);
         tasks.sort_by_key(|t| t.event.attempt);
@@ -269,14 +283,14 @@ mod tests {
     #[test]
     fn only_the_newest_ended_attempts_are_kept() {
         let states = TaskStates::new(3);
-        states.apply(report(vec![task("live", 0, &["RUNNING"])], vec![]));
+        states.apply(report(vec![task("ffff", 0, &["RUNNING"])], vec![]));
         for i in 0..100 {
             states.apply(report(vec![task(&i.to_string(), 0, &["RUNNING", "FINISHED"])], vec![]));
         }
         let (tasks, dropped) = states.tasks();
         let mut ids: Vec<_> = tasks.iter().map(|t| t.event.task_id.clone()).collect();
         ids.sort();
-        assert_eq!(ids, ["97", "98", "99", "live"]);
+        assert_eq!(ids, ["97", "98", "99", "ffff"]);
         assert_eq!(dropped, 97);
     }
 
