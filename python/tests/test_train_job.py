@@ -3,7 +3,6 @@
 data set written here (no downloads)."""
 
 import json
-import os
 import re
 import shutil
 import struct
@@ -69,8 +68,12 @@ def test_the_fashion_mnist_script_trains_through_job_submit(three_nodes, tmp_pat
     assert done.returncode == 0, out[-4000:]
     assert "succeeded" in out, out[-4000:]
     assert "(TrainWorker pid=" in out, "what the workers print reaches the job's log with their name"
-    accuracies = [float(a) for a in re.findall(r"report \d+: \{'loss': [0-9.e-]+, 'accuracy': ([0-9.]+)\}", out)]
-    assert len(accuracies) == 10, out[-4000:]
-    assert accuracies[-1] > max(0.6, accuracies[0]), accuracies
+    reports = re.findall(r"report \d+: \{'loss': ([0-9.e-]+), 'accuracy': ([0-9.]+)\}", out)
+    assert len(reports) == 10, out[-4000:]
+    losses, accuracies = [float(r[0]) for r in reports], [float(r[1]) for r in reports]
+    # The model learns: its test loss falls. Its accuracy may reach its plateau (on 128 test
+    # images a rank sees) in the first epoch already, so it only has to stay there.
+    assert losses[-1] < losses[0], reports
+    assert accuracies[-1] >= max(0.6, accuracies[0]), reports
     assert "Training result: Result(" in out
     assert list((three_nodes.home / "oxray_results").iterdir()), "the run's directory under ~/oxray_results"
