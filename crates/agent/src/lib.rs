@@ -3,8 +3,10 @@
 
 pub mod detect;
 mod jobs;
+mod logs;
 pub mod memory;
 mod store_dirs;
+mod worker_records;
 mod workers;
 
 use oxray_proto::convert::resources_to_proto;
@@ -205,7 +207,7 @@ impl JoinedAgent {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let listener = self.listener.take().expect("run is called once");
         let service = oxray_proto::v1::agent_service_server::AgentServiceServer::with_interceptor(
-            jobs::AgentService::new(self.runner.clone()),
+            jobs::AgentService::new(self.runner.clone(), self.pool.clone(), self.config.session_dir.join("logs")),
             oxray_rpc::ServerAuth(self.config.token.clone()),
         );
         let leases = oxray_proto::v1::lease_service_server::LeaseServiceServer::with_interceptor(

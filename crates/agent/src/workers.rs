@@ -2,6 +2,7 @@
 //! holds the task's resources on this node until the driver returns it.
 
 use crate::memory;
+use crate::worker_records::{self, ExitType, WorkerRecord, WorkerRecords};
 use oxray_proto::v1::{self, lease_service_server};
 use oxray_types::ResourceSet;
 use std::collections::HashMap;
@@ -122,6 +123,25 @@ struct State {
     /// Workers the memory monitor ended whose leases were returned before they finished
     /// exiting: their memory is not free yet.
     ending: Vec<tokio::process::Child>,
+    records: WorkerRecords,
+}
+
+impl Default for WorkerRecords {
+    fn default() -> Self {
+        WorkerRecords::new(worker_records::ENDED_KEPT)
+    }
+}
+
+/// How a worker that is no longer running ended, if it did.
+fn exited(child: &mut tokio::process::Child) -> Option<(ExitType, String)> {
+    use std::os::unix::process::ExitStatusExt;
+    let status = child.try_wait().ok()??;
+    Some(worker_records::exit_of(status.code(), status.signal()))
+}
+
+/// A worker's log files on its node: `worker-<id>.out` (stdout) and `.err` (stderr).
+pub fn log_name(worker: &WorkerRecord, suffix: &str) -> String {
+    format!("worker-{}.{suffix}", worker.id)
 }
 
 pub struct WorkerPool {
@@ -199,6 +219,15 @@ impl WorkerPool {
             .await
             .map_err(|e| fail(format!("cannot open {}: {e}", log_path.display())))?;
         self.envs.prepare(&spec, &mut log).await.map(Some).map_err(fail)
+    }
+
+    /// The workers this node started, alive and ended.
+    pub fn worker_records(&self) -> Vec<WorkerRecord> {
+        self.lock().records.list()
+    }
+
+    pub fn worker_by_pid(&self, pid: u32) -> Option<WorkerRecord> {
+        self.lock().records.by_pid(pid).cloned()
     }
 
     /// What is not leased out or reserved now, for the heartbeat.
@@ -470,7 +499,7 @@ impl WorkerPool {
         };
         for id in leases {
             tracing::info!(lease = %id, group, "placement group removed; ending its worker");
-            self.give_back(&id, true);
+            self.give_back(&id, true, (ExitType::IntendedUserExit, "its placement group was removed"));
         }
         self.freed.notify_waiters();
         self.changed.notify_one();
@@ -490,7 +519,7 @@ impl WorkerPool {
             .collect();
         for (lease_id, actor_id, address, owner) in dead {
             tracing::info!(actor = %actor_id, lease = %lease_id, "an actor's worker died; telling its owner");
-            self.give_back(&lease_id, true);
+            self.give_back(&lease_id, true, (ExitType::SystemError, "the actor's worker died"));
             let token = self.env.token.clone();
             tokio::spawn(async move {
                 if let Err(e) = tell_owner(&owner, &token, actor_id, address).await {
@@ -504,10 +533,21 @@ impl WorkerPool {
     /// that waited too long (and idle ones that died).
     pub fn reap(&self) {
         self.reap_dead_actors();
-        self.lock().idle.retain_mut(|w| {
-            let stale = w.kind.keeps_warm() && w.since.elapsed() > WARM_IDLE;
-            matches!(w.child.try_wait(), Ok(None)) && !stale
+        let now = worker_records::now_ms();
+        let mut state = self.lock();
+        let State { idle, records, .. } = &mut *state;
+        idle.retain_mut(|w| {
+            let exit = exited(&mut w.child).or_else(|| {
+                let stale = w.kind.keeps_warm() && w.since.elapsed() > WARM_IDLE;
+                stale.then(|| (ExitType::IntendedSystemExit, "an idle warm worker was retired".to_string()))
+            });
+            let keep = exit.is_none();
+            if let Some(exit) = exit {
+                records.ended(&w.id, exit, now);
+            }
+            keep
         });
+        drop(state);
         let here = oxray_config::procs::identity();
         let orphaned: Vec<String> = self
             .lock()
@@ -518,7 +558,7 @@ impl WorkerPool {
             .collect();
         for id in orphaned {
             tracing::info!(lease = %id, "the lease's owner died; taking the worker back");
-            self.give_back(&id, true);
+            self.give_back(&id, true, (ExitType::IntendedSystemExit, "the process that held its lease died"));
         }
     }
 
@@ -557,19 +597,25 @@ impl WorkerPool {
     }
 
     /// Takes a lease back; returns why the agent ended its worker, if it did.
-    fn give_back(&self, lease_id: &str, disconnect: bool) -> Option<String> {
+    /// `why`: why the worker ends if it is still running and `disconnect` ends it.
+    fn give_back(&self, lease_id: &str, disconnect: bool, why: (ExitType, &str)) -> Option<String> {
         let mut lease = self.lock().leases.remove(lease_id)?;
         let holding = lease.holding();
         self.gpus.lock().expect("gpu lock").give_back_amount(lease.resources.get("GPU"), &lease.gpu_ids);
-        let alive = matches!(lease.worker.child.try_wait(), Ok(None));
-        if alive && lease.ended_for.is_some() {
-            self.lock().ending.push(lease.worker.child);
-        } else if alive && !disconnect {
+        let exit = exited(&mut lease.worker.child);
+        let now = worker_records::now_ms();
+        if let (None, Some(reason)) = (&exit, &lease.ended_for) {
+            let mut state = self.lock();
+            state.records.ended(&lease.worker.id, (ExitType::SystemError, reason.clone()), now);
+            state.ending.push(lease.worker.child);
+        } else if exit.is_none() && !disconnect {
             lease.worker.since = std::time::Instant::now();
             self.lock().idle.push(lease.worker);
         } else {
             // Dropping the child kills it (kill_on_drop).
             tracing::info!(worker = %lease.worker.id, "worker retired");
+            let exit = exit.unwrap_or_else(|| (why.0, why.1.to_string()));
+            self.lock().records.ended(&lease.worker.id, exit, now);
         }
         self.release(&holding, lease.bundle.as_ref());
         lease.ended_for
@@ -579,19 +625,46 @@ impl WorkerPool {
     /// have room, so it does not slow the work it stands in for.
     async fn spawn(&self, kind: &WorkerKind, warm: bool) -> Result<Worker, Status> {
         let prepared = self.prepare(kind).await?;
-        let python = kind.python.as_str();
         let id = random_id();
         let (tx, rx) = oneshot::channel();
-        self.lock().starting.insert(id.clone(), tx);
-        let log_path = self.env.logs.join(format!("worker-{id}.log"));
-        let log = std::fs::File::create(&log_path).map_err(|e| Status::internal(e.to_string()))?;
-        let err = log.try_clone().map_err(|e| Status::internal(e.to_string()))?;
+        {
+            let mut state = self.lock();
+            state.starting.insert(id.clone(), tx);
+            state.records.launched(&id, worker_records::now_ms());
+        }
+        let started = self.start_process(kind, warm, &id, prepared.as_ref(), rx).await;
+        let mut state = self.lock();
+        state.starting.remove(&id);
+        match &started {
+            Ok(w) => state.records.started(&id, w.child.id().unwrap_or(0), worker_records::now_ms()),
+            Err(e) => {
+                state.records.ended(&id, (ExitType::SystemError, e.message().to_string()), worker_records::now_ms())
+            }
+        }
+        started
+    }
+
+    async fn start_process(
+        &self,
+        kind: &WorkerKind,
+        warm: bool,
+        id: &str,
+        prepared: Option<&crate::jobs::Prepared>,
+        rx: oneshot::Receiver<(u16, u32)>,
+    ) -> Result<Worker, Status> {
+        let python = kind.python.as_str();
+        let out_path = self.env.logs.join(format!("worker-{id}.out"));
+        let err_path = self.env.logs.join(format!("worker-{id}.err"));
+        let create = |path: &std::path::Path| {
+            std::fs::File::create(path).map_err(|e| Status::internal(format!("cannot create {}: {e}", path.display())))
+        };
+        let (log, err) = (create(&out_path)?, create(&err_path)?);
         let agent_address = self.env.agent_address.lock().expect("agent address lock").clone();
         let node_id = self.env.node_id.lock().expect("node id lock").clone();
         let mut command = tokio::process::Command::new(python);
         command
             .args(["-m", "oxray._private.worker_main"])
-            .env("OXRAY_WORKER_ID", &id)
+            .env("OXRAY_WORKER_ID", id)
             .env("OXRAY_AGENT_ADDRESS", agent_address)
             .env("OXRAY_ADDRESS", &self.env.head_address)
             .env("OXRAY_AUTH_TOKEN", &self.env.token)
@@ -604,7 +677,7 @@ impl WorkerPool {
             .stdout(log)
             .stderr(err)
             .kill_on_drop(true);
-        if let Some(prepared) = &prepared {
+        if let Some(prepared) = prepared {
             prepared.apply(&mut command);
         }
         // A worker dies with its agent, as it would with its machine: callers then see the
@@ -621,16 +694,15 @@ impl WorkerPool {
             r = tokio::time::timeout(REGISTER_TIMEOUT, rx) => r.ok().and_then(Result::ok),
             _ = child.wait() => None,
         };
-        self.lock().starting.remove(&id);
         let Some((port, _pid)) = registered else {
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let log = std::fs::read_to_string(&err_path).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(5).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
             return Err(Status::failed_precondition(format!("the worker process did not start: {}", tail.join(" | "))));
         };
         tracing::info!(worker = %id, port, "worker started");
         let address = format!("{}:{port}", self.env.node_ip);
-        Ok(Worker { id, kind: kind.clone(), address, child, since: std::time::Instant::now() })
+        Ok(Worker { id: id.to_string(), kind: kind.clone(), address, child, since: std::time::Instant::now() })
     }
 }
 
@@ -725,7 +797,8 @@ impl lease_service_server::LeaseService for LeaseService {
         request: Request<v1::ReturnWorkerRequest>,
     ) -> Result<Response<v1::ReturnWorkerReply>, Status> {
         let request = request.into_inner();
-        let exit_reason = self.0.give_back(&request.lease_id, request.disconnect).unwrap_or_default();
+        let why = (ExitType::IntendedSystemExit, "the owner of its lease ended it");
+        let exit_reason = self.0.give_back(&request.lease_id, request.disconnect, why).unwrap_or_default();
         Ok(Response::new(v1::ReturnWorkerReply { exit_reason }))
     }
 

@@ -4,6 +4,7 @@
 mod cluster_status;
 mod events;
 mod jobs;
+pub mod logs;
 mod nodes;
 pub mod state;
 

@@ -11,6 +11,7 @@ pub enum StateKind {
     Tasks,
     PlacementGroups,
     Jobs,
+    Workers,
 }
 
 impl StateKind {
@@ -21,6 +22,7 @@ impl StateKind {
             StateKind::Tasks => "task_id",
             StateKind::PlacementGroups => "placement_group_id",
             StateKind::Jobs => "submission_id",
+            StateKind::Workers => "worker_id",
         }
     }
 
@@ -49,6 +51,7 @@ impl StateKind {
             StateKind::Jobs => {
                 &["job_id", "submission_id", "entrypoint", "type", "status", "message", "error_type", "driver_info"]
             }
+            StateKind::Workers => &["worker_id", "is_alive", "worker_type", "exit_type", "node_id", "ip", "pid"],
         }
     }
 
@@ -58,6 +61,7 @@ impl StateKind {
             StateKind::Tasks => &["language", "placement_group_id", "is_debugger_paused"],
             StateKind::PlacementGroups => &["is_detached"],
             StateKind::Jobs => return vec!["job_id", "type", "status", "submission_id"],
+            StateKind::Workers => &["debugger_port", "num_paused_threads"],
         };
         self.plain_columns().iter().chain(extra).copied().collect()
     }
@@ -69,6 +73,7 @@ impl StateKind {
             StateKind::Tasks => "tasks",
             StateKind::PlacementGroups => "placement_groups",
             StateKind::Jobs => "jobs",
+            StateKind::Workers => "workers",
         }
     }
 
@@ -78,6 +83,7 @@ impl StateKind {
             StateKind::Tasks => "tasks",
             StateKind::PlacementGroups => "placement groups",
             StateKind::Jobs => "jobs",
+            StateKind::Workers => "workers",
         }
     }
 }

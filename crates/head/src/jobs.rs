@@ -1,6 +1,7 @@
 //! The job manager: the durable job table, the first-come queue, dispatch to node agents,
 //! and the statuses agents report back.
 
+use crate::agents::Agents;
 use crate::events::Events;
 use crate::membership::Membership;
 use crate::packages::Packages;
@@ -11,7 +12,7 @@ use oxray_api_types::{new_submission_id, not_found, ApiError, JobDetails, Submit
 use oxray_http::ByteStream;
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1;
-use oxray_rpc::{connect_agent_lazy, AgentClient, Token};
+use oxray_rpc::{AgentClient, Token};
 use oxray_types::{error_types, now_ms, JobRecord, JobStatus, NodeId, NodeInfo, ResourceSet};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -34,8 +35,7 @@ pub struct JobManager {
     membership: Arc<Membership>,
     events: Arc<Events>,
     packages: Packages,
-    token: Token,
-    agents: Mutex<HashMap<NodeId, AgentClient>>,
+    agents: Arc<Agents>,
     wake: Notify,
     /// Bumped on every status change, for waiters.
     changed: watch::Sender<u64>,
@@ -65,14 +65,14 @@ impl JobManager {
         records.sort_by(|a, b| (a.start_time, &a.submission_id).cmp(&(b.start_time, &b.submission_id)));
         let order = records.iter().map(|j| j.submission_id.clone()).collect();
         let records = records.into_iter().map(|j| (j.submission_id.clone(), j)).collect();
+        let agents = Arc::new(Agents::new(membership.clone(), token));
         Ok(Self {
             table: Mutex::new(Table { records, order, dispatched: HashSet::new() }),
             store,
             membership,
             events,
             packages,
-            token,
-            agents: Mutex::new(HashMap::new()),
+            agents,
             wake: Notify::new(),
             changed: watch::channel(0).0,
         })
@@ -108,14 +108,12 @@ impl JobManager {
     }
 
     fn agent(&self, node: &NodeInfo) -> Result<AgentClient, ApiError> {
-        let mut agents = self.agents.lock().expect("agent clients lock");
-        if let Some(client) = agents.get(&node.node_id) {
-            return Ok(client.clone());
-        }
-        let address = format!("{}:{}", node.node_ip, node.agent_port);
-        let client = connect_agent_lazy(&address, &self.token, Duration::from_secs(30)).map_err(internal)?;
-        agents.insert(node.node_id.clone(), client.clone());
-        Ok(client)
+        self.agents.client(node)
+    }
+
+    /// The node agents, for what the state API reads from them.
+    pub fn agents(&self) -> &Arc<Agents> {
+        &self.agents
     }
 
     pub fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {

@@ -2,6 +2,7 @@
 //! gRPC service and the HTTP API. Start it with [`Head::bind`], then [`BoundHead::run`].
 
 mod actors;
+mod agents;
 mod bundles;
 mod events;
 mod jobs;
@@ -138,6 +139,18 @@ impl ClusterView for View {
         let id =
             node_id.parse().map_err(|e: oxray_types::IdError| oxray_api_types::ApiError::NotFound(e.to_string()))?;
         self.jobs.agent_log(&id, max_bytes).await
+    }
+    async fn worker_rows(&self) -> (Vec<serde_json::Value>, String) {
+        self.jobs.agents().worker_rows().await
+    }
+    async fn list_logs(&self, node: &NodeInfo, glob: &str) -> Result<Vec<String>, oxray_api_types::ApiError> {
+        self.jobs.agents().list_logs(node, glob).await
+    }
+    async fn read_log(
+        &self,
+        target: &oxray_api_types::logs::LogTarget,
+    ) -> Result<oxray_http::ByteStream, oxray_api_types::ApiError> {
+        self.jobs.agents().read_log(target).await
     }
 }
 

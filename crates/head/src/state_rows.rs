@@ -11,7 +11,8 @@ use oxray_proto::v1;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
-/// Every row of `kind` (jobs come from the jobs API), and what is missing from them.
+/// Every row of `kind` (jobs come from the jobs API, workers from the agents), and what is
+/// missing from them.
 pub fn of_kind(kind: StateKind, states: &TaskStates, named: &Actors, groups: &PlacementGroups) -> (Vec<Value>, String) {
     match kind {
         StateKind::Tasks => {
@@ -31,7 +32,7 @@ pub fn of_kind(kind: StateKind, states: &TaskStates, named: &Actors, groups: &Pl
             (states.actors().iter().map(|a| actor_row(a, &named)).collect(), String::new())
         }
         StateKind::PlacementGroups => (groups.list().iter().map(placement_group_row).collect(), String::new()),
-        StateKind::Jobs => (Vec::new(), String::new()),
+        StateKind::Jobs | StateKind::Workers => (Vec::new(), String::new()),
     }
 }
 
@@ -101,7 +102,7 @@ pub fn task_row(record: &TaskRecord, actors: &HashMap<String, ActorRecord>) -> V
         "creation_time_ms": e.transitions.first().map_or(Value::Null, |t| json!(t.time_ms)),
         "start_time_ms": time_of(record, &["RUNNING"]),
         "end_time_ms": time_of(record, &["FINISHED", "FAILED"]),
-        "task_log_info": Value::Null,
+        "task_log_info": task_log_info(e),
         "error_message": or_null(&e.error_message),
         "is_debugger_paused": Value::Null,
         "call_site": Value::Null,
@@ -111,6 +112,21 @@ pub fn task_row(record: &TaskRecord, actors: &HashMap<String, ActorRecord>) -> V
 }
 
 /// An actor; `named` gives the name and namespace of the named ones.
+/// Where a normal task's output lies in its worker's log files, as Ray's `task_log_info`.
+fn task_log_info(e: &v1::TaskEvent) -> Value {
+    match e.log_offsets[..] {
+        [out_start, out_end, err_start, err_end] if !e.worker_id.is_empty() => json!({
+            "stdout_file": format!("worker-{}.out", e.worker_id),
+            "stdout_start": out_start,
+            "stdout_end": out_end,
+            "stderr_file": format!("worker-{}.err", e.worker_id),
+            "stderr_start": err_start,
+            "stderr_end": err_end,
+        }),
+        _ => Value::Null,
+    }
+}
+
 pub fn actor_row(record: &ActorRecord, named: &HashMap<String, (String, String)>) -> Value {
     let e = &record.event;
     let (name, namespace) =

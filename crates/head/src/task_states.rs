@@ -55,6 +55,9 @@ impl TaskRecord {
         if !e.required_resources.is_empty() {
             into.required_resources = e.required_resources;
         }
+        if !e.log_offsets.is_empty() {
+            into.log_offsets = e.log_offsets;
+        }
         // An ended attempt stays ended: a late report of an earlier state changes nothing.
         let was_ended = is_ended_task(into.transitions.last().map_or("", |t| t.state.as_str()));
         if !was_ended {

@@ -1,10 +1,11 @@
 //! The head's HTTP API on the dashboard port: version and health, Ray's state API for
-//! nodes, actors, tasks, placement groups and jobs, cluster status and Prometheus metrics, all behind the cluster token.
+//! nodes, actors, tasks, placement groups, jobs, workers and logs, cluster status and Prometheus metrics, all behind the cluster token.
 
 mod assets;
 mod auth;
 mod jobs;
 mod jobs_api;
+mod logs;
 mod metrics;
 mod nodes;
 mod packages;
@@ -36,6 +37,16 @@ pub trait ClusterView: Send + Sync + 'static {
     fn state_rows(&self, kind: oxray_api_types::state::StateKind) -> (Vec<serde_json::Value>, String);
     /// The end of a node agent's own log.
     async fn node_log(&self, node_id: &str, max_bytes: u64) -> Result<String, oxray_api_types::ApiError>;
+    /// The workers of every live node, as rows of Ray's state API, and a warning naming
+    /// the nodes that did not answer.
+    async fn worker_rows(&self) -> (Vec<serde_json::Value>, String);
+    /// The names of a live node's log files that match a glob.
+    async fn list_logs(&self, node: &NodeInfo, glob: &str) -> Result<Vec<String>, oxray_api_types::ApiError>;
+    /// A log file, streamed from its node.
+    async fn read_log(
+        &self,
+        target: &oxray_api_types::logs::LogTarget,
+    ) -> Result<ByteStream, oxray_api_types::ApiError>;
 }
 
 #[derive(Clone)]
@@ -53,6 +64,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v0/tasks", get(state::tasks))
         .route("/api/v0/placement_groups", get(state::placement_groups))
         .route("/api/v0/jobs", get(state::jobs))
+        .route("/api/v0/workers", get(state::workers))
+        .route("/api/v0/logs", get(logs::list))
+        .route("/api/v0/logs/{media_type}", get(logs::read))
         .route("/api/v0/tasks/summarize", get(state::summarize_tasks))
         .route("/api/v0/tasks/timeline", get(state::timeline))
         .route("/api/v0/actors/summarize", get(state::summarize_actors))

@@ -69,12 +69,13 @@ fn list_query(kind: StateKind, raw: Option<&str>) -> Result<ListQuery, String> {
     Ok(ListQuery { limit: q.limit, detail: q.detail, filters })
 }
 
-fn rows(state: &ApiState, kind: StateKind) -> (Vec<serde_json::Value>, String) {
+pub(crate) async fn rows(state: &ApiState, kind: StateKind) -> (Vec<serde_json::Value>, String) {
     match kind {
         StateKind::Jobs => {
             let jobs = state.jobs.jobs().iter().filter_map(|j| serde_json::to_value(j).ok()).collect();
             (jobs, String::new())
         }
+        StateKind::Workers => state.view.worker_rows().await,
         _ => state.view.state_rows(kind),
     }
 }
@@ -84,7 +85,7 @@ async fn list(state: ApiState, kind: StateKind, raw: Option<String>) -> Reply {
         Ok(q) => q,
         Err(msg) => return bad_request(msg),
     };
-    let (rows, warning) = rows(&state, kind);
+    let (rows, warning) = rows(&state, kind).await;
     ok(state::list(kind, rows, &query, &warning))
 }
 
@@ -104,12 +105,16 @@ pub async fn jobs(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
     list(s, StateKind::Jobs, q).await
 }
 
+pub async fn workers(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
+    list(s, StateKind::Workers, q).await
+}
+
 pub async fn summarize_tasks(State(s): State<ApiState>) -> Reply {
-    ok(state::summarize_tasks(&rows(&s, StateKind::Tasks).0))
+    ok(state::summarize_tasks(&rows(&s, StateKind::Tasks).await.0))
 }
 
 pub async fn summarize_actors(State(s): State<ApiState>) -> Reply {
-    ok(state::summarize_actors(&rows(&s, StateKind::Actors).0))
+    ok(state::summarize_actors(&rows(&s, StateKind::Actors).await.0))
 }
 
 /// The tasks of a job (of every job without `job_id`) as a Chrome trace, without Ray's
@@ -117,7 +122,7 @@ pub async fn summarize_actors(State(s): State<ApiState>) -> Reply {
 pub async fn timeline(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(q.as_deref().unwrap_or("")).unwrap_or_default();
     let job = pairs.into_iter().find(|(k, _)| k == "job_id").map(|(_, v)| v);
-    let (rows, _) = rows(&s, StateKind::Tasks);
+    let (rows, _) = rows(&s, StateKind::Tasks).await;
     let rows: Vec<serde_json::Value> = match job {
         Some(job) => rows.into_iter().filter(|r| r["job_id"].as_str() == Some(job.as_str())).collect(),
         None => rows,

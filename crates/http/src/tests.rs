@@ -33,6 +33,18 @@ impl ClusterView for FixedView {
     async fn node_log(&self, node_id: &str, _max_bytes: u64) -> Result<String, oxray_api_types::ApiError> {
         Err(oxray_api_types::ApiError::NotFound(format!("Node {node_id} does not exist")))
     }
+    async fn worker_rows(&self) -> (Vec<serde_json::Value>, String) {
+        (Vec::new(), String::new())
+    }
+    async fn list_logs(&self, node: &NodeInfo, _glob: &str) -> Result<Vec<String>, oxray_api_types::ApiError> {
+        Err(oxray_api_types::ApiError::Internal(format!("node {} has no agent here", node.node_id)))
+    }
+    async fn read_log(
+        &self,
+        target: &oxray_api_types::logs::LogTarget,
+    ) -> Result<crate::ByteStream, oxray_api_types::ApiError> {
+        Err(oxray_api_types::ApiError::Internal(format!("node {} has no agent here", target.node_id)))
+    }
 }
 
 /// Knows no job and no package.

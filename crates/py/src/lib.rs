@@ -1061,7 +1061,8 @@ impl TaskExecutor {
     /// each already held at its owner for the caller.
     /// `exits`: this process ends after the reply (`max_calls`).
     /// `error_text`: with `is_error`, the error as text, for the state API.
-    #[pyo3(signature = (task_id, result, is_error, returns=Vec::new(), output=String::new(), contained=Vec::new(), exits=false, error_text=String::new()))]
+    /// `log_offsets`: where the task's output lies in this worker's log files.
+    #[pyo3(signature = (task_id, result, is_error, returns=Vec::new(), output=String::new(), contained=Vec::new(), exits=false, error_text=String::new(), log_offsets=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
@@ -1073,6 +1074,7 @@ impl TaskExecutor {
         contained: Vec<(String, String, u32)>,
         exits: bool,
         error_text: String,
+        log_offsets: Vec<u64>,
     ) {
         let contained = contained
             .into_iter()
@@ -1086,6 +1088,7 @@ impl TaskExecutor {
             contained,
             worker_exits: exits,
             error_text,
+            log_offsets,
             ..Default::default()
         };
         self.executor.finish(task_id, reply);

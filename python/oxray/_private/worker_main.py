@@ -198,6 +198,14 @@ def _exit_worker():
     os._exit(0)
 
 
+def _log_offsets():
+    """Where this worker's stdout and stderr files end now (None when they are not files)."""
+    try:
+        return os.lseek(1, 0, os.SEEK_CUR), os.lseek(2, 0, os.SEEK_CUR)
+    except OSError:
+        return None
+
+
 def _error_text(error):
     """A task's error as the state API shows it: its traceback without oxray's own frames
     (the worker loop's), cut to a readable size."""
@@ -266,6 +274,8 @@ def _run_one(executor, task, state, out, err, decoded=None):
     task_id, name, num_returns = task[0], task[1], task[7]
     exiting = False
     error_text = ""
+    # A normal task runs alone in its worker: what it printed is a range of the worker's logs.
+    before = None if task[5] or task[6] else _log_offsets()
     try:
         result = _run(task, state, decoded)
         if task[9]:  # streaming: each value goes as it comes, the reply says it ended
@@ -285,9 +295,11 @@ def _run_one(executor, task, state, out, err, decoded=None):
         error_text = _error_text(error)
     out.flush()
     err.flush()
+    after = before and _log_offsets()
+    offsets = [before[0], after[0], before[1], after[1]] if after else []
     output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
     executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3], bool(state.get("exit_after_reply")),
-                    error_text)
+                    error_text, offsets)
     if exiting:
         _exit_actor(state, task_id)
 

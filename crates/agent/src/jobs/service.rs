@@ -1,32 +1,35 @@
 use super::runner::Runner;
+use crate::logs::{self, LogStream};
+use crate::workers::WorkerPool;
 use oxray_proto::v1::{self, agent_service_server};
-use std::pin::Pin;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tonic::{Request, Response, Status};
 
-const LOG_CHUNK: usize = 64 * 1024;
-/// How often a followed log that reached its end is checked for more.
+/// How often a job that is not here yet is looked for.
 const LOG_POLL: Duration = Duration::from_millis(100);
 /// How long a followed job that is not here yet may take to arrive.
 const JOB_ARRIVAL: Duration = Duration::from_secs(30);
 
 pub struct AgentService {
     runner: Arc<Runner>,
+    pool: Arc<WorkerPool>,
+    /// The node's log directory.
+    logs: PathBuf,
 }
 
 impl AgentService {
-    pub fn new(runner: Arc<Runner>) -> Self {
-        Self { runner }
+    pub fn new(runner: Arc<Runner>, pool: Arc<WorkerPool>, logs: PathBuf) -> Self {
+        Self { runner, pool, logs }
     }
 }
-
-type LogStream = Pin<Box<dyn futures_util::Stream<Item = Result<v1::LogChunk, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl agent_service_server::AgentService for AgentService {
     type ReadJobLogsStream = LogStream;
+    type ReadLogStream = LogStream;
 
     async fn read_agent_log(
         &self,
@@ -79,49 +82,57 @@ impl agent_service_server::AgentService for AgentService {
                 Ok(Response::new(Box::pin(futures_util::stream::empty())))
             };
         }
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(async move {
-            let mut offset = request.offset;
-            let mut buf = vec![0u8; LOG_CHUNK];
-            let mut file: Option<tokio::fs::File> = None;
-            let mut drained = false;
-            loop {
-                if file.is_none() {
-                    file = open_at(&path, offset).await;
-                }
-                let read = match file.as_mut() {
-                    Some(f) => f.read(&mut buf).await.unwrap_or(0),
-                    None => 0,
-                };
-                if read > 0 {
-                    offset += read as u64;
-                    if tx.send(Ok(v1::LogChunk { data: buf[..read].to_vec() })).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                if !request.follow {
-                    return;
-                }
-                // At the end of what is written. Once the job has ended, read once more (it
-                // may have written between our read and its exit), then stop.
-                if handle.as_ref().is_none_or(|h| h.is_finished()) {
-                    if drained {
-                        return;
-                    }
-                    drained = true;
-                    continue;
-                }
-                tokio::time::sleep(LOG_POLL).await;
-            }
-        });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        let follow = match handle {
+            Some(h) if request.follow => logs::Follow::While(Box::new(move || !h.is_finished())),
+            _ => logs::Follow::No,
+        };
+        Ok(Response::new(logs::stream(path, request.offset, None, follow)))
+    }
+
+    async fn list_logs(&self, request: Request<v1::ListLogsRequest>) -> Result<Response<v1::ListLogsReply>, Status> {
+        let files = logs::list(&self.logs, &request.into_inner().glob).map_err(Status::invalid_argument)?;
+        Ok(Response::new(v1::ListLogsReply { files }))
+    }
+
+    async fn read_log(&self, request: Request<v1::ReadLogRequest>) -> Result<Response<LogStream>, Status> {
+        let request = request.into_inner();
+        let name = if request.filename.is_empty() && request.pid > 0 {
+            let worker = self
+                .pool
+                .worker_by_pid(request.pid)
+                .ok_or_else(|| Status::not_found(format!("no worker with pid {} ran on this node", request.pid)))?;
+            let suffix = if request.suffix == "err" { "err" } else { "out" };
+            crate::workers::log_name(&worker, suffix)
+        } else {
+            logs::checked_name(&request.filename).map_err(Status::invalid_argument)?.to_string()
+        };
+        let path = self.logs.join(name);
+        let start = logs::start_of(&path, &request)?;
+        let end = (request.end_offset > 0).then_some(request.end_offset);
+        let follow = if request.follow { logs::Follow::Always } else { logs::Follow::No };
+        Ok(Response::new(logs::stream(path, start, end, follow)))
+    }
+
+    async fn list_workers(
+        &self,
+        _request: Request<v1::ListWorkersRequest>,
+    ) -> Result<Response<v1::ListWorkersReply>, Status> {
+        let workers = self.pool.worker_records().into_iter().map(worker_state).collect();
+        Ok(Response::new(v1::ListWorkersReply { workers }))
     }
 }
 
-async fn open_at(path: &std::path::Path, offset: u64) -> Option<tokio::fs::File> {
-    use tokio::io::AsyncSeekExt;
-    let mut file = tokio::fs::File::open(path).await.ok()?;
-    file.seek(std::io::SeekFrom::Start(offset)).await.ok()?;
-    Some(file)
+fn worker_state(r: crate::worker_records::WorkerRecord) -> v1::WorkerState {
+    let is_alive = r.is_alive();
+    let (exit_type, exit_detail) = r.exit.map(|(t, d)| (t.as_str().to_string(), d)).unwrap_or_default();
+    v1::WorkerState {
+        is_alive,
+        worker_id: r.id,
+        pid: r.pid,
+        launch_time_ms: r.launch_ms,
+        start_time_ms: r.start_ms.unwrap_or(0),
+        end_time_ms: r.end_ms.unwrap_or(0),
+        exit_type,
+        exit_detail,
+    }
 }

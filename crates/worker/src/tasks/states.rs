@@ -99,10 +99,13 @@ impl Submitter {
     pub(super) fn note_ended(&self, task_id: &str, actor: bool, outcome: &Result<v1::PushTaskReply, Failure>) {
         let Some(events) = &self.events else { return };
         match outcome {
-            Ok(reply) if !reply.is_error => events.task(task_id, FINISHED, |_| {}),
+            Ok(reply) if !reply.is_error => {
+                events.task(task_id, FINISHED, |e| e.log_offsets.clone_from(&reply.log_offsets))
+            }
             Ok(reply) => events.task(task_id, FAILED, |e| {
                 e.error_type = "TASK_EXECUTION_EXCEPTION".into();
                 e.error_message = raised(reply);
+                e.log_offsets.clone_from(&reply.log_offsets);
             }),
             Err(failure) => events.task(task_id, FAILED, |e| {
                 e.error_type = error_type(failure, actor).into();
