@@ -43,6 +43,19 @@ class Cluster:
                        "--node-ip-address", "127.0.0.1", "--node-name", name)
 
 
+def agent_pid(cluster, node_name):
+    """The pid of the agent that runs `node_name`, from its process record."""
+    for record in Path(cluster.env["OXRAY_HOME"], "procs").glob("*.json"):
+        info = json.loads(record.read_text())
+        try:
+            argv = Path(f"/proc/{info['pid']}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:  # an agent killed before
+            continue
+        if info.get("role") == "agent" and node_name.encode() in argv:
+            return info["pid"]
+    raise AssertionError(f"no agent record for {node_name}")
+
+
 @contextlib.contextmanager
 def driver_of(cluster, **init_options):
     """This process as a driver of `cluster` (`oxray.init`), for a module's tests."""

@@ -12,20 +12,7 @@ import pytest
 
 import oxray
 
-from conftest import OXRAY_BIN, Cluster, driver_of
-
-
-def _agent_pid(cluster, node_name):
-    """The pid of the agent that runs `node_name`, from its process record."""
-    for record in Path(cluster.env["OXRAY_HOME"], "procs").glob("*.json"):
-        info = json.loads(record.read_text())
-        try:
-            argv = Path(f"/proc/{info['pid']}/cmdline").read_bytes().split(b"\0")
-        except FileNotFoundError:  # an agent killed before
-            continue
-        if info.get("role") == "agent" and node_name.encode() in argv:
-            return info["pid"]
-    raise AssertionError(f"no agent record for {node_name}")
+from conftest import OXRAY_BIN, Cluster, agent_pid, driver_of
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +51,7 @@ def test_work_survives_the_loss_of_a_node(three_nodes):
     survivor = nodes["node-c" if victim == "node-b" else "node-b"]
     refs = [slow_square.options(scheduling_strategy="SPREAD").remote(i) for i in range(8)]
     time.sleep(0.5)  # tasks are running on both nodes now
-    os.kill(_agent_pid(cluster, victim), signal.SIGKILL)
+    os.kill(agent_pid(cluster, victim), signal.SIGKILL)
     results = oxray.get(refs, timeout=120)
     assert [value for value, _ in results] == [i * i for i in range(8)], "no task is lost"
     n, node = oxray.get(counter.incr.remote(), timeout=120)

@@ -98,3 +98,14 @@ def test_ray_list_placement_groups_and_jobs(cluster, job):
 def test_a_bad_filter_is_refused_with_rays_message(cluster, job):
     r = cluster.ray("list", "tasks", "--filter", "language!=RUST", "--filter", "worker_pid=x")
     assert r.returncode != 0 and "worker_pid" in r.output, r
+
+
+def test_ray_list_and_get_workers(cluster, job):
+    workers = listed(cluster, "workers", "--detail")
+    assert workers and {w["worker_type"] for w in workers} == {"WORKER"}, workers
+    alive = [w for w in workers if w["is_alive"]]
+    assert alive and all(w["pid"] > 0 and w["node_id"] for w in alive)
+    got = cluster.ray("get", "workers", alive[0]["worker_id"])
+    assert got.returncode == 0, got
+    [shown] = yaml.safe_load(got.stdout)
+    assert shown["pid"] == alive[0]["pid"] and shown["ip"] == alive[0]["ip"]

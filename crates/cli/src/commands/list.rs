@@ -17,6 +17,8 @@ pub enum ListWhat {
     PlacementGroups(super::state::StateListArgs),
     /// Jobs submitted to the cluster.
     Jobs(super::state::StateListArgs),
+    /// Worker processes of every live node: alive, and the newest that ended.
+    Workers(super::state::StateListArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -65,6 +67,7 @@ pub fn run(what: ListWhat) -> Result<ExitCode> {
         ListWhat::Tasks(args) => return super::state::list(StateKind::Tasks, args),
         ListWhat::PlacementGroups(args) => return super::state::list(StateKind::PlacementGroups, args),
         ListWhat::Jobs(args) => return super::state::list(StateKind::Jobs, args),
+        ListWhat::Workers(args) => return super::state::list(StateKind::Workers, args),
     };
     let options = &args.list;
     let filters = options.filters.iter().map(|f| NodeFilter::parse(f)).collect::<Result<Vec<_>, _>>()?;

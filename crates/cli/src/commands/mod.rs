@@ -1,5 +1,6 @@
 pub mod job;
 pub mod list;
+pub mod logs;
 pub mod operator;
 pub mod roles;
 pub mod serve;

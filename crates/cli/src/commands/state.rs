@@ -1,4 +1,4 @@
-//! `oxray list actors|tasks|placement-groups|jobs`, `oxray get` and `oxray summary`: clients
+//! `oxray list actors|tasks|placement-groups|jobs|workers`, `oxray get` and `oxray summary`: clients
 //! of Ray's state API on the dashboard port, as Ray's `ray list/get/summary` are.
 
 use super::job::client::{JobClient, JobTarget};
@@ -25,6 +25,7 @@ pub enum GetWhat {
     Tasks,
     PlacementGroups,
     Jobs,
+    Workers,
 }
 
 #[derive(Args, Debug)]
@@ -76,6 +77,7 @@ impl From<GetWhat> for StateKind {
             GetWhat::Tasks => StateKind::Tasks,
             GetWhat::PlacementGroups => StateKind::PlacementGroups,
             GetWhat::Jobs => StateKind::Jobs,
+            GetWhat::Workers => StateKind::Workers,
         }
     }
 }

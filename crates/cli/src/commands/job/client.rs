@@ -68,6 +68,11 @@ impl JobClient {
         Err(api_error(status, &body))
     }
 
+    /// A GET whose answer is read as it comes (a log).
+    pub async fn response(&self, path: &str) -> Result<reqwest::Response> {
+        self.send(self.http.get(format!("{}{path}", self.base))).await
+    }
+
     pub async fn get(&self, path: &str) -> Result<Value> {
         Ok(self.send(self.http.get(format!("{}{path}", self.base))).await?.json().await?)
     }
