@@ -1,5 +1,6 @@
 // The oxray dashboard: a single page over the head's HTTP API. It polls what it shows every
-// few seconds and follows running jobs' logs over the log-tail WebSocket. Every piece of
+// few seconds, follows running jobs' logs over the log-tail WebSocket and shows any log of a
+// node (a worker's, an actor's, a task's, a job driver's) in its log viewer. Every piece of
 // cluster data is inserted as text, never as HTML.
 "use strict";
 
@@ -14,9 +15,28 @@ class Unauthorized extends Error {}
 async function api(path, options = {}) {
   const response = await fetch(path, { credentials: "same-origin", ...options });
   if (response.status === 401 || response.status === 403) throw new Unauthorized(await response.text());
-  if (!response.ok) throw new Error(`${response.status}: ${await response.text()}`);
+  if (!response.ok) throw new Error(`${response.status}: ${reason(await response.text())}`);
   const type = response.headers.get("content-type") || "";
   return type.includes("json") ? response.json() : response.text();
+}
+
+// An error reply's message: Ray's envelope carries it in `msg`, other replies are plain text.
+function reason(body) {
+  try {
+    return JSON.parse(body).msg || body;
+  } catch {
+    return body;
+  }
+}
+
+// What `promise` gives, or the error it failed with; a lost sign-in still leads to the login.
+async function orError(promise) {
+  try {
+    return await promise;
+  } catch (e) {
+    if (e instanceof Unauthorized) throw e;
+    return e;
+  }
 }
 
 // h("td", {class: "mono"}, "text", child...) builds an element; strings become text nodes.
@@ -97,6 +117,10 @@ const nodeLink = (id) => (id ? h("a", { href: `#/nodes/${id}` }, short(id)) : ""
 const jobLink = (id) => (id ? h("a", { href: `#/jobs/${id}` }, id) : "");
 const actorLink = (id) => (id ? h("a", { href: `#/actors/${id}` }, short(id)) : "");
 const taskLink = (id) => h("a", { href: `#/tasks/${id}` }, short(id));
+// A link to the log viewer for the log that `query` names (the query of /api/v0/logs/file).
+const logLink = (query, text) => h("a", { href: `#/logs?${new URLSearchParams(query)}` }, text);
+// Links to the stdout and the stderr of the worker, actor or task that `query` names.
+const outErr = (query) => [logLink(query, "stdout"), " / ", logLink({ ...query, suffix: "err" }, "stderr")];
 const newestFirst = (key) => (a, b) => (b[key] || 0) - (a[key] || 0);
 
 // "2 ALIVE · 1 DEAD" as badges with their counts.
@@ -170,33 +194,81 @@ async function nodes() {
 }
 
 async function node(id) {
-  const detail = await api(`/api/ui/nodes/${encodeURIComponent(id)}`);
+  const path = `/api/ui/nodes/${encodeURIComponent(id)}`;
+  const [detail, log, workers, files] = await Promise.all([
+    api(path),
+    orError(api(`${path}/log`)),
+    orError(stateList("workers", [["node_id", id]])),
+    orError(api(`/api/v0/logs?${new URLSearchParams({ node_id: id, glob: "*" })}`)),
+  ]);
   const n = detail.node;
-  let log;
-  try {
-    log = await api(`/api/ui/nodes/${encodeURIComponent(id)}/log`);
-  } catch (e) {
-    if (e instanceof Unauthorized) throw e;
-    log = `(log not available: ${e.message})`;
-  }
   return [
     h("h1", {}, `Node ${short(n.node_id)} `, badge(n.state)),
-    panel("Details", h("dl", { class: "kv" },
-      h("dt", {}, "Node id"), h("dd", { class: "mono", id: "node-id" }, n.node_id),
-      h("dt", {}, "Name"), h("dd", {}, n.node_name),
-      h("dt", {}, "Address"), h("dd", { class: "mono" }, n.node_ip),
-      h("dt", {}, "Role"), h("dd", {}, n.is_head_node ? "head node" : "worker node"),
-      h("dt", {}, "Resources (free / total)"), h("dd", {}, Object.entries(n.resources_total).filter(([k]) => !k.startsWith("node:"))
-        .map(([k, v]) => `${k} ${amount(k, n.resources_available[k] || 0)} / ${amount(k, v)}`).join(", ")),
-      h("dt", {}, "Labels"), h("dd", { class: "mono" }, Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(", ")),
-      h("dt", {}, "Started"), h("dd", {}, time(n.start_time_ms)),
-      n.state_message ? [h("dt", {}, "State"), h("dd", {}, n.state_message)] : null)),
-    panel("Worker processes", table(["PID", "Job", "Status", "Entrypoint"], detail.workers.map((w) =>
-      h("tr", {}, h("td", { class: "mono" }, w.pid), h("td", { class: "mono" }, h("a", { href: `#/jobs/${w.submission_id}` }, w.submission_id)),
-        h("td", {}, badge(w.status)), h("td", { class: "mono" }, w.entrypoint))),
-    "No job runs on this node now.")),
-    panel("Agent log (latest)", h("pre", { class: "log", id: "node-log" }, log)),
+    panel("Details", nodeDetails(n)),
+    panel("Workers", nodeWorkers(id, workers)),
+    panel("Job drivers", jobDrivers(detail.workers)),
+    panel("Log files", nodeLogFiles(id, files)),
+    panel("Agent log (latest)", h("pre", { class: "log", id: "node-log" }, log instanceof Error ? `(log not available: ${log.message})` : log)),
   ];
+}
+
+function nodeDetails(n) {
+  return h("dl", { class: "kv" },
+    h("dt", {}, "Node id"), h("dd", { class: "mono", id: "node-id" }, n.node_id),
+    h("dt", {}, "Name"), h("dd", {}, n.node_name),
+    h("dt", {}, "Address"), h("dd", { class: "mono" }, n.node_ip),
+    h("dt", {}, "Role"), h("dd", {}, n.is_head_node ? "head node" : "worker node"),
+    h("dt", {}, "Resources (free / total)"), h("dd", {}, Object.entries(n.resources_total).filter(([k]) => !k.startsWith("node:"))
+      .map(([k, v]) => `${k} ${amount(k, n.resources_available[k] || 0)} / ${amount(k, v)}`).join(", ")),
+    h("dt", {}, "Labels"), h("dd", { class: "mono" }, Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(", ")),
+    h("dt", {}, "Started"), h("dd", {}, time(n.start_time_ms)),
+    n.state_message ? [h("dt", {}, "State"), h("dd", {}, n.state_message)] : null);
+}
+
+// A worker's state: alive, or how it exited (Ray's exit types).
+const workerState = (w) => badge(w.is_alive ? "ALIVE" : w.exit_type || "DEAD");
+
+// The node's worker processes, alive first, then the newest that ended.
+function nodeWorkers(nodeId, list) {
+  if (list instanceof Error) return h("p", { class: "error", id: "node-workers" }, `Workers not available: ${list.message}`);
+  const rows = list.result.sort((a, b) => b.is_alive - a.is_alive || (b.start_time_ms || 0) - (a.start_time_ms || 0));
+  const [shown, pages] = paged(rows);
+  return h("div", { id: "node-workers" },
+    table(["PID", "Worker", "State", "Exit detail", "Started", "Ended", "Logs"], shown.map((w) =>
+      h("tr", { "data-worker-id": w.worker_id, "data-pid": w.pid },
+        h("td", { class: "mono" }, w.pid),
+        h("td", { class: "mono" }, w.worker_id),
+        h("td", {}, workerState(w)),
+        h("td", { class: "muted" }, w.exit_detail || ""),
+        h("td", {}, time(w.start_time_ms || w.worker_launch_time_ms)),
+        h("td", {}, time(w.end_time_ms)),
+        h("td", { class: "logs" }, outErr({ node_id: nodeId, pid: w.pid })))),
+    "No worker has run on this node yet."),
+    pages, warnings(list.warnings));
+}
+
+function jobDrivers(drivers) {
+  return table(["PID", "Job", "Status", "Entrypoint", "Log"], drivers.map((w) =>
+    h("tr", {}, h("td", { class: "mono" }, w.pid), h("td", { class: "mono" }, jobLink(w.submission_id)),
+      h("td", {}, badge(w.status)), h("td", { class: "mono" }, w.entrypoint),
+      h("td", { class: "logs" }, logLink({ submission_id: w.submission_id }, "driver log")))),
+  "No job runs on this node now.");
+}
+
+// Ray's groups of a node's log files, in the order they are listed.
+const LOG_GROUPS = [["worker_out", "Worker stdout"], ["worker_err", "Worker stderr"], ["driver", "Job drivers"],
+  ["gcs_server", "Head"], ["agent", "Agent"], ["internal", "Other"]];
+
+function nodeLogFiles(nodeId, reply) {
+  if (reply instanceof Error) return h("p", { class: "error", id: "node-log-files" }, `Log files not available: ${reply.message}`);
+  const groups = reply.data.result;
+  const known = new Set(LOG_GROUPS.map(([key]) => key));
+  const titled = [...LOG_GROUPS, ...Object.keys(groups).filter((k) => !known.has(k)).map((k) => [k, k])];
+  const shown = titled.filter(([key]) => groups[key]?.length);
+  if (!shown.length) return h("p", { class: "muted", id: "node-log-files" }, "This node has no log file yet.");
+  return h("div", { id: "node-log-files" }, shown.map(([key, title]) => h("div", { class: "log-group", "data-group": key },
+    h("h3", {}, `${title} (${groups[key].length})`),
+    h("ul", { class: "files mono" }, groups[key].sort().map((f) => h("li", {}, logLink({ node_id: nodeId, filename: f }, f)))))));
 }
 
 // Where the page's list is paged to; another page starts again at the newest.
@@ -246,6 +318,7 @@ async function job(id) {
       h("dt", {}, "Duration"), h("dd", {}, duration((j.end_time || Date.now()) - j.start_time)),
       h("dt", {}, "Exit code"), h("dd", {}, j.driver_exit_code ?? ""),
       h("dt", {}, "Node"), h("dd", { class: "mono" }, j.driver_node_id ? h("a", { href: `#/nodes/${j.driver_node_id}` }, short(j.driver_node_id)) : "not placed yet"),
+      h("dt", {}, "Driver log"), h("dd", { id: "driver-log" }, j.driver_node_id ? logLink({ submission_id: j.submission_id }, "open in the log viewer") : "none yet"),
       h("dt", {}, "Metadata"), h("dd", { class: "mono" }, Object.entries(j.metadata || {}).map(([k, v]) => `${k}=${v}`).join(", ")),
       h("dt", {}, "Runtime env"), h("dd", { class: "mono" }, JSON.stringify(j.runtime_env || {})))),
     jobWork(id, actors, tasks),
@@ -363,6 +436,7 @@ async function actor(id) {
       h("dt", {}, "Job"), h("dd", { class: "mono" }, jobLink(a.job_id)),
       h("dt", {}, "Node"), h("dd", { class: "mono" }, nodeLink(a.node_id)),
       h("dt", {}, "PID"), h("dd", { class: "mono" }, a.pid || ""),
+      h("dt", {}, "Logs"), h("dd", { id: "actor-logs" }, a.pid ? outErr({ actor_id: a.actor_id }) : "none yet: not placed on a worker"),
       h("dt", {}, "Resources"), h("dd", {}, resourceList(a.required_resources) || "none held while alive"),
       h("dt", {}, "Placement group"), h("dd", { class: "mono" }, a.placement_group_id ? h("a", { href: "#/placement-groups" }, a.placement_group_id) : "none"),
       h("dt", {}, "Restarts"), h("dd", {}, a.num_restarts),
@@ -445,6 +519,7 @@ function attempt(a) {
     h("dl", { class: "kv" },
       h("dt", {}, "Node"), h("dd", { class: "mono" }, nodeLink(a.node_id) || "not placed yet"),
       h("dt", {}, "Worker"), h("dd", { class: "mono" }, a.worker_pid ? `pid ${a.worker_pid}` : "", a.worker_id ? h("span", { class: "muted" }, ` (${a.worker_id})`) : ""),
+      h("dt", {}, "Logs"), h("dd", { class: "attempt-logs" }, attemptLogs(a)),
       h("dt", {}, "Resources"), h("dd", {}, resourceList(a.required_resources) || "none"),
       h("dt", {}, "Created"), h("dd", {}, time(created)),
       h("dt", {}, "Ran for"), h("dd", {}, taskElapsed(a)),
@@ -454,6 +529,14 @@ function attempt(a) {
       h("tr", {}, h("td", {}, badge(e.state)), h("td", {}, time(e.created_ms)), h("td", { class: "muted" }, `+${elapsed(e.created_ms - created)}`))),
     "No state change reported yet."),
     a.error_message ? [h("h3", {}, "Error"), h("pre", { class: "log task-error" }, a.error_message)] : null);
+}
+
+// An actor's tasks print into the actor's log; a normal task's attempt has its own share of
+// its worker's log.
+function attemptLogs(a) {
+  if (a.actor_id) return [...outErr({ actor_id: a.actor_id }), h("span", { class: "muted" }, " (the actor's log)")];
+  if (!a.worker_id) return "none yet: not run on a worker";
+  return outErr({ task_id: a.task_id, attempt_number: a.attempt_number });
 }
 
 async function placementGroups() {
@@ -490,8 +573,111 @@ function jobWork(id, actorList, taskList) {
     warnings(taskList.warnings));
 }
 
+// The log viewer. Its query names a log as /api/v0/logs/file's does (a node's file, a
+// worker's pid, an actor, a task attempt, a job's driver) with `suffix` and `lines`;
+// `follow=true` reads /api/v0/logs/stream instead, which goes on sending what the log gains.
+// A viewer is built once for its query: refreshes leave it be, and leaving it stops its read.
+let viewer = null;
+
+function stopViewer() {
+  viewer?.controller.abort();
+  viewer = null;
+}
+
+function logs(params) {
+  const key = params.toString();
+  if (viewer?.key === key) return viewer.nodes;
+  stopViewer();
+  const follow = params.get("follow") === "true";
+  const query = new URLSearchParams(params);
+  query.delete("follow");
+  const view = {
+    key,
+    controller: new AbortController(),
+    text: h("pre", { class: "log viewer", id: "log-text" }),
+    status: h("span", { class: "muted", id: "log-status" }, "reading…"),
+    error: h("p", { class: "error", id: "log-error", hidden: true }),
+  };
+  view.nodes = [h("h1", { id: "log-title" }, logSubject(params)), panel(null, logControls(params, follow, view.status), view.error, view.text)];
+  viewer = view;
+  readLog(view, follow ? "stream" : "file", query, follow);
+  return view.nodes;
+}
+
+// Whose log the viewer shows, with a link to it.
+function logSubject(p) {
+  const stream = p.has("filename") || p.has("submission_id") ? "" : ` · ${p.get("suffix") === "err" ? "stderr" : "stdout"}`;
+  const node = p.get("node_id") ? [" on node ", nodeLink(p.get("node_id"))] : p.get("node_ip") ? ` on ${p.get("node_ip")}` : "";
+  const subject = p.has("actor_id") ? ["Actor ", actorLink(p.get("actor_id"))]
+    : p.has("task_id") ? ["Task ", taskLink(p.get("task_id")), ` attempt ${p.get("attempt_number") || 0}`]
+      : p.has("submission_id") ? ["Driver of job ", jobLink(p.get("submission_id"))]
+        : p.has("pid") ? [`Worker pid ${p.get("pid")}`, node]
+          : [p.get("filename") || "Log", node];
+  return [...subject.flat(), stream];
+}
+
+// The viewer's hash with `changes` made to its query; a null value takes the key out.
+function viewerHref(params, changes) {
+  const next = new URLSearchParams(params);
+  for (const [key, value] of Object.entries(changes)) {
+    if (value == null) next.delete(key);
+    else next.set(key, value);
+  }
+  return `#/logs?${next}`;
+}
+
+// Links to the choices of one setting, the current one marked.
+function switcher(id, choices) {
+  return h("span", { class: "switch", id }, choices.map(([text, href, on]) =>
+    h("a", { href, class: on ? "on" : null, "aria-current": on ? "true" : null }, text)));
+}
+
+function logControls(p, follow, status) {
+  const err = p.get("suffix") === "err";
+  const lines = Number(p.get("lines") || 1000);
+  const reload = () => { stopViewer(); render(); };
+  const toggle = (event) => { location.hash = viewerHref(p, { follow: event.target.checked ? "true" : null }); };
+  return h("div", { class: "log-controls" },
+    p.has("filename") || p.has("submission_id") ? null : switcher("log-suffix",
+      [["stdout", viewerHref(p, { suffix: null }), !err], ["stderr", viewerHref(p, { suffix: "err" }), err]]),
+    switcher("log-lines", [["last 1000 lines", viewerHref(p, { lines: null }), lines === 1000], ["all", viewerHref(p, { lines: "-1" }), lines <= 0]]),
+    h("label", { class: "follow" }, h("input", { type: "checkbox", id: "log-follow", checked: follow, onchange: toggle }), " follow"),
+    h("button", { id: "log-reload", disabled: follow, onclick: reload }, "Reload"),
+    status);
+}
+
+// Reads the viewer's log into its <pre>: what there is, or, following, also what comes.
+async function readLog(view, kind, query, follow) {
+  try {
+    const response = await fetch(`/api/v0/logs/${kind}?${query}`, { credentials: "same-origin", signal: view.controller.signal });
+    if (response.status === 401 || response.status === 403) throw new Unauthorized(await response.text());
+    if (!response.ok) throw new Error((await response.text()) || `the log API answered ${response.status}`);
+    view.status.textContent = follow ? "following: new lines appear as they are written" : "reading…";
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) appendLog(view.text, chunk.value);
+    if (viewer !== view) return;
+    const n = view.text.textContent.split("\n").filter(Boolean).length;
+    view.status.textContent = `${follow ? "The stream ended. " : ""}${n ? `${n} line${n === 1 ? "" : "s"}` : "The log is empty."}`;
+  } catch (e) {
+    if (viewer !== view) return;
+    if (e instanceof Unauthorized) return login();
+    view.status.textContent = "";
+    view.error.textContent = `This log cannot be shown: ${e.message}`;
+    view.error.hidden = false;
+    view.text.hidden = !view.text.textContent;
+  }
+}
+
+// Appends to a log, keeping its end in view when it was.
+function appendLog(pre, text) {
+  const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  pre.append(document.createTextNode(text));
+  if (atEnd) pre.scrollTop = pre.scrollHeight;
+}
+
 function login(reason) {
   closeSocket();
+  stopViewer();
   document.getElementById("nav").hidden = true;
   document.getElementById("live").hidden = true;
   const input = h("input", { type: "password", id: "token", placeholder: "cluster token", autocomplete: "off" });
@@ -520,7 +706,16 @@ const routes = [
   [/^#\/tasks(?:\?(.*))?$/, "tasks", (m) => tasks(new URLSearchParams(m[1] || ""))],
   [/^#\/tasks\/([0-9a-f]+)$/, "tasks", (m) => task(m[1])],
   [/^#\/placement-groups$/, "placement-groups", () => placementGroups()],
+  [/^#\/logs(?:\?(.*))?$/, (m) => logsTab(new URLSearchParams(m[1] || "")), (m) => logs(new URLSearchParams(m[1] || ""))],
 ];
+
+// The tab a log belongs under: its actor's, its task's, its job's or its node's.
+function logsTab(p) {
+  return p.has("actor_id") ? "actors" : p.has("task_id") ? "tasks" : p.has("submission_id") ? "jobs" : "nodes";
+}
+
+// Whether `main` shows these very nodes already (the log viewer's, between refreshes).
+const showing = (nodes) => nodes.length === main.childNodes.length && nodes.every((node, i) => main.childNodes[i] === node);
 
 // Someone typing into a field of the page: a refresh would take the field away.
 const typing = () => main.contains(document.activeElement) && document.activeElement.matches("input");
@@ -534,13 +729,16 @@ async function render(auto = false) {
   const hash = location.hash || "#/";
   const [pattern, tab, page] = routes.find(([p]) => p.test(hash)) || routes[0];
   if (!hash.startsWith("#/jobs/")) closeSocket();
+  if (!hash.startsWith("#/logs")) stopViewer();
   try {
-    const content = await page(hash.match(pattern));
+    const match = hash.match(pattern);
+    const content = (await page(match)).flat().filter((x) => x != null);
     if ((location.hash || "#/") !== hash) return;
-    main.replaceChildren(...content.flat().filter((x) => x != null));
+    if (!showing(content)) main.replaceChildren(...content);
     document.getElementById("nav").hidden = false;
     document.getElementById("live").hidden = false;
-    for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.tab === tab);
+    const active = typeof tab === "function" ? tab(match) : tab;
+    for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.tab === active);
   } catch (e) {
     if (e instanceof Unauthorized) return login();
     main.replaceChildren(panel("Error", h("p", {}, e.message)));

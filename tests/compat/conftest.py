@@ -103,6 +103,13 @@ class Cluster:
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         return Result(proc)
 
+    def ray_at_gcs(self, *args, timeout=TIMEOUT):
+        """Runs Ray's CLI with the cluster's bootstrap address (`ray logs` finds the dashboard
+        through it, as against Ray's GCS)."""
+        proc = subprocess.run([RAY_CLI, *args, "--address", self.address], env=self.env, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return Result(proc)
+
     def serve(self, *args, timeout=TIMEOUT):
         """Runs Ray's `serve` CLI against the dashboard (`-a <dashboard>` appended)."""
         proc = subprocess.run([SERVE_CLI, *args, "-a", self.dashboard_url], env=self.env, capture_output=True,

@@ -13,6 +13,7 @@ JOB = textwrap.dedent('''
 
     @ray.remote
     def square(x):
+        print(f"squaring {x}")
         return x * x
 
     @ray.remote
@@ -22,6 +23,7 @@ JOB = textwrap.dedent('''
     @ray.remote
     class Keeper:
         def ping(self):
+            print("keeper pinged")
             return "pong"
 
     ray.init()
@@ -109,3 +111,19 @@ def test_ray_list_and_get_workers(cluster, job):
     assert got.returncode == 0, got
     [shown] = yaml.safe_load(got.stdout)
     assert shown["pid"] == alive[0]["pid"] and shown["ip"] == alive[0]["ip"]
+
+
+def test_ray_logs_reads_files_actors_tasks_and_jobs(cluster, job):
+    listing = cluster.ray_at_gcs("logs", "cluster", "--node-ip", "127.0.0.1")
+    assert listing.returncode == 0 and "worker_out" in listing.stdout and "head.log" in listing.stdout, listing
+    [actor] = listed(cluster, "actors", "--filter", "class_name=Keeper")
+    shown = cluster.ray_at_gcs("logs", "actor", "--id", actor["actor_id"])
+    assert shown.returncode == 0 and "keeper pinged" in shown.stdout, shown
+    squares = listed(cluster, "tasks", "--filter", "name=square")
+    for task in squares:
+        shown = cluster.ray_at_gcs("logs", "task", "--id", task["task_id"])
+        assert shown.returncode == 0 and shown.stdout.count("squaring") == 1, shown
+    driver = cluster.ray_at_gcs("logs", "job", "--id", job)
+    assert driver.returncode == 0 and "workload done" in driver.stdout, driver
+    missing = cluster.ray_at_gcs("logs", "task", "--id", "f" * 32)
+    assert missing.returncode != 0 and "Could not find log file" in missing.output, missing

@@ -72,6 +72,13 @@ impl WorkerRecords {
         self.alive.insert(id.to_string(), record);
     }
 
+    /// The process exists (it is not ready yet).
+    pub fn spawned(&mut self, id: &str, pid: u32) {
+        if let Some(r) = self.alive.get_mut(id) {
+            r.pid = pid;
+        }
+    }
+
     pub fn started(&mut self, id: &str, pid: u32, now_ms: u64) {
         if let Some(r) = self.alive.get_mut(id) {
             r.pid = pid;
@@ -116,6 +123,8 @@ mod tests {
     fn a_worker_goes_from_launched_to_ended_once() {
         let mut records = WorkerRecords::new(10);
         records.launched("a", 1);
+        records.spawned("a", 42);
+        assert_eq!((records.list()[0].pid, records.list()[0].start_ms), (42, None));
         records.started("a", 42, 2);
         assert!(records.list()[0].is_alive());
         records.ended("a", (ExitType::IntendedSystemExit, "idle".into()), 3);

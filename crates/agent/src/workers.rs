@@ -690,6 +690,7 @@ impl WorkerPool {
         let mut child = command
             .spawn()
             .map_err(|e| Status::failed_precondition(format!("cannot start a worker with {python}: {e}")))?;
+        self.lock().records.spawned(id, child.id().unwrap_or(0));
         let registered = tokio::select! {
             r = tokio::time::timeout(REGISTER_TIMEOUT, rx) => r.ok().and_then(Result::ok),
             _ = child.wait() => None,

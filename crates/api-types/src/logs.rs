@@ -112,7 +112,8 @@ pub fn find_node<'a>(
         (None, Some(ip)) => nodes
             .iter()
             .filter(|n| n.node_ip == ip)
-            .max_by_key(|n| (n.is_alive(), n.start_time_ms))
+            // Nodes that share an address (several on one machine): the head's first.
+            .max_by_key(|n| (n.is_alive(), n.is_head_node, n.start_time_ms))
             .ok_or_else(|| ApiError::NotFound(format!("Cannot find matching node_id for a given node ip {ip}")))?,
         (None, None) => {
             return Err(ApiError::BadRequest(

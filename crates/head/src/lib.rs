@@ -10,6 +10,7 @@ mod membership;
 mod packages;
 mod placement;
 mod placement_groups;
+mod ray_gcs;
 mod serve_host;
 mod service;
 mod state_rows;
@@ -22,6 +23,8 @@ pub use store::{Store, StoreError};
 
 use oxray_config::session::SessionDir;
 use oxray_http::{ApiState, ClusterView};
+use oxray_proto::ray_rpc::internal_kv_gcs_service_server::InternalKvGcsServiceServer;
+use oxray_proto::ray_rpc::node_info_gcs_service_server::NodeInfoGcsServiceServer;
 use oxray_proto::v1::head_service_server::HeadServiceServer;
 use oxray_rpc::{ServerAuth, Token};
 use oxray_types::NodeInfo;
@@ -209,6 +212,7 @@ impl BoundHead {
         let serving = tokio::spawn(serve.clone().run());
 
         let dashboard = config.dashboard(&http);
+        let ray_gcs = ray_gcs::RayGcs::new(&session_name, &dashboard.url);
         let service = service::HeadService::new(
             membership.clone(),
             jobs.clone(),
@@ -220,6 +224,8 @@ impl BoundHead {
         );
         let grpc = oxray_rpc::server()
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
+            .add_service(NodeInfoGcsServiceServer::with_interceptor(ray_gcs.clone(), ServerAuth(config.token.clone())))
+            .add_service(InternalKvGcsServiceServer::with_interceptor(ray_gcs, ServerAuth(config.token.clone())))
             .serve_with_incoming_shutdown(oxray_rpc::incoming(control), shutdown.clone().cancelled_owned());
 
         let api = oxray_http::router(ApiState {

@@ -4,6 +4,11 @@ pub mod v1 {
     tonic::include_proto!("oxray.v1");
 }
 
+/// The few messages of Ray's own GCS protocol the head answers (see `ray/rpc/gcs_compat.proto`).
+pub mod ray_rpc {
+    tonic::include_proto!("ray.rpc");
+}
+
 pub mod convert;
 
 pub use convert::ConvertError;
