@@ -205,7 +205,7 @@ async function node(id) {
   return [
     h("h1", {}, `Node ${short(n.node_id)} `, badge(n.state)),
     panel("Details", nodeDetails(n)),
-    panel("Workers", nodeWorkers(id, workers)),
+    panel("Workers", nodeWorkers(n, workers)),
     panel("Job drivers", jobDrivers(detail.workers)),
     panel("Log files", nodeLogFiles(id, files)),
     panel("Agent log (latest)", h("pre", { class: "log", id: "node-log" }, log instanceof Error ? `(log not available: ${log.message})` : log)),
@@ -228,8 +228,9 @@ function nodeDetails(n) {
 // A worker's state: alive, or how it exited (Ray's exit types).
 const workerState = (w) => badge(w.is_alive ? "ALIVE" : w.exit_type || "DEAD");
 
-// The node's worker processes, alive first, then the newest that ended.
-function nodeWorkers(nodeId, list) {
+// The node's worker processes, alive first, then the newest that ended. Its agent keeps
+// their record: a dead node's went with it.
+function nodeWorkers(n, list) {
   if (list instanceof Error) return h("p", { class: "error", id: "node-workers" }, `Workers not available: ${list.message}`);
   const rows = list.result.sort((a, b) => b.is_alive - a.is_alive || (b.start_time_ms || 0) - (a.start_time_ms || 0));
   const [shown, pages] = paged(rows);
@@ -242,8 +243,8 @@ function nodeWorkers(nodeId, list) {
         h("td", { class: "muted" }, w.exit_detail || ""),
         h("td", {}, time(w.start_time_ms || w.worker_launch_time_ms)),
         h("td", {}, time(w.end_time_ms)),
-        h("td", { class: "logs" }, outErr({ node_id: nodeId, pid: w.pid })))),
-    "No worker has run on this node yet."),
+        h("td", { class: "logs" }, outErr({ node_id: n.node_id, pid: w.pid })))),
+    n.state === "ALIVE" ? "No worker has run on this node yet." : "The node is gone, and the record of its workers with it."),
     pages, warnings(list.warnings));
 }
 
@@ -654,7 +655,7 @@ async function readLog(view, kind, query, follow) {
     if (!response.ok) throw new Error((await response.text()) || `the log API answered ${response.status}`);
     view.status.textContent = follow ? "following: new lines appear as they are written" : "reading…";
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) appendLog(view.text, chunk.value);
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) appendLog(view.text, chunk.value, follow);
     if (viewer !== view) return;
     const n = view.text.textContent.split("\n").filter(Boolean).length;
     view.status.textContent = `${follow ? "The stream ended. " : ""}${n ? `${n} line${n === 1 ? "" : "s"}` : "The log is empty."}`;
@@ -668,11 +669,21 @@ async function readLog(view, kind, query, follow) {
   }
 }
 
+// Characters a followed log keeps: older lines make way for new ones.
+const FOLLOW_KEEP = 4_000_000;
+
 // Appends to a log, keeping its end in view when it was.
-function appendLog(pre, text) {
+function appendLog(pre, text, follow) {
   const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
   pre.append(document.createTextNode(text));
+  if (pre.childNodes.length > 500) trimLog(pre, follow ? FOLLOW_KEEP : Infinity);
   if (atEnd) pre.scrollTop = pre.scrollHeight;
+}
+
+// Makes the log's text one node again, without the lines before the last `keep` characters.
+function trimLog(pre, keep) {
+  const all = pre.textContent;
+  pre.textContent = all.length > keep ? all.slice(all.indexOf("\n", all.length - keep) + 1) : all;
 }
 
 function login(reason) {
