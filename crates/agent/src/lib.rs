@@ -6,6 +6,7 @@ mod jobs;
 mod logs;
 pub mod memory;
 mod store_dirs;
+mod usage;
 mod worker_records;
 mod workers;
 
@@ -221,7 +222,11 @@ impl JoinedAgent {
                 .serve_with_incoming_shutdown(oxray_rpc::incoming(listener), shutdown.clone().cancelled_owned()),
             shutdown.clone(),
         ));
-        self.heartbeat(&shutdown).await;
+        let pool = self.pool.clone();
+        let has_gpus = self.config.resources.get(oxray_types::resource_names::GPU) > 0.0;
+        let store = oxray_config::paths::object_store_dirs(self.node.agent_port);
+        let usage = usage::sample_periodically(store, has_gpus, move || pool.leased(), shutdown.clone());
+        self.heartbeat(&shutdown, &usage).await;
         self.runner.stop_all().await;
         self.remove_object_store();
         if let Ok(Err(e)) = server.await {
@@ -232,7 +237,7 @@ impl JoinedAgent {
 
     /// Reports every interval, and soon after the node's free resources change (at most
     /// every `EARLY_REPORT_GAP`), so SPREAD's view of which nodes have room stays fresh.
-    async fn heartbeat(&mut self, shutdown: &CancellationToken) {
+    async fn heartbeat(&mut self, shutdown: &CancellationToken, usage: &usage::Latest) {
         const EARLY_REPORT_GAP: Duration = Duration::from_millis(100);
         let mut head_reachable = true;
         let mut last = tokio::time::Instant::now();
@@ -250,6 +255,7 @@ impl JoinedAgent {
             let request = v1::HeartbeatRequest {
                 node_id: self.node.node_id.hex(),
                 resources_available: resources_to_proto(&self.pool.available()),
+                usage: usage.lock().expect("usage lock").clone(),
             };
             let outcome = match self.client.heartbeat(request).await {
                 Ok(reply) => self.follow(reply.into_inner().verdict()).await,

@@ -221,6 +221,11 @@ impl WorkerPool {
         self.envs.prepare(&spec, &mut log).await.map(Some).map_err(fail)
     }
 
+    /// Workers leased out now.
+    pub fn leased(&self) -> u32 {
+        self.lock().leases.len() as u32
+    }
+
     /// The workers this node started, alive and ended.
     pub fn worker_records(&self) -> Vec<WorkerRecord> {
         self.lock().records.list()

@@ -7,6 +7,7 @@ mod jobs;
 pub mod logs;
 mod nodes;
 pub mod state;
+pub mod usage;
 
 pub use cluster_status::{ClusterStatus, NodeSummary};
 pub use events::{Event, JobPage};

@@ -16,6 +16,7 @@ mod service;
 mod state_rows;
 mod store;
 mod task_states;
+mod usage_history;
 
 pub use jobs::JobManager;
 pub use membership::{Membership, MembershipError, Verdict};
@@ -142,6 +143,17 @@ impl ClusterView for View {
         let id =
             node_id.parse().map_err(|e: oxray_types::IdError| oxray_api_types::ApiError::NotFound(e.to_string()))?;
         self.jobs.agent_log(&id, max_bytes).await
+    }
+    fn node_usage(&self) -> Vec<(String, oxray_api_types::usage::NodeUsage)> {
+        let alive: std::collections::HashSet<String> =
+            self.membership.snapshot().into_iter().filter(|n| n.is_alive()).map(|n| n.node_id.hex()).collect();
+        self.membership.usage().latest().into_iter().filter(|(id, _)| alive.contains(id)).collect()
+    }
+    fn usage_history(
+        &self,
+        node_id: Option<&str>,
+    ) -> std::collections::HashMap<String, Vec<oxray_api_types::usage::NodeUsage>> {
+        self.membership.usage().history(node_id, oxray_types::now_ms())
     }
     async fn worker_rows(&self) -> (Vec<serde_json::Value>, String) {
         self.jobs.agents().worker_rows().await

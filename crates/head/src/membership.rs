@@ -33,9 +33,15 @@ pub struct Membership {
     store: Arc<Store>,
     events: Arc<Events>,
     death_timeout: Duration,
+    /// What the nodes use, from their heartbeats.
+    usage: crate::usage_history::UsageHistory,
 }
 
 impl Membership {
+    pub fn usage(&self) -> &crate::usage_history::UsageHistory {
+        &self.usage
+    }
+
     /// Loads every node the head has seen. Nodes that were alive get a full timeout from now
     /// to report again, so agents that outlived a head restart are not declared dead.
     pub fn open(store: Arc<Store>, events: Arc<Events>, death_timeout: Duration) -> Result<Self, StoreError> {
@@ -45,7 +51,7 @@ impl Membership {
             .into_iter()
             .map(|info| (info.node_id.clone(), Entry { info, last_seen: now }))
             .collect();
-        Ok(Self { nodes: Mutex::new(nodes), store, events, death_timeout })
+        Ok(Self { nodes: Mutex::new(nodes), store, events, death_timeout, usage: Default::default() })
     }
 
     pub fn death_timeout(&self) -> Duration {

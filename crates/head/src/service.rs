@@ -215,7 +215,12 @@ impl head_service_server::HeadService for HeadService {
         let id = parse_id(&request.node_id)?;
         let available = resources_from_proto(request.resources_available).map_err(invalid)?;
         let verdict = match self.membership.heartbeat(&id, available) {
-            Verdict::Ok => v1::HeartbeatVerdict::Ok,
+            Verdict::Ok => {
+                if let Some(usage) = request.usage {
+                    self.membership.usage().record(&request.node_id, crate::usage_history::from_proto(usage));
+                }
+                v1::HeartbeatVerdict::Ok
+            }
             Verdict::UnknownNode => v1::HeartbeatVerdict::UnknownNode,
             Verdict::NodeDead => v1::HeartbeatVerdict::NodeDead,
         };

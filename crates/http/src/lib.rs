@@ -37,6 +37,13 @@ pub trait ClusterView: Send + Sync + 'static {
     fn state_rows(&self, kind: oxray_api_types::state::StateKind) -> (Vec<serde_json::Value>, String);
     /// The end of a node agent's own log.
     async fn node_log(&self, node_id: &str, max_bytes: u64) -> Result<String, oxray_api_types::ApiError>;
+    /// The latest reading of each live node's use, by node id.
+    fn node_usage(&self) -> Vec<(String, oxray_api_types::usage::NodeUsage)>;
+    /// The readings of the last hour (one per few seconds), by node id; of one node when given.
+    fn usage_history(
+        &self,
+        node_id: Option<&str>,
+    ) -> std::collections::HashMap<String, Vec<oxray_api_types::usage::NodeUsage>>;
     /// The workers of every live node, as rows of Ray's state API, and a warning naming
     /// the nodes that did not answer.
     async fn worker_rows(&self) -> (Vec<serde_json::Value>, String);
@@ -83,6 +90,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/ui/events", get(ui::events))
         .route("/api/ui/nodes/{id}", get(ui::node))
         .route("/api/ui/nodes/{id}/log", get(ui::node_log))
+        .route("/api/ui/usage", get(ui::usage))
         // Package uploads stream with their own limit; JSON bodies stay small.
         .layer(DefaultBodyLimit::max(8 * 1024 * 1024))
         // Unknown paths answer 404 only to callers with the token, as Ray's server does.

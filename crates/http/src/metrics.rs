@@ -22,6 +22,41 @@ fn count_rows(state: &ApiState, kind: StateKind, by: &str) -> Family<Labels, Gau
     counts
 }
 
+/// The latest reading of each live node's use, as gauges by node (and GPU).
+fn register_usage(registry: &mut Registry, usage: &[(String, oxray_api_types::usage::NodeUsage)]) {
+    let gauges: [(&str, &str, fn(&oxray_api_types::usage::NodeUsage) -> f64); 7] = [
+        ("node_cpu_utilization", "Fraction of the node's CPUs busy", |u| u.cpu_fraction),
+        ("node_memory_used_bytes", "Memory in use on the node", |u| u.memory_used as f64),
+        ("node_memory_total_bytes", "Memory of the node", |u| u.memory_total as f64),
+        ("object_store_used_bytes", "Bytes of objects in the node's shared-memory store", |u| {
+            u.object_store_used as f64
+        }),
+        ("object_store_spilled_bytes", "Bytes of objects spilled to the node's disk", |u| {
+            u.object_store_spilled as f64
+        }),
+        ("node_workers_leased", "Tasks and actors running on the node", |u| u.workers_leased as f64),
+        ("node_gpus", "GPUs the node reports", |u| u.gpus.len() as f64),
+    ];
+    for (name, help, read) in gauges {
+        let family = Family::<Labels, FloatGauge>::default();
+        for (node, u) in usage {
+            family.get_or_create(&vec![("node_id".into(), node.clone())]).set(read(u));
+        }
+        registry.register(name, help, family);
+    }
+    let utilization = Family::<Labels, FloatGauge>::default();
+    let gpu_memory = Family::<Labels, FloatGauge>::default();
+    for (node, u) in usage {
+        for gpu in &u.gpus {
+            let labels = vec![("node_id".into(), node.clone()), ("gpu".into(), gpu.index.to_string())];
+            utilization.get_or_create(&labels).set(gpu.utilization);
+            gpu_memory.get_or_create(&labels).set(gpu.memory_used as f64);
+        }
+    }
+    registry.register("node_gpu_utilization", "Fraction of each GPU busy", utilization);
+    registry.register("node_gpu_memory_used_bytes", "Memory in use on each GPU", gpu_memory);
+}
+
 /// Builds the gauges from the current view at each scrape; the view is small (one entry per
 /// node and resource), so there is nothing to keep in between.
 pub async fn render(State(state): State<ApiState>) -> Response {
@@ -63,6 +98,7 @@ pub async fn render(State(state): State<ApiState>) -> Response {
     registry.register("cluster_nodes", "Nodes the head has seen, by state", by_state);
     registry.register("node_resources_total", "Resources of each alive node", total);
     registry.register("node_resources_available", "Free resources of each alive node", available);
+    register_usage(&mut registry, &state.view.node_usage());
     let mut body = String::new();
     if let Err(e) = encode(&mut body, &registry) {
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode metrics: {e}")).into_response();

@@ -33,6 +33,15 @@ impl ClusterView for FixedView {
     async fn node_log(&self, node_id: &str, _max_bytes: u64) -> Result<String, oxray_api_types::ApiError> {
         Err(oxray_api_types::ApiError::NotFound(format!("Node {node_id} does not exist")))
     }
+    fn node_usage(&self) -> Vec<(String, oxray_api_types::usage::NodeUsage)> {
+        self.0.iter().map(|n| (n.node_id.hex(), oxray_api_types::usage::NodeUsage::default())).collect()
+    }
+    fn usage_history(
+        &self,
+        _node_id: Option<&str>,
+    ) -> std::collections::HashMap<String, Vec<oxray_api_types::usage::NodeUsage>> {
+        Default::default()
+    }
     async fn worker_rows(&self) -> (Vec<serde_json::Value>, String) {
         (Vec::new(), String::new())
     }

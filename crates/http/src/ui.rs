@@ -72,6 +72,17 @@ pub async fn node_log(State(state): State<ApiState>, Path(id): Path<String>) -> 
     }
 }
 
+#[derive(Deserialize)]
+pub struct UsageQuery {
+    node_id: Option<String>,
+}
+
+/// The nodes' use over the last hour (one reading per `step_ms`), for the charts.
+pub async fn usage(State(state): State<ApiState>, Query(q): Query<UsageQuery>) -> Json<serde_json::Value> {
+    let nodes = state.view.usage_history(q.node_id.as_deref().filter(|n| !n.is_empty()));
+    Json(serde_json::json!({ "step_ms": oxray_api_types::usage::STEP_MS, "nodes": nodes }))
+}
+
 pub async fn authentication_mode() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "authentication_mode": "token" }))
 }
