@@ -38,12 +38,13 @@ pub fn cpu_fraction(before: CpuTimes, now: CpuTimes) -> f64 {
     (now.busy.saturating_sub(before.busy) as f64 / total as f64).clamp(0.0, 1.0)
 }
 
-/// Bytes of the files in `dir` but those named in `skip` (0 when it is not there).
+/// Bytes of the files in `dir` but those named in `skip` and hidden ones (the store's own
+/// bookkeeping), 0 when it is not there.
 pub fn dir_bytes(dir: &Path, skip: &[&str]) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     entries
         .filter_map(Result::ok)
-        .filter(|e| !skip.iter().any(|s| e.file_name() == *s))
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.') && !skip.iter().any(|s| e.file_name() == *s))
         .filter_map(|e| e.metadata().ok())
         .filter(|m| m.is_file())
         .map(|m| m.len())
@@ -155,6 +156,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a"), vec![0u8; 10]).unwrap();
         std::fs::write(dir.path().join("b"), vec![0u8; 5]).unwrap();
+        std::fs::write(dir.path().join(".usage"), vec![0u8; 16]).unwrap();
         assert_eq!(dir_bytes(dir.path(), &[]), 15);
         assert_eq!(dir_bytes(dir.path(), &["b"]), 10);
         assert_eq!(dir_bytes(&dir.path().join("none"), &[]), 0);

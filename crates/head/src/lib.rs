@@ -17,6 +17,7 @@ mod state_rows;
 mod store;
 mod task_states;
 mod usage_history;
+mod user_metrics;
 
 pub use jobs::JobManager;
 pub use membership::{Membership, MembershipError, Verdict};
@@ -154,6 +155,9 @@ impl ClusterView for View {
         node_id: Option<&str>,
     ) -> std::collections::HashMap<String, Vec<oxray_api_types::usage::NodeUsage>> {
         self.membership.usage().history(node_id, oxray_types::now_ms())
+    }
+    fn user_metrics(&self) -> String {
+        self.states.metrics().render()
     }
     async fn worker_rows(&self) -> (Vec<serde_json::Value>, String) {
         self.jobs.agents().worker_rows().await

@@ -149,11 +149,17 @@ struct Tables {
 pub struct TaskStates {
     tables: Mutex<Tables>,
     max_ended: usize,
+    /// The application metrics the same reports carry.
+    metrics: crate::user_metrics::UserMetrics,
 }
 
 impl TaskStates {
     pub fn new(max_ended: usize) -> Self {
-        Self { tables: Mutex::default(), max_ended: max_ended.max(1) }
+        Self { tables: Mutex::default(), max_ended: max_ended.max(1), metrics: Default::default() }
+    }
+
+    pub fn metrics(&self) -> &crate::user_metrics::UserMetrics {
+        &self.metrics
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
@@ -161,6 +167,9 @@ impl TaskStates {
     }
 
     pub fn apply(&self, report: v1::ReportEventsRequest) {
+        if !report.metrics.is_empty() {
+            self.metrics.record(&report.reporter, report.metrics, std::time::Instant::now());
+        }
         let mut t = self.lock();
         t.dropped_tasks += report.dropped_tasks;
         for event in report.tasks {

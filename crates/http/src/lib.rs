@@ -37,6 +37,8 @@ pub trait ClusterView: Send + Sync + 'static {
     fn state_rows(&self, kind: oxray_api_types::state::StateKind) -> (Vec<serde_json::Value>, String);
     /// The end of a node agent's own log.
     async fn node_log(&self, node_id: &str, max_bytes: u64) -> Result<String, oxray_api_types::ApiError>;
+    /// The application metrics of the cluster's processes, in the OpenMetrics text format.
+    fn user_metrics(&self) -> String;
     /// The latest reading of each live node's use, by node id.
     fn node_usage(&self) -> Vec<(String, oxray_api_types::usage::NodeUsage)>;
     /// The readings of the last hour (one per few seconds), by node id; of one node when given.

@@ -103,5 +103,8 @@ pub async fn render(State(state): State<ApiState>) -> Response {
     if let Err(e) = encode(&mut body, &registry) {
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode metrics: {e}")).into_response();
     }
+    // The application's metrics go before the end marker.
+    let end = body.rfind("# EOF").unwrap_or(body.len());
+    body.insert_str(end, &state.view.user_metrics());
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
 }

@@ -33,6 +33,9 @@ impl ClusterView for FixedView {
     async fn node_log(&self, node_id: &str, _max_bytes: u64) -> Result<String, oxray_api_types::ApiError> {
         Err(oxray_api_types::ApiError::NotFound(format!("Node {node_id} does not exist")))
     }
+    fn user_metrics(&self) -> String {
+        "# TYPE ray_app_requests counter\nray_app_requests_total{node_id=\"n\",pid=\"1\"} 2\n".into()
+    }
     fn node_usage(&self) -> Vec<(String, oxray_api_types::usage::NodeUsage)> {
         self.0.iter().map(|n| (n.node_id.hex(), oxray_api_types::usage::NodeUsage::default())).collect()
     }

@@ -161,6 +161,8 @@ fn core_runtime() -> PyResult<tokio::runtime::Runtime> {
 /// `(kind, target, soft, bundle_index)` from Python: "DEFAULT", "SPREAD", "NODE" (the
 /// target is a node id) or "PG" (the target is a placement group id).
 type StrategyArg = (String, String, bool, i32);
+/// An application metric as `oxray.util.metrics` hands it over.
+type MetricTuple = (String, String, String, Vec<(String, String)>, f64, Vec<f64>, Vec<u64>, f64, u64);
 
 fn parse_strategy((kind, target, soft, index): StrategyArg) -> PyResult<oxray_worker::Strategy> {
     match kind.as_str() {
@@ -453,6 +455,29 @@ impl Client {
     fn list_actors(&self, py: Python<'_>, namespace: String) -> PyResult<Vec<(String, String)>> {
         let actors = py.detach(|| self.cluster.list_actors(&namespace)).map_err(status_error)?;
         Ok(actors.into_iter().map(|a| (a.name, a.namespace)).collect())
+    }
+
+    /// Sends this process's application metrics, each `(name, kind, description, tags,
+    /// value, boundaries, bucket_counts, sum, count)`, as from `reporter` ("node:pid").
+    fn report_metrics(&self, py: Python<'_>, reporter: String, samples: Vec<MetricTuple>) -> PyResult<()> {
+        let metrics = samples
+            .into_iter()
+            .map(|(name, kind, description, tags, value, boundaries, bucket_counts, sum, count)| {
+                oxray_worker::MetricSample {
+                    name,
+                    kind,
+                    description,
+                    tags: tags.into_iter().collect(),
+                    value,
+                    boundaries,
+                    bucket_counts,
+                    sum,
+                    count,
+                }
+            })
+            .collect();
+        py.detach(|| self.cluster.report_metrics(reporter, metrics))
+            .map_err(|s| PyConnectionError::new_err(s.message().to_string()))
     }
 
     fn remove_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<()> {

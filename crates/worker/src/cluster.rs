@@ -117,6 +117,12 @@ impl Cluster {
         self.read(|mut head| async move { head.list_actors(request.clone()).await.map(|r| r.into_inner().actors) })
     }
 
+    /// The application metrics of this process, as they are now.
+    pub fn report_metrics(&self, reporter: String, metrics: Vec<v1::MetricSample>) -> Result<(), tonic::Status> {
+        let request = v1::ReportEventsRequest { metrics, reporter, ..Default::default() };
+        self.call(|mut head| async move { head.report_events(request).await.map(|_| ()) })
+    }
+
     pub fn remove_actor(&self, name: &str, namespace: &str) -> Result<(), tonic::Status> {
         let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
         self.call(|mut head| async move { head.remove_actor(request).await.map(|_| ()) })

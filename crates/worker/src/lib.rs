@@ -29,7 +29,7 @@ pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
 pub use object_links::OwnerLinks;
 pub use object_server::serve as serve_objects;
 pub use objects::{new_id, GetError, Hold, ObjectTable, Outcome, Owners, Ready};
-pub use oxray_proto::v1::{ContainedRef, NamedActor, PlacementGroupState, PushTaskReply};
+pub use oxray_proto::v1::{ContainedRef, MetricSample, NamedActor, PlacementGroupState, PushTaskReply};
 pub use oxray_rpc::Token;
 pub use store::{NodeStore, StoredFile};
 pub use tasks::{ActorCall, Env, Lease, LeaseFor, Route, Strategy, Submitter, TaskSpec, CANCELLED};

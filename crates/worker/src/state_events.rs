@@ -134,6 +134,7 @@ impl Reporter {
             tasks: std::mem::take(&mut pending.tasks),
             actors: std::mem::take(&mut pending.actors),
             dropped_tasks: std::mem::take(&mut pending.dropped),
+            ..Default::default()
         })
     }
 

@@ -192,7 +192,11 @@ def main() -> None:
 
 
 def _exit_worker():
-    """Ends this worker process once what it printed is out (`max_calls` reached)."""
+    """Ends this worker process once what it printed and its metrics are out (`max_calls`
+    reached)."""
+    metrics = sys.modules.get("oxray.util.metrics")
+    if metrics is not None:
+        metrics.flush()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
