@@ -1,8 +1,11 @@
 """Ray's own state CLI (`ray list`, `ray get`, `ray summary`, RAY_ADDRESS=http://head:8265,
-token auth) against an oxray head: the tasks, actors and placement groups of a job submitted
-with `ray job submit`, parsed by Ray's strict state models."""
+token auth; `ray logs` with the head's bootstrap address) against an oxray head: the tasks,
+actors, placement groups, workers, objects and logs of a job submitted with `ray job submit`
+and of a driver, parsed by Ray's strict state models."""
 
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -127,3 +130,29 @@ def test_ray_logs_reads_files_actors_tasks_and_jobs(cluster, job):
     assert driver.returncode == 0 and "workload done" in driver.stdout, driver
     missing = cluster.ray_at_gcs("logs", "task", "--id", "f" * 32)
     assert missing.returncode != 0 and "Could not find log file" in missing.output, missing
+
+
+HOLDER = textwrap.dedent('''
+    import sys
+    import oxray
+    oxray.init(address=sys.argv[1])
+    held = oxray.put(b"z" * 2_000_000)
+    print(held.hex(), flush=True)
+    sys.stdin.read()
+''')
+
+
+def test_ray_list_and_summary_objects(cluster, job):
+    env = dict(cluster.env, OXRAY_AUTH_TOKEN=cluster.token)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, cluster.address], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        held = holder.stdout.readline().strip()
+        objects = listed(cluster, "objects", "--filter", f"object_id={held}")
+        assert [(o["pid"], o["type"], o["task_status"]) for o in objects] == [(holder.pid, "DRIVER", "FINISHED")]
+        assert "MiB" in str(objects[0]["object_size"])  # Ray prints sizes humanized
+        summary = cluster.ray("summary", "objects")
+        assert summary.returncode == 0 and "LOCAL_REFERENCE" in summary.stdout, summary
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)

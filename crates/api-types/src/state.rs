@@ -3,7 +3,7 @@
 //! are JSON objects with every column; these functions only choose among them.
 
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateKind {
@@ -12,6 +12,7 @@ pub enum StateKind {
     PlacementGroups,
     Jobs,
     Workers,
+    Objects,
 }
 
 impl StateKind {
@@ -23,6 +24,7 @@ impl StateKind {
             StateKind::PlacementGroups => "placement_group_id",
             StateKind::Jobs => "submission_id",
             StateKind::Workers => "worker_id",
+            StateKind::Objects => "object_id",
         }
     }
 
@@ -52,6 +54,17 @@ impl StateKind {
                 &["job_id", "submission_id", "entrypoint", "type", "status", "message", "error_type", "driver_info"]
             }
             StateKind::Workers => &["worker_id", "is_alive", "worker_type", "exit_type", "node_id", "ip", "pid"],
+            StateKind::Objects => &[
+                "object_id",
+                "object_size",
+                "task_status",
+                "attempt_number",
+                "reference_type",
+                "call_site",
+                "type",
+                "pid",
+                "ip",
+            ],
         }
     }
 
@@ -62,6 +75,7 @@ impl StateKind {
             StateKind::PlacementGroups => &["is_detached"],
             StateKind::Jobs => return vec!["job_id", "type", "status", "submission_id"],
             StateKind::Workers => &["debugger_port", "num_paused_threads"],
+            StateKind::Objects => &[],
         };
         self.plain_columns().iter().chain(extra).copied().collect()
     }
@@ -74,6 +88,7 @@ impl StateKind {
             StateKind::PlacementGroups => "placement_groups",
             StateKind::Jobs => "jobs",
             StateKind::Workers => "workers",
+            StateKind::Objects => "objects",
         }
     }
 
@@ -84,6 +99,7 @@ impl StateKind {
             StateKind::PlacementGroups => "placement groups",
             StateKind::Jobs => "jobs",
             StateKind::Workers => "workers",
+            StateKind::Objects => "objects",
         }
     }
 }
@@ -107,7 +123,9 @@ impl StateFilter {
             ));
         }
         // Ray converts filters on number columns and refuses what is not a number.
-        if ["attempt_number", "worker_pid", "pid"].contains(&key.as_str()) && value.trim().parse::<i64>().is_err() {
+        if ["attempt_number", "worker_pid", "pid", "object_size"].contains(&key.as_str())
+            && value.trim().parse::<i64>().is_err()
+        {
             return Err(format!("invalid filter value {value:?} for {key}: it must be an integer"));
         }
         let equal = match predicate {
@@ -250,6 +268,45 @@ pub fn summarize_actors(rows: &[Value]) -> Value {
         count(&mut entry["state_counts"], text(row, "state"));
     }
     let cluster = json!({ "summary": summary, "total_actors": rows.len(), "summary_by": "class" });
+    summary_response(cluster, rows.len())
+}
+
+/// Object references grouped by the call site that made them (Ray's `summarize_objects`;
+/// call sites are not recorded, so all fall under "disabled"), with sizes in MB and the
+/// processes and nodes that hold them.
+pub fn summarize_objects(rows: &[Value]) -> Value {
+    const MB: f64 = 1024.0 * 1024.0;
+    let mut summary: BTreeMap<String, Value> = BTreeMap::new();
+    let mut holders: BTreeMap<String, (BTreeSet<u64>, BTreeSet<String>)> = BTreeMap::new();
+    let mut total_mb = 0.0;
+    for row in rows {
+        let site = text(row, "call_site").to_string();
+        let entry = summary.entry(site.clone()).or_insert_with(|| {
+            json!({ "total_objects": 0, "total_size_mb": 0.0, "total_num_workers": 0, "total_num_nodes": 0,
+                    "task_state_counts": {}, "task_attempt_number_counts": {}, "ref_type_counts": {} })
+        });
+        count(&mut entry["task_state_counts"], text(row, "task_status"));
+        let attempt = row.get("attempt_number").and_then(Value::as_u64).unwrap_or(0).to_string();
+        count(&mut entry["task_attempt_number_counts"], &attempt);
+        count(&mut entry["ref_type_counts"], text(row, "reference_type"));
+        entry["total_objects"] = json!(entry["total_objects"].as_u64().unwrap_or(0) + 1);
+        let size = row.get("object_size").and_then(Value::as_i64).unwrap_or(-1);
+        if size >= 0 {
+            let mb = size as f64 / MB;
+            entry["total_size_mb"] = json!(entry["total_size_mb"].as_f64().unwrap_or(0.0) + mb);
+            total_mb += mb;
+        }
+        let (workers, nodes) = holders.entry(site).or_default();
+        workers.insert(row.get("pid").and_then(Value::as_u64).unwrap_or(0));
+        nodes.insert(text(row, "ip").to_string());
+    }
+    for (site, (workers, nodes)) in holders {
+        summary.get_mut(&site).expect("counted")["total_num_workers"] = json!(workers.len());
+        summary.get_mut(&site).expect("counted")["total_num_nodes"] = json!(nodes.len());
+    }
+    let enabled = !summary.contains_key("disabled");
+    let cluster = json!({ "summary": summary, "total_objects": rows.len(), "total_size_mb": total_mb,
+                          "callsite_enabled": enabled, "summary_by": "callsite" });
     summary_response(cluster, rows.len())
 }
 

@@ -32,6 +32,8 @@ enum Command {
     },
     /// Show one actor, task (every attempt), placement group or job in full.
     Get(commands::state::GetArgs),
+    /// The objects the cluster's processes hold, by node and process, with their sizes.
+    Memory(commands::memory::MemoryArgs),
     /// Print a node's log files, or a worker's, actor's, task's or job's output.
     Logs(commands::logs::LogsArgs),
     /// Write the cluster's recent tasks as a Chrome trace (chrome://tracing, Perfetto).
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Command::Summary { what } => commands::state::summary(what),
         Command::Timeline(args) => commands::state::timeline(args),
         Command::Logs(args) => commands::logs::run(args),
+        Command::Memory(args) => commands::memory::run(args),
         Command::Job { command } => commands::job::run(command),
         Command::Serve { command } => commands::serve::run(command),
         Command::GetAuthToken => commands::token::run(),

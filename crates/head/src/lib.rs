@@ -10,6 +10,7 @@ mod membership;
 mod packages;
 mod placement;
 mod placement_groups;
+mod processes;
 mod ray_gcs;
 mod serve_host;
 mod service;
@@ -119,6 +120,7 @@ impl Head {
 
 struct View {
     membership: Arc<Membership>,
+    processes: Arc<processes::Processes>,
     jobs: Arc<JobManager>,
     events: Arc<events::Events>,
     actors: Arc<actors::Actors>,
@@ -161,6 +163,9 @@ impl ClusterView for View {
     }
     async fn worker_rows(&self) -> (Vec<serde_json::Value>, String) {
         self.jobs.agents().worker_rows().await
+    }
+    async fn object_rows(&self) -> (Vec<serde_json::Value>, String) {
+        self.processes.object_rows().await
     }
     async fn list_logs(&self, node: &NodeInfo, glob: &str) -> Result<Vec<String>, oxray_api_types::ApiError> {
         self.jobs.agents().list_logs(node, glob).await
@@ -229,15 +234,17 @@ impl BoundHead {
 
         let dashboard = config.dashboard(&http);
         let ray_gcs = ray_gcs::RayGcs::new(&session_name, &dashboard.url);
-        let service = service::HeadService::new(
-            membership.clone(),
-            jobs.clone(),
-            actors.clone(),
-            groups.clone(),
-            states.clone(),
-            session_name.clone(),
+        let processes = Arc::new(processes::Processes::new(config.token.clone()));
+        let service = service::HeadService {
+            membership: membership.clone(),
+            jobs: jobs.clone(),
+            actors: actors.clone(),
+            groups: groups.clone(),
+            states: states.clone(),
+            session_name: session_name.clone(),
             dashboard,
-        );
+            processes: processes.clone(),
+        };
         let grpc = oxray_rpc::server()
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
             .add_service(NodeInfoGcsServiceServer::with_interceptor(ray_gcs.clone(), ServerAuth(config.token.clone())))
@@ -245,7 +252,7 @@ impl BoundHead {
             .serve_with_incoming_shutdown(oxray_rpc::incoming(control), shutdown.clone().cancelled_owned());
 
         let api = oxray_http::router(ApiState {
-            view: Arc::new(View { membership, jobs: jobs.clone(), events, actors, groups, states }),
+            view: Arc::new(View { membership, processes, jobs: jobs.clone(), events, actors, groups, states }),
             jobs: Arc::new(jobs::Api(jobs)),
             token: config.token.clone(),
             session_name,

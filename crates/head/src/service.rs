@@ -10,28 +10,17 @@ use tokio::io::AsyncReadExt;
 use tonic::{Request, Response, Status};
 
 pub struct HeadService {
-    membership: Arc<Membership>,
-    jobs: Arc<JobManager>,
-    actors: Arc<crate::actors::Actors>,
-    groups: Arc<crate::placement_groups::PlacementGroups>,
-    states: Arc<crate::task_states::TaskStates>,
-    session_name: String,
-    dashboard: crate::Dashboard,
+    pub membership: Arc<Membership>,
+    pub jobs: Arc<JobManager>,
+    pub actors: Arc<crate::actors::Actors>,
+    pub groups: Arc<crate::placement_groups::PlacementGroups>,
+    pub states: Arc<crate::task_states::TaskStates>,
+    pub session_name: String,
+    pub dashboard: crate::Dashboard,
+    pub processes: Arc<crate::processes::Processes>,
 }
 
 impl HeadService {
-    pub fn new(
-        membership: Arc<Membership>,
-        jobs: Arc<JobManager>,
-        actors: Arc<crate::actors::Actors>,
-        groups: Arc<crate::placement_groups::PlacementGroups>,
-        states: Arc<crate::task_states::TaskStates>,
-        session_name: String,
-        dashboard: crate::Dashboard,
-    ) -> Self {
-        Self { membership, jobs, actors, groups, states, session_name, dashboard }
-    }
-
     /// Several heartbeats fit in one death timeout, so one lost heartbeat kills no node.
     fn heartbeat_interval(&self) -> Duration {
         (self.membership.death_timeout() / 5).clamp(Duration::from_millis(50), Duration::from_secs(1))
@@ -84,6 +73,14 @@ impl head_service_server::HeadService for HeadService {
     ) -> Result<Response<v1::ReportEventsReply>, Status> {
         self.states.apply(request.into_inner());
         Ok(Response::new(v1::ReportEventsReply {}))
+    }
+
+    async fn announce_process(
+        &self,
+        request: Request<v1::ProcessInfo>,
+    ) -> Result<Response<v1::AnnounceProcessReply>, Status> {
+        self.processes.announce(request.into_inner());
+        Ok(Response::new(v1::AnnounceProcessReply {}))
     }
 
     async fn register_actor(

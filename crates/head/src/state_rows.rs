@@ -11,8 +11,8 @@ use oxray_proto::v1;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
-/// Every row of `kind` (jobs come from the jobs API, workers from the agents), and what is
-/// missing from them.
+/// Every row of `kind` (jobs come from the jobs API, workers from the agents, objects from
+/// the processes that hold them), and what is missing from them.
 pub fn of_kind(kind: StateKind, states: &TaskStates, named: &Actors, groups: &PlacementGroups) -> (Vec<Value>, String) {
     match kind {
         StateKind::Tasks => {
@@ -32,7 +32,7 @@ pub fn of_kind(kind: StateKind, states: &TaskStates, named: &Actors, groups: &Pl
             (states.actors().iter().map(|a| actor_row(a, &named)).collect(), String::new())
         }
         StateKind::PlacementGroups => (groups.list().iter().map(placement_group_row).collect(), String::new()),
-        StateKind::Jobs | StateKind::Workers => (Vec::new(), String::new()),
+        StateKind::Jobs | StateKind::Workers | StateKind::Objects => (Vec::new(), String::new()),
     }
 }
 

@@ -49,6 +49,9 @@ pub trait ClusterView: Send + Sync + 'static {
     /// The workers of every live node, as rows of Ray's state API, and a warning naming
     /// the nodes that did not answer.
     async fn worker_rows(&self) -> (Vec<serde_json::Value>, String);
+    /// The object references every process that owns objects holds, as rows of Ray's state
+    /// API, and what could not be listed.
+    async fn object_rows(&self) -> (Vec<serde_json::Value>, String);
     /// The names of a live node's log files that match a glob.
     async fn list_logs(&self, node: &NodeInfo, glob: &str) -> Result<Vec<String>, oxray_api_types::ApiError>;
     /// A log file, streamed from its node.
@@ -74,6 +77,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v0/placement_groups", get(state::placement_groups))
         .route("/api/v0/jobs", get(state::jobs))
         .route("/api/v0/workers", get(state::workers))
+        .route("/api/v0/objects", get(state::objects))
+        .route("/api/v0/objects/summarize", get(state::summarize_objects))
         .route("/api/v0/logs", get(logs::list))
         .route("/api/v0/logs/{media_type}", get(logs::read))
         .route("/api/v0/tasks/summarize", get(state::summarize_tasks))

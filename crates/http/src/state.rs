@@ -76,6 +76,7 @@ pub(crate) async fn rows(state: &ApiState, kind: StateKind) -> (Vec<serde_json::
             (jobs, String::new())
         }
         StateKind::Workers => state.view.worker_rows().await,
+        StateKind::Objects => state.view.object_rows().await,
         _ => state.view.state_rows(kind),
     }
 }
@@ -107,6 +108,14 @@ pub async fn jobs(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
 
 pub async fn workers(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
     list(s, StateKind::Workers, q).await
+}
+
+pub async fn objects(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Reply {
+    list(s, StateKind::Objects, q).await
+}
+
+pub async fn summarize_objects(State(s): State<ApiState>) -> Reply {
+    ok(state::summarize_objects(&rows(&s, StateKind::Objects).await.0))
 }
 
 pub async fn summarize_tasks(State(s): State<ApiState>) -> Reply {

@@ -48,6 +48,9 @@ impl ClusterView for FixedView {
     async fn worker_rows(&self) -> (Vec<serde_json::Value>, String) {
         (Vec::new(), String::new())
     }
+    async fn object_rows(&self) -> (Vec<serde_json::Value>, String) {
+        (Vec::new(), String::new())
+    }
     async fn list_logs(&self, node: &NodeInfo, _glob: &str) -> Result<Vec<String>, oxray_api_types::ApiError> {
         Err(oxray_api_types::ApiError::Internal(format!("node {} has no agent here", node.node_id)))
     }

@@ -2,6 +2,7 @@ use crate::auth::{ClientAuth, Token};
 use oxray_proto::v1::agent_service_client::AgentServiceClient;
 use oxray_proto::v1::head_service_client::HeadServiceClient;
 use oxray_proto::v1::lease_service_client::LeaseServiceClient;
+use oxray_proto::v1::object_service_client::ObjectServiceClient;
 use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
@@ -10,6 +11,7 @@ use tonic::{Code, Status};
 pub type HeadClient = HeadServiceClient<InterceptedService<Channel, ClientAuth>>;
 pub type AgentClient = AgentServiceClient<InterceptedService<Channel, ClientAuth>>;
 pub type LeaseClient = LeaseServiceClient<InterceptedService<Channel, ClientAuth>>;
+pub type ObjectClient = ObjectServiceClient<InterceptedService<Channel, ClientAuth>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
@@ -57,6 +59,12 @@ pub fn connect_agent_lazy(address: &str, token: &Token, call_timeout: Duration) 
 pub fn connect_leases_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<LeaseClient, RpcError> {
     let channel = crate::local::connect_lazy(endpoint(address, call_timeout)?);
     Ok(LeaseServiceClient::with_interceptor(channel, ClientAuth::new(token)))
+}
+
+/// A process's object server, connected on first use.
+pub fn connect_objects_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<ObjectClient, RpcError> {
+    let channel = crate::local::connect_lazy(endpoint(address, call_timeout)?);
+    Ok(ObjectServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 
 /// A one-line explanation of a failed call, naming the likely fix.

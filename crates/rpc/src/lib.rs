@@ -9,8 +9,8 @@ mod socket;
 
 pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
 pub use client::{
-    connect_agent_lazy, connect_head, connect_head_lazy, connect_leases_lazy, explain, root_cause, AgentClient,
-    HeadClient, LeaseClient, RpcError,
+    connect_agent_lazy, connect_head, connect_head_lazy, connect_leases_lazy, connect_objects_lazy, explain,
+    root_cause, AgentClient, HeadClient, LeaseClient, ObjectClient, RpcError,
 };
 
 pub use local::{connect, connect_lazy, dial_address, incoming, Conn};

@@ -117,6 +117,32 @@ impl Cluster {
         self.read(|mut head| async move { head.list_actors(request.clone()).await.map(|r| r.into_inner().actors) })
     }
 
+    /// Tells the head where this process serves the objects it owns (for the state API),
+    /// to run on the core's runtime without anyone waiting: the objects are served whether
+    /// or not the head hears of it.
+    pub fn announce_process(
+        &self,
+        address: &str,
+        node_id: &str,
+        ip: &str,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let kind = if std::env::var_os("OXRAY_WORKER_ID").is_some() { "WORKER" } else { "DRIVER" };
+        let info = v1::ProcessInfo {
+            address: address.to_string(),
+            pid: std::process::id(),
+            node_id: node_id.to_string(),
+            ip: ip.to_string(),
+            kind: kind.to_string(),
+            job_id: std::env::var("OXRAY_JOB_ID").unwrap_or_default(),
+        };
+        let mut head = self.head();
+        async move {
+            if let Err(e) = head.announce_process(info).await {
+                tracing::debug!("the head did not hear of this process's objects: {}", e.message());
+            }
+        }
+    }
+
     /// The application metrics of this process, as they are now.
     pub fn report_metrics(&self, reporter: String, metrics: Vec<v1::MetricSample>) -> Result<(), tonic::Status> {
         let request = v1::ReportEventsRequest { metrics, reporter, ..Default::default() };

@@ -70,6 +70,15 @@ impl object_service_server::ObjectService for Service {
         Ok(Response::new(v1::KillActorReply {}))
     }
 
+    async fn list_objects(
+        &self,
+        request: Request<v1::ListObjectsRequest>,
+    ) -> Result<Response<v1::ListObjectsReply>, Status> {
+        let limit = request.into_inner().limit as usize;
+        let (objects, total) = self.objects.entries(if limit == 0 { usize::MAX } else { limit });
+        Ok(Response::new(v1::ListObjectsReply { objects, total: total as u64 }))
+    }
+
     async fn cancel_task(
         &self,
         request: Request<v1::CancelTaskRequest>,

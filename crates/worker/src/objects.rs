@@ -212,6 +212,32 @@ impl ObjectTable {
         id
     }
 
+    /// The objects referenced here, at most `limit`, for the state API; and how many there are.
+    pub fn entries(&self, limit: usize) -> (Vec<oxray_proto::v1::ObjectEntry>, usize) {
+        let inner = self.lock();
+        let entries = inner
+            .slots
+            .iter()
+            .take(limit)
+            .map(|(id, slot)| {
+                let size = match (&slot.file, &slot.value) {
+                    (Some(file), _) => file.size as i64,
+                    (None, Some(ready)) => ready.data.len() as i64,
+                    (None, None) => -1,
+                };
+                oxray_proto::v1::ObjectEntry {
+                    object_id: id.clone(),
+                    size,
+                    owned: slot.owner.is_none(),
+                    ready: slot.value.is_some(),
+                    refs: slot.refs,
+                    spilled: slot.file.as_ref().is_some_and(|f| !f.in_memory),
+                }
+            })
+            .collect();
+        (entries, inner.slots.len())
+    }
+
     /// Runs `then` once the object goes (at once if it is not here).
     pub fn on_free(&self, id: &str, then: Box<dyn FnOnce() + Send>) {
         let mut inner = self.lock();

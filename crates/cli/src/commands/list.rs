@@ -19,6 +19,8 @@ pub enum ListWhat {
     Jobs(super::state::StateListArgs),
     /// Worker processes of every live node: alive, and the newest that ended.
     Workers(super::state::StateListArgs),
+    /// Object references every process holds (owned and borrowed).
+    Objects(super::state::StateListArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -68,6 +70,7 @@ pub fn run(what: ListWhat) -> Result<ExitCode> {
         ListWhat::PlacementGroups(args) => return super::state::list(StateKind::PlacementGroups, args),
         ListWhat::Jobs(args) => return super::state::list(StateKind::Jobs, args),
         ListWhat::Workers(args) => return super::state::list(StateKind::Workers, args),
+        ListWhat::Objects(args) => return super::state::list(StateKind::Objects, args),
     };
     let options = &args.list;
     let filters = options.filters.iter().map(|f| NodeFilter::parse(f)).collect::<Result<Vec<_>, _>>()?;

@@ -1,6 +1,7 @@
 pub mod job;
 pub mod list;
 pub mod logs;
+pub mod memory;
 pub mod operator;
 pub mod roles;
 pub mod serve;

@@ -1,4 +1,4 @@
-//! `oxray list actors|tasks|placement-groups|jobs|workers`, `oxray get` and `oxray summary`: clients
+//! `oxray list actors|tasks|placement-groups|jobs|workers|objects`, `oxray get` and `oxray summary`: clients
 //! of Ray's state API on the dashboard port, as Ray's `ray list/get/summary` are.
 
 use super::job::client::{JobClient, JobTarget};
@@ -26,6 +26,7 @@ pub enum GetWhat {
     PlacementGroups,
     Jobs,
     Workers,
+    Objects,
 }
 
 #[derive(Args, Debug)]
@@ -47,6 +48,8 @@ pub enum SummaryWhat {
     Tasks(SummaryArgs),
     /// Actors by class, with how many are in each state.
     Actors(SummaryArgs),
+    /// Object references, with their count and size, by how they are held.
+    Objects(SummaryArgs),
 }
 
 #[derive(Args, Debug)]
@@ -78,6 +81,7 @@ impl From<GetWhat> for StateKind {
             GetWhat::PlacementGroups => StateKind::PlacementGroups,
             GetWhat::Jobs => StateKind::Jobs,
             GetWhat::Workers => StateKind::Workers,
+            GetWhat::Objects => StateKind::Objects,
         }
     }
 }
@@ -171,29 +175,37 @@ pub fn get(args: GetArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Rows of a summary table: one per function or class, its states counted.
-fn summary_rows(summary: &Value, key: &str) -> Vec<Vec<String>> {
+/// The columns of a summary table: `(header, field of a group)`; an empty field is the
+/// group's own key.
+type Columns = &'static [(&'static str, &'static str)];
+
+const TASK_COLUMNS: Columns =
+    &[("FUNC_OR_CLASS_NAME", "func_or_class_name"), ("TYPE", "type"), ("STATE_COUNTS", "state_counts")];
+const ACTOR_COLUMNS: Columns = &[("CLASS_NAME", "class_name"), ("STATE_COUNTS", "state_counts")];
+const OBJECT_COLUMNS: Columns = &[
+    ("CALL_SITE", ""),
+    ("TOTAL_OBJECTS", "total_objects"),
+    ("TOTAL_SIZE_MB", "total_size_mb"),
+    ("TASK_STATE_COUNTS", "task_state_counts"),
+    ("REF_TYPE_COUNTS", "ref_type_counts"),
+];
+
+/// Rows of a summary table: one per group; counts read `STATE: n, ...`.
+fn summary_rows(summary: &Value, columns: Columns) -> Vec<Vec<String>> {
     let Some(groups) = summary.as_object() else { return Vec::new() };
-    groups
-        .values()
-        .map(|g| {
-            let counts = g["state_counts"]
-                .as_object()
-                .map(|c| c.iter().map(|(state, n)| format!("{state}: {n}")).collect::<Vec<_>>().join(", "));
-            let mut row = vec![cell(&g[key])];
-            if key == "func_or_class_name" {
-                row.push(cell(&g["type"]));
-            }
-            row.push(counts.unwrap_or_default());
-            row
-        })
-        .collect()
+    let field = |key: &str, g: &Value, name: &str| match (name, &g[name]) {
+        ("", _) => key.to_string(),
+        (_, Value::Object(counts)) => counts.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(", "),
+        (_, value) => cell(value),
+    };
+    groups.iter().map(|(key, g)| columns.iter().map(|(_, name)| field(key, g, name)).collect()).collect()
 }
 
 pub fn summary(what: SummaryWhat) -> Result<ExitCode> {
-    let (args, path, key) = match what {
-        SummaryWhat::Tasks(a) => (a, "/api/v0/tasks/summarize", "func_or_class_name"),
-        SummaryWhat::Actors(a) => (a, "/api/v0/actors/summarize", "class_name"),
+    let (args, path, columns) = match what {
+        SummaryWhat::Tasks(a) => (a, "/api/v0/tasks/summarize", TASK_COLUMNS),
+        SummaryWhat::Actors(a) => (a, "/api/v0/actors/summarize", ACTOR_COLUMNS),
+        SummaryWhat::Objects(a) => (a, "/api/v0/objects/summarize", OBJECT_COLUMNS),
     };
     let result = crate::target::runtime()?.block_on(fetch(&args.target, path))?;
     let cluster = &result["result"]["node_id_to_summary"]["cluster"];
@@ -208,12 +220,8 @@ pub fn summary(what: SummaryWhat) -> Result<ExitCode> {
                 .filter(|(k, _)| k.starts_with("total"))
                 .map(|(k, v)| format!("{k}: {v}"))
                 .collect();
-            let headers: &[&str] = if key == "class_name" {
-                &["CLASS_NAME", "STATE_COUNTS"]
-            } else {
-                &["FUNC_OR_CLASS_NAME", "TYPE", "STATE_COUNTS"]
-            };
-            format!("{}\n\n{}", totals.join("\n"), table(headers, &summary_rows(&cluster["summary"], key)))
+            let headers: Vec<&str> = columns.iter().map(|(h, _)| *h).collect();
+            format!("{}\n\n{}", totals.join("\n"), table(&headers, &summary_rows(&cluster["summary"], columns)))
         }
     };
     println!("{}", text.trim_end());
@@ -259,6 +267,10 @@ mod tests {
     fn summary_rows_count_states() {
         let summary = serde_json::json!({ "f": { "func_or_class_name": "f", "type": "NORMAL_TASK",
                                                  "state_counts": { "FINISHED": 2 } } });
-        assert_eq!(summary_rows(&summary, "func_or_class_name"), vec![vec!["f", "NORMAL_TASK", "FINISHED: 2"]]);
+        assert_eq!(summary_rows(&summary, TASK_COLUMNS), vec![vec!["f", "NORMAL_TASK", "FINISHED: 2"]]);
+        let objects =
+            serde_json::json!({ "disabled": { "total_objects": 3, "ref_type_counts": { "LOCAL_REFERENCE": 3 } } });
+        assert_eq!(summary_rows(&objects, &OBJECT_COLUMNS[..3]), vec![vec!["disabled", "3", ""]]);
+        assert_eq!(summary_rows(&objects, &OBJECT_COLUMNS[4..]), vec![vec!["LOCAL_REFERENCE: 3"]]);
     }
 }

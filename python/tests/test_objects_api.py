@@ -1,0 +1,99 @@
+"""Objects in the state API: `/api/v0/objects`, `/api/v0/objects/summarize`, `oxray list objects`,
+`oxray summary objects` and `oxray memory`, from the processes that hold them."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from conftest import OXRAY_BIN
+
+HOLDER = textwrap.dedent('''
+    import sys, time
+    import oxray
+
+    @oxray.remote
+    def blob(n):
+        return b"x" * n
+
+    oxray.init()
+    big = oxray.put(b"y" * 3_000_000)
+    small = [blob.remote(1000) for _ in range(3)]
+    oxray.get(small)
+    print(big.hex(), flush=True)
+    sys.stdin.read()  # holds its references until told to end
+''')
+
+
+def state(cluster, path, **params):
+    query = urllib.parse.urlencode(params, doseq=True)
+    request = urllib.request.Request(f"{cluster.dashboard_url}/api/v0/{path}?{query}",
+                                     headers={"Authorization": f"Bearer {cluster.token}"})
+    with urllib.request.urlopen(request, timeout=15) as response:
+        body = json.loads(response.read())
+    assert body["result"] is True, body
+    return body["data"]["result"]
+
+
+def cli(cluster, *args):
+    result = subprocess.run([OXRAY_BIN, *args], env=cluster.env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def holder(cluster):
+    process = subprocess.Popen([sys.executable, "-c", HOLDER], env=cluster.env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        big = process.stdout.readline().strip()
+        assert big, "the driver did not start"
+        yield process, big
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+
+
+def test_objects_are_listed_with_their_sizes_and_holders(cluster, holder):
+    process, big = holder
+    rows = state(cluster, "objects", limit=1000)["result"]
+    mine = [r for r in rows if r["pid"] == process.pid]
+    assert len(mine) >= 4, rows
+    by_id = {r["object_id"]: r for r in mine}
+    assert by_id[big]["object_size"] >= 3_000_000
+    assert {r["type"] for r in mine} == {"DRIVER"} and {r["task_status"] for r in mine} == {"FINISHED"}
+    assert sum(1 for r in mine if 1000 <= r["object_size"] < 2000) == 3
+    only_big = state(cluster, "objects", filter_keys=["object_id"], filter_predicates=["="], filter_values=[big])
+    assert [r["object_id"] for r in only_big["result"]] == [big]
+    summary = state(cluster, "objects/summarize")["result"]["node_id_to_summary"]["cluster"]
+    assert summary["total_objects"] >= 4 and summary["total_size_mb"] > 2.8
+    assert summary["summary"]["disabled"]["ref_type_counts"]["LOCAL_REFERENCE"] >= 4
+
+
+def test_the_cli_lists_summarizes_and_shows_memory_by_node(cluster, holder):
+    process, big = holder
+    assert big in cli(cluster, "list", "objects", "--limit", "1000")
+    assert "TOTAL_SIZE_MB" in cli(cluster, "summary", "objects")
+    memory = cli(cluster, "memory")
+    assert "--- Node 127.0.0.1" in memory and "object store:" in memory
+    lines = [line for line in memory.splitlines() if big in line]
+    assert len(lines) == 1 and str(process.pid) in lines[0] and "owner" in lines[0] and "MiB" in lines[0]
+    assert big not in cli(cluster, "memory", "--stats-only")
+
+
+def test_a_process_that_ended_is_forgotten(cluster):
+    process = subprocess.Popen([sys.executable, "-c", HOLDER], env=cluster.env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    big = process.stdout.readline().strip()
+    assert any(r["object_id"] == big for r in state(cluster, "objects", limit=1000)["result"])
+    process.stdin.close()
+    process.wait(timeout=30)
+    deadline = time.time() + 10
+    while any(r["pid"] == process.pid for r in state(cluster, "objects", limit=1000)["result"]):
+        assert time.time() < deadline, "the ended driver's objects are still listed"
+        time.sleep(0.2)
