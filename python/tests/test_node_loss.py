@@ -12,7 +12,7 @@ import pytest
 
 import oxray
 
-from conftest import OXRAY_BIN, Cluster, agent_pid, driver_of
+from conftest import Cluster, agent_pid, driver_of
 
 
 @pytest.fixture(scope="module")

@@ -97,3 +97,31 @@ def test_a_process_that_ended_is_forgotten(cluster):
     while any(r["pid"] == process.pid for r in state(cluster, "objects", limit=1000)["result"]):
         assert time.time() < deadline, "the ended driver's objects are still listed"
         time.sleep(0.2)
+
+
+def test_an_actor_that_borrows_a_reference_is_listed_as_its_holder(cluster):
+    from conftest import driver_of
+    import oxray
+
+    @oxray.remote(num_cpus=0.1)
+    class Keeper:
+        def __init__(self, refs):
+            self.refs = refs
+
+        def pid(self):
+            import os
+            return os.getpid()
+
+    with driver_of(cluster):
+        held = oxray.put(b"k" * 100_000)
+        keeper = Keeper.remote([held])
+        keeper_pid = oxray.get(keeper.pid.remote())
+        deadline = time.time() + 10
+        while True:
+            rows = [r for r in state(cluster, "objects", limit=10000)["result"] if r["object_id"] == held.hex()]
+            holders = {(r["pid"], r["type"], r["task_status"]) for r in rows}
+            if (keeper_pid, "WORKER", "NIL") in holders or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert (keeper_pid, "WORKER", "NIL") in holders, rows
+        assert any(r["type"] == "DRIVER" and r["task_status"] == "FINISHED" for r in rows)

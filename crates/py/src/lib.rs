@@ -635,8 +635,15 @@ impl Client {
         })
     }
 
-    /// Tells owners of the objects newly borrowed here, and waits until they know.
+    /// Tells owners of the objects newly borrowed here, and waits until they know. A process
+    /// that borrows before it owns anything starts its object server now, so the state API
+    /// lists what it holds.
     fn announce_borrows(&self, py: Python<'_>) {
+        if self.object_address.lock().expect("object address lock").is_none() {
+            if let Err(e) = self.owner_address(py) {
+                tracing::debug!("this process's references will not be listed: {e}");
+            }
+        }
         py.detach(|| self.runtime.block_on(self.objects.announce()));
     }
 
