@@ -1,7 +1,7 @@
 // The oxray dashboard: a single page over the head's HTTP API. It polls what it shows every
-// few seconds, follows running jobs' logs over the log-tail WebSocket and shows any log of a
-// node (a worker's, an actor's, a task's, a job driver's) in its log viewer. Every piece of
-// cluster data is inserted as text, never as HTML.
+// few seconds, charts the nodes' use over the last hour, follows running jobs' logs over the
+// log-tail WebSocket and shows any log of a node (a worker's, an actor's, a task's, a job
+// driver's) in its log viewer. Every piece of cluster data is inserted as text, never as HTML.
 "use strict";
 
 const REFRESH_MS = 2000;
@@ -141,13 +141,305 @@ function warnings(list) {
   return h("div", { class: "warnings", id: "state-warnings" }, list.map((w) => h("p", {}, w)));
 }
 
+// Charts of the nodes' use over the last hour (/api/ui/usage), drawn as inline SVG. The head
+// keeps one reading per node every step (5 s). A page's chart board outlives its refreshes:
+// the page puts the same element back, and a chart is drawn again only when its readings
+// changed, so charts neither flicker nor lose the point the mouse is on.
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const CHART = { width: 380, height: 150, left: 58, right: 12, top: 10, bottom: 24 };
+const PALETTE = ["#3056d3", "#1a7f4b", "#b7791f", "#8e44ad", "#c0362c", "#0e8a9b", "#d53f8c", "#718096"];
+// The spans a chart's time axis can have, in minutes (the shortest that holds the readings),
+// and how many seconds apart its ticks are for each.
+const SPANS = [[1, 15], [2, 30], [5, 60], [10, 120], [15, 300], [30, 300], [60, 600]];
+// Steps a node's latest reading stands in for when it has none newer: its readings fall a
+// step or so apart, and this long after its last one it counts as gone.
+const CARRY_STEPS = 2;
+
+// svg("path", {d: "M0,0"}) builds an SVG element; strings become text nodes.
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) if (value != null) el.setAttribute(key, value);
+  for (const child of children.flat(Infinity)) {
+    if (child != null) el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+// Replaces the children of `el` with `nodes`, flattened, leaving out nulls.
+const refill = (el, ...nodes) => el.replaceChildren(...nodes.flat(Infinity).filter((n) => n != null));
+
+const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+const mean = (xs) => (xs.length ? sum(xs) / xs.length : null);
+const total = (xs) => (xs.length ? sum(xs) : null);
+const percent = (v) => `${+(100 * v).toFixed(v > 0 && v < 0.1 ? 1 : 0)}%`;
+const whole = (v) => String(Math.round(v));
+const shortBytes = (n) => bytes(n).replace(".0 ", " ");
+const ago = (ms) => (ms < 1000 ? "now" : `${duration(ms)} ago`);
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+// One sample per reading of a node; a gap of more than the carried steps breaks its lines.
+function nodeSamples(readings, step) {
+  const samples = [];
+  for (const r of readings) {
+    const last = samples.at(-1);
+    if (last && r.time_ms - last.time > (CARRY_STEPS + 1) * step) samples.push({ time: last.time + step, readings: [] });
+    samples.push({ time: r.time_ms, readings: [r] });
+  }
+  return samples;
+}
+
+// The cluster's samples: every node's readings on the step grid (times rounded down to a
+// step), one sample a step from the oldest to the newest.
+function clusterSamples(nodes, step) {
+  const grids = Object.values(nodes).map((list) => new Map(list.map((r) => [Math.floor(r.time_ms / step) * step, r])));
+  const times = grids.flatMap((grid) => [...grid.keys()]);
+  if (!times.length) return [];
+  const [first, last] = times.reduce(([lo, hi], t) => [Math.min(lo, t), Math.max(hi, t)], [Infinity, -Infinity]);
+  const samples = [];
+  for (let t = first; t <= last; t += step) {
+    samples.push({ time: t, readings: grids.map((grid) => carried(grid, t, step)).filter(Boolean) });
+  }
+  return samples;
+}
+
+// A node's reading at grid time `t`, or its latest of the steps before.
+function carried(grid, t, step) {
+  for (let k = 0; k <= CARRY_STEPS; k++) {
+    const r = grid.get(t - k * step);
+    if (r) return r;
+  }
+  return null;
+}
+
+const gpusOf = (sample) => sample.readings.flatMap((r) => r.gpus || []);
+const field = (key, reduce) => (sample) => reduce(sample.readings.map((r) => r[key]));
+const line = (name, value, color = PALETTE[0]) => ({ name, value, color });
+const peakOf = (samples, value) => samples.reduce((top, s) => Math.max(top, value(s) ?? 0), 0);
+
+// The smallest power of two at least `n` bytes (a MiB at least).
+const bytesCeil = (n) => 2 ** Math.max(20, Math.ceil(Math.log2(Math.max(n, 1))));
+
+// A round count at least `n`: 2 to 10 in twos, then 1, 2 or 5 times a power of ten.
+function countCeil(n) {
+  if (n <= 10) return Math.max(2, 2 * Math.ceil(n / 2));
+  const scale = 10 ** Math.floor(Math.log10(n));
+  return [1, 2, 5, 10].map((m) => m * scale).find((m) => m >= n);
+}
+
+// What a chart shows: `lines` of `value(sample)` (null where there is none), its y axis from 0
+// to `max(peak)`, and for a used amount the `total` it is used of.
+function usageSpecs(samples, { cluster, storeCapacity }) {
+  const specs = [
+    { id: "cpu", title: "CPU", note: cluster ? `mean of ${plural(samples.at(-1).readings.length, "node")}` : "of the node's CPUs",
+      format: percent, max: () => 1, lines: [line("busy", field("cpu_fraction", mean))] },
+    { id: "memory", title: "Memory", note: cluster ? "all nodes" : null, format: shortBytes,
+      total: field("memory_total", total), max: () => peakOf(samples, field("memory_total", total)) || 1,
+      lines: [line("used", field("memory_used", total))] },
+    { id: "object-store", title: "Object store", note: storeCapacity ? `of ${shortBytes(storeCapacity)}` : null, format: shortBytes,
+      max: (peak) => (peak <= storeCapacity ? storeCapacity : bytesCeil(peak)),
+      lines: [line("in memory", field("object_store_used", total)), line("spilled", field("object_store_spilled", total), PALETTE[2])] },
+    { id: "running", title: "Tasks and actors running", note: cluster ? "all nodes" : null, format: whole, max: countCeil,
+      lines: [line("running", field("workers_leased", total))] },
+  ];
+  if (samples.some((s) => gpusOf(s).length)) specs.push(...(cluster ? clusterGpuSpecs(samples) : nodeGpuSpecs(samples)));
+  return specs;
+}
+
+function clusterGpuSpecs(samples) {
+  const count = gpusOf(samples.at(-1)).length;
+  const memoryTotal = (s) => total(gpusOf(s).map((g) => g.memory_total));
+  return [
+    { id: "gpu", title: "GPU", note: `mean of ${plural(count, "GPU")}`, format: percent, max: () => 1,
+      lines: [line("busy", (s) => mean(gpusOf(s).map((g) => g.utilization)))] },
+    { id: "gpu-memory", title: "GPU memory", note: "all GPUs", format: shortBytes, total: memoryTotal,
+      max: () => peakOf(samples, memoryTotal) || 1, lines: [line("used", (s) => total(gpusOf(s).map((g) => g.memory_used)))] },
+  ];
+}
+
+// A node's GPUs: a line each.
+function nodeGpuSpecs(samples) {
+  const indexes = [...new Set(samples.flatMap((s) => gpusOf(s).map((g) => g.index)))].sort((a, b) => a - b);
+  const of = (index, key) => (s) => gpusOf(s).find((g) => g.index === index)?.[key] ?? null;
+  const lines = (key) => indexes.map((index, i) => line(`GPU ${index}`, of(index, key), PALETTE[i % PALETTE.length]));
+  const memoryMax = samples.reduce((top, s) => Math.max(top, ...gpusOf(s).map((g) => g.memory_total)), 0);
+  return [
+    { id: "gpu", title: "GPU", note: "per GPU", format: percent, max: () => 1, lines: lines("utilization") },
+    { id: "gpu-memory", title: "GPU memory", note: memoryMax ? `of ${shortBytes(memoryMax)} each` : null, format: shortBytes,
+      max: (peak) => Math.max(memoryMax, peak) || 1, lines: lines("memory_used") },
+  ];
+}
+
+// The page's chart board: `key` names what it charts; another key starts a new one.
+let board = null;
+
+// The board of `key` showing `usage` (a reply of /api/ui/usage, or why there is none).
+function usagePanel(key, usage, options) {
+  if (board?.key !== key) {
+    const body = h("div", { class: "charts" });
+    board = { key, body, el: panel("Use over the last hour", body), charts: new Map(), signature: null };
+    board.el.id = "usage";
+  }
+  if (usage instanceof Error) showOnBoard(h("p", { class: "error" }, `Use not available: ${usage.message}`));
+  else drawBoard(usage, options);
+  return board.el;
+}
+
+function showOnBoard(...nodes) {
+  board.charts.clear();
+  board.signature = null;
+  board.body.replaceChildren(...nodes);
+}
+
+function drawBoard(usage, options) {
+  const signature = JSON.stringify([options, Object.entries(usage.nodes).map(([id, list]) => [id, list.length, list.at(-1)?.time_ms])]);
+  if (signature === board.signature) return;
+  const step = usage.step_ms;
+  const samples = options.cluster ? clusterSamples(usage.nodes, step) : nodeSamples(Object.values(usage.nodes)[0] || [], step);
+  if (!samples.length) return showOnBoard(h("p", { class: "muted", id: "usage-empty" }, "No readings yet: nodes report their use every few seconds."));
+  const now = samples.at(-1).time;
+  const minutes = SPANS.find(([m]) => m * 60_000 >= now - samples[0].time) || SPANS.at(-1);
+  const view = { now, span: minutes[0] * 60_000, tick: minutes[1] * 1000 };
+  const charts = usageSpecs(samples, options).map((spec) => {
+    const chart = board.charts.get(spec.id) || newChart(spec.id);
+    drawChart(chart, spec, samples, view);
+    return [spec.id, chart];
+  });
+  board.charts = new Map(charts);
+  board.signature = signature;
+  const els = charts.map(([, chart]) => chart.el);
+  if (els.length !== board.body.children.length || els.some((el, i) => board.body.children[i] !== el)) board.body.replaceChildren(...els);
+}
+
+function newChart(id) {
+  const chart = {
+    title: h("h3", {}),
+    note: h("span", { class: "muted" }),
+    value: h("div", { class: "chart-value" }),
+    svg: svg("svg", { class: "chart-svg", viewBox: `0 0 ${CHART.width} ${CHART.height}`, role: "img" }),
+    hover: null,
+  };
+  chart.el = h("div", { class: "chart", "data-chart": id }, h("div", { class: "chart-head" }, chart.title, chart.note), chart.value, chart.svg);
+  chart.svg.addEventListener("mousemove", (event) => hoverAt(chart, event));
+  chart.svg.addEventListener("mouseleave", () => { chart.hover = null; readout(chart); });
+  return chart;
+}
+
+// Plot coordinates of a time and a value.
+function scales(view, max) {
+  const { width, height, left, right, top, bottom } = CHART;
+  return {
+    x: (t) => left + ((t - (view.now - view.span)) / view.span) * (width - left - right),
+    y: (v) => top + (1 - Math.min(v, max) / max) * (height - top - bottom),
+  };
+}
+
+function drawChart(chart, spec, samples, view) {
+  const peak = Math.max(...spec.lines.map((l) => peakOf(samples, l.value)));
+  const max = spec.max(peak) || 1;
+  const { x, y } = scales(view, max);
+  chart.title.textContent = spec.title;
+  chart.note.textContent = spec.note || "";
+  chart.svg.setAttribute("aria-label", spec.title);
+  Object.assign(chart, { spec, samples, view, x, y });
+  chart.marks = svg("g", { class: "marks" });
+  refill(chart.svg,
+    valueAxis(spec.format, max, y), timeAxis(view, x, y(0)),
+    spec.lines.map((l, i) => plotLine(samples, l, x, y, i === 0)), chart.marks);
+  readout(chart);
+}
+
+function valueAxis(format, max, y) {
+  return svg("g", { class: "axis" }, [0, max / 2, max].map((v) => [
+    svg("line", { class: "grid-line", x1: CHART.left, x2: CHART.width - CHART.right, y1: y(v), y2: y(v) }),
+    svg("text", { x: CHART.left - 6, y: y(v) + 3.5, "text-anchor": "end" }, format(v)),
+  ]));
+}
+
+function timeAxis(view, x, base) {
+  const ticks = [];
+  for (let back = 0; back <= view.span; back += view.tick) ticks.push(back);
+  return svg("g", { class: "axis" }, ticks.map((back) => [
+    svg("line", { class: "tick", x1: x(view.now - back), x2: x(view.now - back), y1: base, y2: base + 4 }),
+    svg("text", { x: x(view.now - back), y: base + 16, "text-anchor": back ? "middle" : "end" },
+      back ? `${back < 60_000 ? `${back / 1000}s` : `${back / 60_000}m`} ago` : "now"),
+  ]));
+}
+
+// A line's runs of [x, y] points (a gap in its values starts another run).
+function runs(samples, value, x, y) {
+  const out = [];
+  let run = null;
+  for (const s of samples) {
+    const v = value(s);
+    if (v == null) run = null;
+    else {
+      if (!run) out.push((run = []));
+      run.push([x(s.time), y(v)]);
+    }
+  }
+  return out;
+}
+
+const xy = ([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`;
+
+// A line, a dot where it has a single point, and, for the first line, the area under it.
+function plotLine(samples, l, x, y, filled) {
+  const parts = runs(samples, l.value, x, y);
+  const base = y(0);
+  const area = parts.map((run) => `M${xy([run[0][0], base])}L${run.map(xy).join("L")}L${xy([run.at(-1)[0], base])}Z`).join("");
+  return [
+    filled ? svg("path", { class: "area", d: area, fill: l.color }) : null,
+    svg("path", { class: "line", d: parts.map((run) => `M${run.map(xy).join("L")}`).join(""), stroke: l.color, "data-line": l.name }),
+    parts.filter((run) => run.length === 1).map(([[cx, cy]]) => svg("circle", { class: "dot", cx, cy, r: 2.5, fill: l.color })),
+  ];
+}
+
+// The sample nearest the mouse, shown in the readout and marked on the chart.
+function hoverAt(chart, event) {
+  if (!chart.samples) return;
+  const point = new DOMPoint(event.clientX, event.clientY).matrixTransform(chart.svg.getScreenCTM().inverse());
+  const nearest = chart.samples.reduce((best, s) => (Math.abs(chart.x(s.time) - point.x) < Math.abs(chart.x(best.time) - point.x) ? s : best));
+  chart.hover = nearest.time;
+  readout(chart);
+}
+
+// The chart's values: the newest, or those of the sample under the mouse.
+function readout(chart) {
+  const { spec, samples } = chart;
+  const hovered = chart.hover == null ? null : samples.find((s) => s.time === chart.hover);
+  const sample = hovered || samples.at(-1);
+  const values = spec.lines.map((l) => {
+    const v = l.value(sample);
+    const text = v == null ? "–" : spec.format(v);
+    if (spec.lines.length === 1) return text;
+    return h("span", { class: "reading" }, h("span", { class: "swatch", style: `background:${l.color}` }), text, h("small", {}, ` ${l.name}`));
+  });
+  const of = spec.total?.(sample);
+  refill(chart.value, values, of == null ? null : h("small", {}, ` of ${spec.format(of)}`),
+    hovered ? h("small", { class: "when" }, ` · ${ago(chart.view.now - sample.time)}`) : null);
+  refill(chart.marks, hovered ? hoverMarks(chart, sample) : []);
+}
+
+function hoverMarks(chart, sample) {
+  const x = chart.x(sample.time);
+  return [
+    svg("line", { class: "rule", x1: x, x2: x, y1: CHART.top, y2: chart.y(0) }),
+    chart.spec.lines.map((l) => {
+      const v = l.value(sample);
+      return v == null ? null : svg("circle", { cx: x, cy: chart.y(v), r: 3.5, fill: l.color, class: "hover-dot" });
+    }),
+  ];
+}
+
 // Pages. Each returns the nodes to show; the router re-runs it every REFRESH_MS.
 
 async function overview() {
-  const [status, jobs, events] = await Promise.all([
+  const [status, jobs, events, usage] = await Promise.all([
     api("/api/cluster_status"),
     api(`/api/ui/jobs?limit=10`),
     api("/api/ui/events?limit=20"),
+    orError(api("/api/ui/usage")),
   ]);
   const cluster = status.data.cluster_status;
   const counts = jobs.by_status;
@@ -166,6 +458,7 @@ async function overview() {
       panel("Jobs", h("div", { class: "stat" }, jobs.total, h("small", {}, "total")),
         h("div", { class: "muted" }, ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"]
           .map((s) => `${counts[s] || 0} ${s.toLowerCase()}`).join(" · ")))),
+    usagePanel("cluster", usage, { cluster: true, storeCapacity: cluster.resources_total.object_store_memory }),
     h("div", { class: "grid" },
       panel("Resources (used / total)", meters.length ? meters : h("p", { class: "muted" }, "No alive nodes.")),
       panel("Recent events", table(["Time", "Event"], events.map((e) =>
@@ -195,16 +488,18 @@ async function nodes() {
 
 async function node(id) {
   const path = `/api/ui/nodes/${encodeURIComponent(id)}`;
-  const [detail, log, workers, files] = await Promise.all([
+  const [detail, log, workers, files, usage] = await Promise.all([
     api(path),
     orError(api(`${path}/log`)),
     orError(stateList("workers", [["node_id", id]])),
     orError(api(`/api/v0/logs?${new URLSearchParams({ node_id: id, glob: "*" })}`)),
+    orError(api(`/api/ui/usage?${new URLSearchParams({ node_id: id })}`)),
   ]);
   const n = detail.node;
   return [
     h("h1", {}, `Node ${short(n.node_id)} `, badge(n.state)),
     panel("Details", nodeDetails(n)),
+    usagePanel(`node ${id}`, usage, { cluster: false, storeCapacity: n.resources_total.object_store_memory }),
     panel("Workers", nodeWorkers(n, workers)),
     panel("Job drivers", jobDrivers(detail.workers)),
     panel("Log files", nodeLogFiles(id, files)),
