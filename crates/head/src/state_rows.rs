@@ -219,7 +219,7 @@ mod tests {
                 actor_id: "a".into(),
                 transitions: states
                     .iter()
-                    .map(|(s, t)| v1::TaskTransition { state: s.to_string(), time_ms: *t })
+                    .map(|(s, t)| v1::TaskTransition { state: s.to_string(), time_ms: *t, ..Default::default() })
                     .collect(),
                 ..Default::default()
             },

@@ -10,6 +10,27 @@ use std::sync::Mutex;
 /// How many records of work not ended yet are kept, per ended one kept.
 const LIVE_PER_ENDED: usize = 10;
 
+/// Fills in what reporters leave out of each event: the report's job, and the names of the
+/// states they send as codes.
+fn named(event: &mut v1::TaskEvent, job_id: &str) {
+    if event.job_id.is_empty() {
+        event.job_id = job_id.to_string();
+    }
+    for t in &mut event.transitions {
+        if t.state.is_empty() {
+            t.state = match t.code() {
+                v1::TaskStateCode::PendingArgsAvail => "PENDING_ARGS_AVAIL",
+                v1::TaskStateCode::PendingNodeAssignment => "PENDING_NODE_ASSIGNMENT",
+                v1::TaskStateCode::Running => "RUNNING",
+                v1::TaskStateCode::Finished => "FINISHED",
+                v1::TaskStateCode::Failed => "FAILED",
+                v1::TaskStateCode::Unspecified => "NIL",
+            }
+            .to_string();
+        }
+    }
+}
+
 fn is_ended_task(state: &str) -> bool {
     state == "FINISHED" || state == "FAILED"
 }
@@ -172,7 +193,8 @@ impl TaskStates {
         }
         let mut t = self.lock();
         t.dropped_tasks += report.dropped_tasks;
-        for event in report.tasks {
+        for mut event in report.tasks {
+            named(&mut event, &report.job_id);
             self.apply_task(&mut t, event);
         }
         for event in report.actors {
@@ -247,14 +269,31 @@ mod tests {
             transitions: states
                 .iter()
                 .enumerate()
-                .map(|(i, s)| v1::TaskTransition { state: s.to_string(), time_ms: i as u64 + 1 })
+                .map(|(i, s)| v1::TaskTransition { state: s.to_string(), time_ms: i as u64 + 1, ..Default::default() })
                 .collect(),
             ..Default::default()
         }
     }
 
     fn report(tasks: Vec<v1::TaskEvent>, actors: Vec<v1::ActorEvent>) -> v1::ReportEventsRequest {
-        v1::ReportEventsRequest { tasks, actors, dropped_tasks: 0 }
+        v1::ReportEventsRequest { tasks, actors, ..Default::default() }
+    }
+
+    #[test]
+    fn states_sent_as_codes_are_named_and_events_take_the_reports_job() {
+        let states = TaskStates::new(10);
+        let code = |c: v1::TaskStateCode, time_ms| v1::TaskTransition { code: c as i32, time_ms, ..Default::default() };
+        let event = v1::TaskEvent {
+            task_id: "ab".repeat(16),
+            name: "f".into(),
+            kind: "NORMAL_TASK".into(),
+            transitions: vec![code(v1::TaskStateCode::PendingNodeAssignment, 1), code(v1::TaskStateCode::Finished, 2)],
+            ..Default::default()
+        };
+        states.apply(v1::ReportEventsRequest { tasks: vec![event], job_id: "job-7".into(), ..Default::default() });
+        let (tasks, _) = states.tasks();
+        assert_eq!((tasks[0].state(), tasks[0].event.job_id.as_str()), ("FINISHED", "job-7"));
+        assert_eq!(tasks[0].event.transitions[0].state, "PENDING_NODE_ASSIGNMENT");
     }
 
     #[test]

@@ -6,10 +6,10 @@ use oxray_proto::v1;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-/// Appends `reading` when it is at least a step after the last one kept, and drops what is
-/// older than `keep` before it.
+/// Appends `reading` when it is the first in its step of time (readings come more often
+/// than steps, so every step gets one), and drops what is older than `keep` before it.
 fn push(series: &mut VecDeque<NodeUsage>, reading: NodeUsage, step: u64, keep: u64) {
-    if series.back().is_some_and(|last| reading.time_ms < last.time_ms + step) {
+    if series.back().is_some_and(|last| reading.time_ms / step <= last.time_ms / step) {
         return;
     }
     let oldest = reading.time_ms.saturating_sub(keep);
@@ -93,11 +93,11 @@ mod tests {
     #[test]
     fn one_reading_per_step_is_kept_for_the_window() {
         let mut series = VecDeque::new();
-        for t in [0, 1_000, 5_000, 9_000, 10_000, 30_000] {
+        for t in [0, 1_000, 5_000, 9_000, 10_000, 12_000, 14_000, 16_000, 30_000] {
             push(&mut series, at(t), 5_000, 20_000);
         }
         let times: Vec<u64> = series.iter().map(|r| r.time_ms).collect();
-        assert_eq!(times, [10_000, 30_000]);
+        assert_eq!(times, [10_000, 16_000, 30_000]);
     }
 
     #[test]

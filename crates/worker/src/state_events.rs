@@ -18,18 +18,33 @@ const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 /// As Ray's `RAY_task_events_report_interval_ms`: 0 turns reporting off.
 const INTERVAL_VAR: &str = "OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS";
 
-pub const FINISHED: &str = "FINISHED";
-pub const FAILED: &str = "FAILED";
+pub use v1::TaskStateCode as State;
+pub const FINISHED: State = State::Finished;
+pub const FAILED: State = State::Failed;
+
+/// A task id as the key of its entry: its 32 hex digits as a number (no allocation, a
+/// cheap hash); any other text by a hash of it.
+fn key(task_id: &str) -> u128 {
+    match u128::from_str_radix(task_id, 16) {
+        Ok(n) if task_id.len() == 32 => n,
+        _ => {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            task_id.hash(&mut h);
+            (1u128 << 127) | u128::from(h.finish())
+        }
+    }
+}
 
 #[derive(Default)]
 struct Pending {
     /// Index into `tasks` of each task reported since the last batch (of its current attempt:
     /// a retry starts a new entry).
-    at: HashMap<String, usize>,
+    at: HashMap<u128, usize>,
     tasks: Vec<v1::TaskEvent>,
     actors: Vec<v1::ActorEvent>,
     /// The attempt each retried task is on; tasks on their first attempt are not here.
-    attempts: HashMap<String, u32>,
+    attempts: HashMap<u128, u32>,
     dropped: u64,
 }
 
@@ -69,22 +84,28 @@ impl Reporter {
     /// Task `task_id`'s current attempt entered `state`; `fill` adds what is known now.
     /// Runs on the path of every call: nothing is allocated unless the change is kept.
     /// Returns the attempt it belongs to.
-    pub fn task(&self, task_id: &str, state: &str, fill: impl FnOnce(&mut v1::TaskEvent)) -> u32 {
+    pub fn task(&self, task_id: &str, state: State, fill: impl FnOnce(&mut v1::TaskEvent)) -> u32 {
+        self.task_states(task_id, &[state], fill)
+    }
+
+    /// `task` for changes that happen at once (an actor call sent as it is made).
+    pub fn task_states(&self, task_id: &str, states: &[State], fill: impl FnOnce(&mut v1::TaskEvent)) -> u32 {
         let time_ms = now_ms();
+        let id = key(task_id);
         let mut pending = self.lock();
-        let ended = state == FINISHED || state == FAILED;
+        let ended = states.iter().any(|s| *s == FINISHED || *s == FAILED);
         let attempt = match pending.attempts.is_empty() {
             true => 0,
-            false if ended => pending.attempts.remove(task_id).unwrap_or(0),
-            false => pending.attempts.get(task_id).copied().unwrap_or(0),
+            false if ended => pending.attempts.remove(&id).unwrap_or(0),
+            false => pending.attempts.get(&id).copied().unwrap_or(0),
         };
-        let at = match pending.at.get(task_id) {
+        let at = match pending.at.get(&id) {
             Some(&at) => at,
             None => {
                 if pending.tasks.len() >= self.batch {
                     // Counted once, at submission: the head ignores the later changes of a
                     // task it never heard of.
-                    if state.starts_with("PENDING") {
+                    if matches!(states.first(), Some(State::PendingArgsAvail | State::PendingNodeAssignment)) {
                         pending.dropped += 1;
                     }
                     return attempt;
@@ -92,17 +113,19 @@ impl Reporter {
                 let event = v1::TaskEvent {
                     task_id: task_id.to_string(),
                     attempt,
-                    job_id: self.job_id.clone(),
+                    transitions: Vec::with_capacity(4),
                     ..Default::default()
                 };
                 pending.tasks.push(event);
                 let at = pending.tasks.len() - 1;
-                pending.at.insert(task_id.to_string(), at);
+                pending.at.insert(id, at);
                 at
             }
         };
         let event = &mut pending.tasks[at];
-        event.transitions.push(v1::TaskTransition { state: state.to_string(), time_ms });
+        for state in states {
+            event.transitions.push(v1::TaskTransition { state: String::new(), time_ms, code: *state as i32 });
+        }
         fill(event);
         attempt
     }
@@ -113,9 +136,10 @@ impl Reporter {
             e.error_type = error_type.to_string();
             e.error_message = error_message;
         });
+        let id = key(task_id);
         let mut pending = self.lock();
-        pending.attempts.insert(task_id.to_string(), failed + 1);
-        pending.at.remove(task_id);
+        pending.attempts.insert(id, failed + 1);
+        pending.at.remove(&id);
     }
 
     pub fn actor(&self, mut event: v1::ActorEvent) {
@@ -134,6 +158,7 @@ impl Reporter {
             tasks: std::mem::take(&mut pending.tasks),
             actors: std::mem::take(&mut pending.actors),
             dropped_tasks: std::mem::take(&mut pending.dropped),
+            job_id: self.job_id.clone(),
             ..Default::default()
         })
     }
@@ -165,17 +190,19 @@ mod tests {
         Reporter { pending: Mutex::default(), job_id: "job".into(), batch: MAX_BUFFERED }
     }
 
-    fn states(event: &v1::TaskEvent) -> Vec<&str> {
-        event.transitions.iter().map(|t| t.state.as_str()).collect()
+    fn states(event: &v1::TaskEvent) -> Vec<State> {
+        event.transitions.iter().map(|t| t.code()).collect()
     }
+
+    const PENDING: State = State::PendingNodeAssignment;
 
     #[test]
     fn changes_of_one_attempt_merge_and_retries_start_another() {
         let r = reporter();
-        r.task("t", "PENDING_NODE_ASSIGNMENT", |e| e.name = "f".into());
-        r.task("t", "RUNNING", |e| e.node_id = "n".into());
+        r.task("t", PENDING, |e| e.name = "f".into());
+        r.task("t", State::Running, |e| e.node_id = "n".into());
         r.retry("t", "WORKER_DIED", "gone".into());
-        r.task("t", "PENDING_NODE_ASSIGNMENT", |_| {});
+        r.task("t", PENDING, |_| {});
         r.retry("t", "WORKER_DIED", "again".into());
         r.task("t", FINISHED, |_| {});
         let batch = r.take().unwrap();
@@ -183,10 +210,10 @@ mod tests {
         assert_eq!((batch.tasks[2].attempt, states(&batch.tasks[2])), (2, vec![FINISHED]));
         let (first, second) = (&batch.tasks[0], &batch.tasks[1]);
         assert_eq!((first.attempt, first.name.as_str(), first.node_id.as_str()), (0, "f", "n"));
-        assert_eq!(states(first), ["PENDING_NODE_ASSIGNMENT", "RUNNING", FAILED]);
+        assert_eq!(states(first), [PENDING, State::Running, FAILED]);
         assert_eq!(first.error_type, "WORKER_DIED");
-        assert_eq!((second.attempt, states(second)), (1, vec!["PENDING_NODE_ASSIGNMENT", FAILED]));
-        assert_eq!(first.job_id, "job");
+        assert_eq!((second.attempt, states(second)), (1, vec![PENDING, FAILED]));
+        assert_eq!(batch.job_id, "job");
         assert!(r.take().is_none());
         // A finished task's next events (none are expected) would start at attempt 0 again.
         assert!(r.lock().attempts.is_empty());
@@ -196,13 +223,26 @@ mod tests {
     fn a_full_buffer_drops_and_counts() {
         let r = reporter();
         for i in 0..MAX_BUFFERED + 3 {
-            r.task(&i.to_string(), "PENDING_NODE_ASSIGNMENT", |_| {});
+            r.task(&i.to_string(), PENDING, |_| {});
         }
         r.task("0", FINISHED, |_| {});
         r.task(&MAX_BUFFERED.to_string(), FINISHED, |_| {});
         let batch = r.take().unwrap();
         assert_eq!((batch.tasks.len(), batch.dropped_tasks), (MAX_BUFFERED, 3));
         assert_eq!(batch.tasks[0].transitions.len(), 2);
+    }
+
+    #[test]
+    fn changes_at_once_are_one_entry_and_ids_key_by_their_digits() {
+        let r = reporter();
+        let id = "0123456789abcdef0123456789abcdef";
+        r.task_states(id, &[PENDING, State::Running], |e| e.name = "A.f".into());
+        r.task(id, FINISHED, |_| {});
+        let batch = r.take().unwrap();
+        assert_eq!(states(&batch.tasks[0]), [PENDING, State::Running, FINISHED]);
+        assert_eq!(key(id), 0x0123456789abcdef0123456789abcdef);
+        assert_ne!(key("t"), key("u"));
+        assert_ne!(key("t") >> 127, 0);
     }
 
     #[test]

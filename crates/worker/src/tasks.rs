@@ -291,15 +291,21 @@ impl Submitter {
         if spec.streaming {
             self.expect_items(&ids[0]);
         }
-        self.note_submitted(&ids[0], &spec);
         let job = Job { spec, ids: ids.clone(), contained };
+        // Recorded where it costs the caller least: an actor call on its way out (`call`),
+        // a task on the core's runtime, off the caller's thread.
         match &job.spec.route {
             Route::Actor(call) if !call.creation => self.call(runtime, job),
             Route::Lease(..) => {
                 self.unfinished.lock().expect("unfinished lock").insert(ids[0].clone());
-                runtime.spawn(self.clone().execute(job, None));
+                let this = self.clone();
+                runtime.spawn(async move {
+                    this.note_submitted(&job.ids[0], &job.spec);
+                    this.execute(job, None).await
+                });
             }
             Route::Actor(_) => {
+                self.note_submitted(&ids[0], &job.spec);
                 runtime.spawn(self.clone().place_actor(job));
             }
         }

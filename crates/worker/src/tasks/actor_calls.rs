@@ -38,6 +38,7 @@ impl Submitter {
         let Route::Actor(call) = &job.spec.route else { unreachable!("an actor call") };
         let queue = self.actor_queue(runtime, &call.actor_id);
         let Some(job) = self.call_now(runtime, &queue, job) else { return };
+        self.note_submitted(&job.ids[0], &job.spec);
         queue.queued.fetch_add(1, Ordering::SeqCst);
         if let Err(refused) = queue.jobs.send(Next::Call(job)) {
             queue.queued.fetch_sub(1, Ordering::SeqCst);
@@ -74,6 +75,7 @@ impl Submitter {
         let Ok(slot) = queue.slots.clone().try_acquire_owned() else { return Some(job) };
         let _runtime = runtime.enter();
         let Ok(place) = self.pushes.place(&address) else { return Some(job) };
+        self.note_sent_at_once(&job.ids[0], &job.spec);
         let Job { spec, ids, contained } = job;
         let Route::Actor(mut call) = spec.route else { unreachable!("an actor call") };
         call.place = Some(place);
@@ -82,7 +84,6 @@ impl Submitter {
             self.push_request(&ids[0], spec.function, spec.args, spec.name.clone(), Vec::new(), spec.num_returns);
         push.streaming = spec.streaming;
         prepare(&mut push, &mut call);
-        self.note_running(&ids[0], None);
         let (this, again) = (self.clone(), push.clone());
         let address = call.address.clone();
         self.pushes.send(

@@ -2,7 +2,7 @@
 //! `state_events`): every hook is a no-op when reporting is off.
 
 use super::{Failure, Reply, Route, Strategy, Submitter, TaskSpec, CANCELLED};
-use crate::state_events::{FAILED, FINISHED};
+use crate::state_events::{State, FAILED, FINISHED};
 use oxray_proto::v1;
 
 /// Ray's ErrorType name for how a task ended without a value.
@@ -28,6 +28,24 @@ fn nonzero(resources: &oxray_types::ResourceSet) -> std::collections::HashMap<St
     resources.iter().filter(|(_, amount)| *amount > 0.0).map(|(name, amount)| (name.to_string(), amount)).collect()
 }
 
+/// What a task's submission tells the state API.
+fn submitted(e: &mut v1::TaskEvent, spec: &TaskSpec) {
+    e.name.clone_from(&spec.name);
+    match &spec.route {
+        Route::Lease(resources, _, strategy) => {
+            e.kind = "NORMAL_TASK".into();
+            e.required_resources = nonzero(resources);
+            if let Strategy::Bundle { group, .. } = strategy {
+                e.placement_group_id.clone_from(group);
+            }
+        }
+        Route::Actor(call) => {
+            e.kind = if call.creation { "ACTOR_CREATION_TASK" } else { "ACTOR_TASK" }.into();
+            e.actor_id.clone_from(&call.actor_id);
+        }
+    }
+}
+
 /// What a task raised, as its worker described it.
 fn raised(reply: &v1::PushTaskReply) -> String {
     if reply.error_text.is_empty() {
@@ -47,36 +65,28 @@ impl Submitter {
 
     pub(super) fn note_submitted(&self, task_id: &str, spec: &TaskSpec) {
         let Some(events) = &self.events else { return };
-        let state = if spec.dependencies.is_empty() { "PENDING_NODE_ASSIGNMENT" } else { "PENDING_ARGS_AVAIL" };
-        events.task(task_id, state, |e| {
-            e.name.clone_from(&spec.name);
-            match &spec.route {
-                Route::Lease(resources, _, strategy) => {
-                    e.kind = "NORMAL_TASK".into();
-                    e.required_resources = nonzero(resources);
-                    if let Strategy::Bundle { group, .. } = strategy {
-                        e.placement_group_id.clone_from(group);
-                    }
-                }
-                Route::Actor(call) => {
-                    e.kind = if call.creation { "ACTOR_CREATION_TASK" } else { "ACTOR_TASK" }.into();
-                    e.actor_id.clone_from(&call.actor_id);
-                }
-            }
-        });
+        let state = if spec.dependencies.is_empty() { State::PendingNodeAssignment } else { State::PendingArgsAvail };
+        events.task(task_id, state, |e| submitted(e, spec));
+    }
+
+    /// An actor call sent from the thread that made it: submitted and running at once, one
+    /// change to record.
+    pub(super) fn note_sent_at_once(&self, task_id: &str, spec: &TaskSpec) {
+        let Some(events) = &self.events else { return };
+        events.task_states(task_id, &[State::PendingNodeAssignment, State::Running], |e| submitted(e, spec));
     }
 
     /// The task's arguments are ready: it waits for a worker now.
     pub(super) fn note_args_ready(&self, task_id: &str, had_dependencies: bool) {
         if let (Some(events), true) = (&self.events, had_dependencies) {
-            events.task(task_id, "PENDING_NODE_ASSIGNMENT", |_| {});
+            events.task(task_id, State::PendingNodeAssignment, |_| {});
         }
     }
 
     /// The task was sent to the worker of `lease` (to an actor's worker when `None`).
     pub(super) fn note_running(&self, task_id: &str, lease: Option<&v1::LeaseReply>) {
         let Some(events) = &self.events else { return };
-        events.task(task_id, "RUNNING", |e| {
+        events.task(task_id, State::Running, |e| {
             if let Some(lease) = lease {
                 e.node_id.clone_from(&lease.node_id);
                 e.worker_id.clone_from(&lease.worker_id);

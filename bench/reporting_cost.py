@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""What reporting task and actor state to the head costs the fastest rows of
+`bench/microbenchmark.py`: each row with reporting on and off
+(`OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS=0`), in alternating rounds on fresh private clusters,
+the median of the rounds shown.
+
+Usage: .venv/bin/python bench/reporting_cost.py [--rounds 4] [--seconds 1.0]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROWS = ("single client tasks async", "1:1 actor calls async", "1:1 actor calls concurrent",
+        "n:n actor calls async", "1:n async-actor calls async")
+
+
+def measure(seconds):
+    """The rows in this process, on a private cluster; printed as JSON."""
+    import multiprocessing
+
+    import oxray as rt
+    from microbenchmark import rate
+
+    @rt.remote
+    def small_value():
+        return b"ok"
+
+    @rt.remote
+    class Actor:
+        def small_value(self):
+            return b"ok"
+
+    @rt.remote
+    class AsyncActor:
+        async def small_value(self):
+            return b"ok"
+
+    @rt.remote
+    class Client:
+        def __init__(self, servers):
+            self.servers = servers if isinstance(servers, list) else [servers]
+
+        def small_value_batch(self, n):
+            rt.get([s.small_value.remote() for s in self.servers for _ in range(n)])
+
+    n_cpu = max(1, multiprocessing.cpu_count() // 2)
+    rt.init(address="local", num_cpus=os.cpu_count())
+    out = {}
+    out[ROWS[0]] = rate(lambda: rt.get([small_value.remote() for _ in range(1000)]), seconds, 1000)
+    a = Actor.remote()
+    out[ROWS[1]] = rate(lambda: rt.get([a.small_value.remote() for _ in range(1000)]), seconds, 1000)
+    c = Actor.options(max_concurrency=16).remote()
+    out[ROWS[2]] = rate(lambda: rt.get([c.small_value.remote() for _ in range(1000)]), seconds, 1000)
+    servers = [Actor.remote() for _ in range(n_cpu)]
+
+    @rt.remote
+    def work(actors):
+        rt.get([actors[i % n_cpu].small_value.remote() for i in range(5000)])
+
+    out[ROWS[3]] = rate(lambda: rt.get([work.remote(servers) for _ in range(4)]), seconds, 4 * 5000)
+    client = Client.remote([AsyncActor.remote() for _ in range(n_cpu)])
+    out[ROWS[4]] = rate(lambda: rt.get(client.small_value_batch.remote(5000)), seconds, 5000 * n_cpu)
+    rt.shutdown()
+    print(json.dumps(out))
+
+
+def one_round(seconds, reporting):
+    env = dict(os.environ)
+    env.pop("OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS", None)
+    if not reporting:
+        env["OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS"] = "0"
+    with tempfile.TemporaryDirectory() as home:
+        env["OXRAY_HOME"] = home
+        env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+        out = subprocess.run([sys.executable, __file__, "--measure", "--seconds", str(seconds)], env=env,
+                             capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        return measure(args.seconds)
+    runs = {True: [], False: []}
+    for _ in range(args.rounds):
+        for reporting in (True, False):
+            runs[reporting].append(one_round(args.seconds, reporting))
+
+    def median(reporting, row):
+        values = sorted(r[row] for r in runs[reporting])
+        return values[len(values) // 2]
+
+    print(f"{'row':34} {'on':>10} {'off':>10} {'on vs off':>10}   (calls per second, median of {args.rounds})")
+    for row in ROWS:
+        on, off = median(True, row), median(False, row)
+        print(f"{row:34} {on:>10.0f} {off:>10.0f} {100 * (on / off - 1):>+9.1f}%")
+
+
+if __name__ == "__main__":
+    main()
