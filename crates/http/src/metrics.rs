@@ -3,6 +3,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use oxray_api_types::state::StateKind;
+use oxray_api_types::usage::NodeUsage;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -22,9 +23,12 @@ fn count_rows(state: &ApiState, kind: StateKind, by: &str) -> Family<Labels, Gau
     counts
 }
 
+/// A gauge of node use: its name, its help, and how to read it from a reading.
+type UsageGauge = (&'static str, &'static str, fn(&NodeUsage) -> f64);
+
 /// The latest reading of each live node's use, as gauges by node (and GPU).
-fn register_usage(registry: &mut Registry, usage: &[(String, oxray_api_types::usage::NodeUsage)]) {
-    let gauges: [(&str, &str, fn(&oxray_api_types::usage::NodeUsage) -> f64); 7] = [
+fn register_usage(registry: &mut Registry, usage: &[(String, NodeUsage)]) {
+    let gauges: [UsageGauge; 7] = [
         ("node_cpu_utilization", "Fraction of the node's CPUs busy", |u| u.cpu_fraction),
         ("node_memory_used_bytes", "Memory in use on the node", |u| u.memory_used as f64),
         ("node_memory_total_bytes", "Memory of the node", |u| u.memory_total as f64),
