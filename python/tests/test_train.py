@@ -18,8 +18,7 @@ from oxray.train import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig,
                          TrainingFailedError)
 from oxray.train.torch import TorchTrainer, prepare_data_loader, prepare_model  # noqa: E402
 
-from conftest import Cluster, driver_of  # noqa: E402
-from test_node_loss import _agent_pid  # noqa: E402
+from conftest import Cluster, agent_pid, driver_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -329,7 +328,7 @@ def _reports(path):
 
 def _kill_agent_of(cluster, node_id):
     name = next(n["NodeName"] for n in oxray.nodes() if n["NodeID"] == node_id)
-    os.kill(_agent_pid(cluster, name), signal.SIGKILL)
+    os.kill(agent_pid(cluster, name), signal.SIGKILL)
     return name
 
 
