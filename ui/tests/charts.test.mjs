@@ -5,13 +5,10 @@
 // else the OS's temporary folder.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Cluster, launchChromium, python, signedIn as signIn } from "./cluster.mjs";
+import { checkPython, Cluster, eventually, launchChromium, python, quote, shot, signedIn as signIn } from "./cluster.mjs";
 
-const shots = process.env.OXRAY_UI_SCREENSHOTS || join(tmpdir(), "oxray-ui-screenshots");
 
 const WORKLOAD = `
 import time
@@ -36,27 +33,8 @@ let cluster;
 let browser;
 let head;
 
-const quote = (s) => `'${s.replaceAll("'", "'\\''")}'`;
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-// Asks `probe` until it returns something, for at most `ms`.
-async function eventually(what, probe, ms = 40_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const found = await probe();
-    if (found) return found;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(500);
-  }
-}
-
 before(async () => {
-  try {
-    execFileSync(python, ["-c", "import oxray"], { stdio: "pipe" });
-  } catch (e) {
-    throw new Error(`these tests run drivers in ${python}, which cannot import oxray: run \`make venv\` or set OXRAY_PYTHON (${e.message})`);
-  }
-  mkdirSync(shots, { recursive: true });
+  checkPython();
   cluster = new Cluster().start();
   const script = join(cluster.dir, "workload.py");
   writeFileSync(script, WORKLOAD);
@@ -67,7 +45,7 @@ before(async () => {
   await eventually("three readings of each node, with tasks running", async () => {
     const lists = Object.values((await cluster.api("/api/ui/usage")).nodes);
     return lists.length === 3 && lists.every((l) => l.length >= 3) && lists.some((l) => l.some((r) => r.workers_leased > 0));
-  });
+  }, 40_000, 500);
 });
 
 after(async () => {
@@ -76,8 +54,6 @@ after(async () => {
 });
 
 const signedIn = () => signIn(browser, cluster);
-
-const shot = (page, name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 
 // The points of each line of a chart, as [x, y] pairs.
 function linePoints(page, chart) {

@@ -1,7 +1,7 @@
 // A real oxray cluster for browser tests: a head and two more nodes on loopback, in a
 // temporary oxray home, started and stopped through the `oxray` binary (OXRAY_BIN).
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -11,6 +11,36 @@ const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const bin = process.env.OXRAY_BIN || join(repo, "target", "debug", "oxray");
 // A Python with the oxray package, for drivers that jobs run (`make venv` makes this one).
 export const python = process.env.OXRAY_PYTHON || join(repo, ".venv", "bin", "python");
+// Where the tests save their screenshots.
+export const shots = process.env.OXRAY_UI_SCREENSHOTS || join(tmpdir(), "oxray-ui-screenshots");
+
+/** `s` quoted for a shell. */
+export const quote = (s) => `'${s.replaceAll("'", "'\\''")}'`;
+/** A full-page screenshot of `page` as `<name>.png` in `shots`. */
+export const shot = (page, name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Asks `probe` until it returns something, every `every` ms for at most `ms`. */
+export async function eventually(what, probe, ms = 60_000, every = 250) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const found = await probe();
+    if (found) return found;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(every);
+  }
+}
+
+/** Fails early, and says why, when the drivers' Python cannot import oxray; makes the
+ * screenshot folder. */
+export function checkPython() {
+  try {
+    execFileSync(python, ["-c", "import oxray"], { stdio: "pipe" });
+  } catch (e) {
+    throw new Error(`these tests run drivers in ${python}, which cannot import oxray: run \`make venv\` or set OXRAY_PYTHON (${e.message})`);
+  }
+  mkdirSync(shots, { recursive: true });
+}
 
 export class Cluster {
   constructor() {

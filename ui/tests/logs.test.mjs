@@ -4,13 +4,10 @@
 // from their pages. Screenshots go to $OXRAY_UI_SCREENSHOTS, else the OS's temporary folder.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Cluster, launchChromium, python, signedIn as signIn } from "./cluster.mjs";
+import { checkPython, Cluster, eventually, launchChromium, python, quote, shot, signedIn as signIn } from "./cluster.mjs";
 
-const shots = process.env.OXRAY_UI_SCREENSHOTS || join(tmpdir(), "oxray-ui-screenshots");
 
 const WORKLOAD = `
 import sys
@@ -54,31 +51,12 @@ let speak;
 let say;
 let talker;
 
-const quote = (s) => `'${s.replaceAll("'", "'\\''")}'`;
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
 async function rows(kind, filters = "") {
   return (await cluster.api(`/api/v0/${kind}?detail=True&limit=10000${filters}`)).data.result.result;
 }
 
-// Asks `probe` until it returns something, for at most `ms`.
-async function eventually(what, probe, ms = 60_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const found = await probe();
-    if (found) return found;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(250);
-  }
-}
-
 before(async () => {
-  try {
-    execFileSync(python, ["-c", "import oxray"], { stdio: "pipe" });
-  } catch (e) {
-    throw new Error(`these tests run drivers in ${python}, which cannot import oxray: run \`make venv\` or set OXRAY_PYTHON (${e.message})`);
-  }
-  mkdirSync(shots, { recursive: true });
+  checkPython();
   cluster = new Cluster().start();
   const script = join(cluster.dir, "workload.py");
   writeFileSync(script, WORKLOAD);
@@ -105,7 +83,6 @@ after(async () => {
 
 const signedIn = () => signIn(browser, cluster);
 
-const shot = (page, name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 
 const visit = (page, hash) => page.evaluate((h) => { location.hash = h; }, hash);
 

@@ -4,13 +4,10 @@
 // the pages say so. Screenshots go to $OXRAY_UI_SCREENSHOTS, else the OS's temporary folder.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Cluster, launchChromium, python, signedIn as signIn } from "./cluster.mjs";
+import { checkPython, Cluster, eventually, launchChromium, python, quote, shot, signedIn as signIn } from "./cluster.mjs";
 
-const shots = process.env.OXRAY_UI_SCREENSHOTS || join(tmpdir(), "oxray-ui-screenshots");
 // Ended task attempts the head keeps: the workload ends 12, so the 4 oldest squares go.
 const MAX_ENDED_TASKS = 8;
 
@@ -62,31 +59,12 @@ let doomed;
 let failing;
 let group;
 
-const quote = (s) => `'${s.replaceAll("'", "'\\''")}'`;
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
 async function rows(kind, filters = "") {
   return (await cluster.api(`/api/v0/${kind}?detail=True&limit=10000${filters}`)).data.result.result;
 }
 
-// Asks `probe` until it returns something, for at most `ms`.
-async function eventually(what, probe, ms = 60_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const found = await probe();
-    if (found) return found;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(250);
-  }
-}
-
 before(async () => {
-  try {
-    execFileSync(python, ["-c", "import oxray"], { stdio: "pipe" });
-  } catch (e) {
-    throw new Error(`these tests run drivers in ${python}, which cannot import oxray: run \`make venv\` or set OXRAY_PYTHON (${e.message})`);
-  }
-  mkdirSync(shots, { recursive: true });
+  checkPython();
   cluster = new Cluster().start({ headArgs: ["--max-ended-tasks", String(MAX_ENDED_TASKS)] });
   const script = join(cluster.dir, "workload.py");
   writeFileSync(script, WORKLOAD);
@@ -117,7 +95,6 @@ after(async () => {
 
 const signedIn = () => signIn(browser, cluster);
 
-const shot = (page, name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 
 test("the actors page lists the detached named actor alive and the killed one dead", async () => {
   const page = await signedIn();
