@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import tempfile
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,23 @@ class Cluster:
         for name in agents:
             self.oxray("start", "--address", self.address, "--num-cpus", "2", *agent_args,
                        "--node-ip-address", "127.0.0.1", "--node-name", name)
+
+
+def api(cluster, path, **params):
+    """An HTTP response of the cluster's dashboard port at `path`, with the token and the
+    query Ray's clients send (repeated keys as lists)."""
+    query = urllib.parse.urlencode(params, doseq=True)
+    request = urllib.request.Request(f"{cluster.dashboard_url}{path}?{query}",
+                                     headers={"Authorization": f"Bearer {cluster.token}"})
+    return urllib.request.urlopen(request, timeout=15)
+
+
+def state(cluster, path, **params):
+    """`data.result` of a call of Ray's state API (`/api/v0/<path>`)."""
+    with api(cluster, f"/api/v0/{path}", **params) as response:
+        body = json.loads(response.read())
+    assert body["result"] is True, body
+    return body["data"]["result"]
 
 
 def agent_pid(cluster, node_name):

@@ -14,31 +14,21 @@ import urllib.request
 import pytest
 
 import oxray
-from conftest import OXRAY_BIN, Cluster, agent_pid, driver_of
+from conftest import OXRAY_BIN, Cluster, agent_pid, api, driver_of, state
 
 
-def call(cluster, path, **params):
-    query = urllib.parse.urlencode(params, doseq=True)
-    request = urllib.request.Request(f"{cluster.dashboard_url}{path}?{query}",
-                                     headers={"Authorization": f"Bearer {cluster.token}"})
-    return urllib.request.urlopen(request, timeout=15)
 
 
-def state(cluster, path, **params):
-    with call(cluster, f"/api/v0/{path}", **params) as response:
-        body = json.loads(response.read())
-    assert body["result"] is True, body
-    return body["data"]["result"]
 
 
 def log(cluster, **params):
-    with call(cluster, "/api/v0/logs/file", **params) as response:
+    with api(cluster, "/api/v0/logs/file", **params) as response:
         return response.read().decode()
 
 
 def refused(cluster, path="/api/v0/logs/file", **params):
     with pytest.raises(urllib.error.HTTPError) as error:
-        call(cluster, path, **params)
+        api(cluster, path, **params)
     return error.value.code, error.value.read().decode()
 
 
@@ -184,7 +174,7 @@ def test_files_are_read_whole_or_by_last_lines_and_names_stay_inside(two_nodes):
 
 def test_a_followed_log_shows_what_is_printed_after(two_nodes):
     cluster, facts = two_nodes
-    response = call(cluster, "/api/v0/logs/stream", actor_id=facts["actor"], lines=1)
+    response = api(cluster, "/api/v0/logs/stream", actor_id=facts["actor"], lines=1)
     try:
         first = response.read1().decode()
         assert "actor hello" in first

@@ -1,17 +1,14 @@
 """Objects in the state API: `/api/v0/objects`, `/api/v0/objects/summarize`, `oxray list objects`,
 `oxray summary objects` and `oxray memory`, from the processes that hold them."""
 
-import json
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
 
-from conftest import OXRAY_BIN
+from conftest import OXRAY_BIN, state
 
 HOLDER = textwrap.dedent('''
     import sys, time
@@ -30,14 +27,6 @@ HOLDER = textwrap.dedent('''
 ''')
 
 
-def state(cluster, path, **params):
-    query = urllib.parse.urlencode(params, doseq=True)
-    request = urllib.request.Request(f"{cluster.dashboard_url}/api/v0/{path}?{query}",
-                                     headers={"Authorization": f"Bearer {cluster.token}"})
-    with urllib.request.urlopen(request, timeout=15) as response:
-        body = json.loads(response.read())
-    assert body["result"] is True, body
-    return body["data"]["result"]
 
 
 def cli(cluster, *args):

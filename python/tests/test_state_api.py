@@ -14,18 +14,9 @@ from pathlib import Path
 import pytest
 
 import oxray
-from conftest import OXRAY_BIN, Cluster, driver_of
+from conftest import OXRAY_BIN, Cluster, driver_of, state
 
 
-def state(cluster, path, **params):
-    """`data.result` of a state API call, with Ray's query parameters."""
-    query = urllib.parse.urlencode(params, doseq=True)
-    request = urllib.request.Request(f"{cluster.dashboard_url}/api/v0/{path}?{query}",
-                                     headers={"Authorization": f"Bearer {cluster.token}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        body = json.loads(response.read())
-    assert body["result"] is True, body
-    return body["data"]["result"]
 
 
 def rows_when(cluster, path, ready, **params):
