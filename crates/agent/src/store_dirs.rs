@@ -10,8 +10,6 @@ use std::path::Path;
 pub const STORE_NODE_FILE: &str = "node";
 /// The file that names the agent process keeping the store: pid namespace, pid, start time.
 const STORE_AGENT_FILE: &str = "agent";
-/// The store directory's own files, which are no objects.
-pub const MARKERS: &[&str] = &[STORE_NODE_FILE, STORE_AGENT_FILE];
 const PREFIX: &str = "oxray-objects-";
 
 /// Creates the directories of the store of the agent on `port` and names its node and

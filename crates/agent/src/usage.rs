@@ -38,13 +38,12 @@ pub fn cpu_fraction(before: CpuTimes, now: CpuTimes) -> f64 {
     (now.busy.saturating_sub(before.busy) as f64 / total as f64).clamp(0.0, 1.0)
 }
 
-/// Bytes of the files in `dir` but those named in `skip` and hidden ones (the store's own
-/// bookkeeping), 0 when it is not there.
-pub fn dir_bytes(dir: &Path, skip: &[&str]) -> u64 {
+/// Bytes of the files in `dir` but hidden ones, 0 when it is not there.
+pub fn dir_bytes(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     entries
         .filter_map(Result::ok)
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.') && !skip.iter().any(|s| e.file_name() == *s))
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .filter_map(|e| e.metadata().ok())
         .filter(|m| m.is_file())
         .map(|m| m.len())
@@ -104,8 +103,10 @@ pub fn sample_periodically(
                 let cpu = std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(cpu_times);
                 let memory = crate::memory::read_usage();
                 let gpus = if has_gpus { read_gpus() } else { Vec::new() };
-                let objects = |dir: &Path| dir_bytes(dir, crate::store_dirs::MARKERS);
-                (cpu, memory, objects(&store.0), objects(&store.1), gpus)
+                // The store counts its shared memory itself; what spilled is only on disk.
+                let usage = std::fs::read(store.0.join(oxray_config::paths::STORE_USAGE_FILE)).unwrap_or_default();
+                let in_memory = oxray_config::paths::store_objects_bytes(&usage);
+                (cpu, memory, in_memory, dir_bytes(&store.1), gpus)
             });
             let Ok((cpu, memory, in_memory, spilled, gpus)) = read.await else { continue };
             let cpu_fraction = match (before, cpu) {
@@ -157,8 +158,7 @@ mod tests {
         std::fs::write(dir.path().join("a"), vec![0u8; 10]).unwrap();
         std::fs::write(dir.path().join("b"), vec![0u8; 5]).unwrap();
         std::fs::write(dir.path().join(".usage"), vec![0u8; 16]).unwrap();
-        assert_eq!(dir_bytes(dir.path(), &[]), 15);
-        assert_eq!(dir_bytes(dir.path(), &["b"]), 10);
-        assert_eq!(dir_bytes(&dir.path().join("none"), &[]), 0);
+        assert_eq!(dir_bytes(dir.path()), 15);
+        assert_eq!(dir_bytes(&dir.path().join("none")), 0);
     }
 }

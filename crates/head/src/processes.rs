@@ -71,37 +71,45 @@ impl Processes {
     }
 
     /// Every object reference of every live process, and what could not be listed. A
-    /// process that no longer answers at its address has ended: it is forgotten.
+    /// process whose address refuses connections has ended: it is forgotten. One that is
+    /// slow to answer is named in the warning and asked again next time.
     pub async fn object_rows(&self) -> (Vec<Value>, String) {
         let processes: Vec<v1::ProcessInfo> = self.lock().0.values().map(|k| k.info.clone()).collect();
         let asks = processes.iter().map(|p| async move {
-            let mut client = connect_objects_lazy(&p.address, &self.token, LIST_TIMEOUT).map_err(|e| e.to_string())?;
+            let gone = |e: String| (true, e);
+            let mut client =
+                connect_objects_lazy(&p.address, &self.token, LIST_TIMEOUT).map_err(|e| gone(e.to_string()))?;
             let request = v1::ListObjectsRequest { limit: PER_PROCESS };
             match tokio::time::timeout(LIST_TIMEOUT, client.list_objects(request)).await {
                 Ok(Ok(reply)) => Ok(reply.into_inner()),
-                Ok(Err(status)) => Err(status.message().to_string()),
-                Err(_) => Err(format!("no answer within {LIST_TIMEOUT:?}")),
+                Ok(Err(status)) => Err((status.code() == tonic::Code::Unavailable, status.message().to_string())),
+                Err(_) => Err((false, format!("no answer within {LIST_TIMEOUT:?}"))),
             }
         });
         let replies = futures_util::future::join_all(asks).await;
-        let (mut rows, mut truncated) = (Vec::new(), 0u64);
+        let (mut rows, mut truncated, mut slow) = (Vec::new(), 0u64, Vec::new());
         for (process, reply) in processes.iter().zip(replies) {
             match reply {
                 Ok(reply) => {
                     truncated += reply.total.saturating_sub(reply.objects.len() as u64);
                     rows.extend(reply.objects.iter().map(|o| object_row(process, o)));
                 }
-                Err(e) => {
+                Err((true, e)) => {
                     tracing::debug!(address = %process.address, pid = process.pid, "process forgotten: {e}");
                     self.forget(&process.address);
                 }
+                Err((false, e)) => slow.push(format!("pid {} at {} ({e})", process.pid, process.ip)),
             }
         }
-        let warning = match truncated {
-            0 => String::new(),
-            n => format!("{n} object references are not shown: a process lists at most {PER_PROCESS}"),
-        };
-        (rows, warning)
+        let mut warnings = Vec::new();
+        if truncated > 0 {
+            warnings
+                .push(format!("{truncated} object references are not shown: a process lists at most {PER_PROCESS}"));
+        }
+        if !slow.is_empty() {
+            warnings.push(format!("the objects of these processes are missing: {}", slow.join(", ")));
+        }
+        (rows, warnings.join("; "))
     }
 }
 

@@ -14,14 +14,18 @@ use futures_util::StreamExt;
 use oxray_api_types::{not_found, ApiError, JobDetails, SubmitRequest};
 use std::time::Duration;
 
-pub fn error(e: ApiError) -> Response {
-    let status = match &e {
+/// Ray's status code for an error.
+pub(crate) fn status_of(e: &ApiError) -> StatusCode {
+    match e {
         ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
         ApiError::NotFound(_) => StatusCode::NOT_FOUND,
         ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (status, e.to_string()).into_response()
+    }
+}
+
+pub fn error(e: ApiError) -> Response {
+    (status_of(&e), e.to_string()).into_response()
 }
 
 /// Requests that look like a browser's get env_vars values redacted, as Ray does.

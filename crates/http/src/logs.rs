@@ -1,11 +1,12 @@
 //! Ray's log API on the dashboard port: a node's log files by group (`/api/v0/logs`), and a
 //! log by file, worker pid, actor, task or job, whole or followed (`/api/v0/logs/{file,stream}`).
 
-use crate::state::{rows, Reply};
+use crate::jobs::{error, status_of};
+use crate::state::{ok, rows, Reply};
 use crate::{rest_response, ApiState};
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::StreamExt;
@@ -17,13 +18,9 @@ fn pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
     serde_urlencoded::from_str(raw.unwrap_or("")).map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))
 }
 
+/// An error in Ray's envelope.
 fn failed(e: ApiError) -> Reply {
-    let status = match e {
-        ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-        ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (status, Json(rest_response(false, &e.to_string(), serde_json::json!({ "result": null }))))
+    (status_of(&e), Json(rest_response(false, &e.to_string(), serde_json::json!({ "result": null }))))
 }
 
 /// `GET /api/v0/logs?node_id=|node_ip=&glob=`: the node's files, grouped as Ray groups them.
@@ -39,10 +36,7 @@ pub async fn list(State(state): State<ApiState>, RawQuery(raw): RawQuery) -> Rep
         Err(e) => return failed(e),
     };
     match state.view.list_logs(node, get("glob").unwrap_or("*")).await {
-        Ok(files) => {
-            let groups = serde_json::to_value(categorize(&files)).expect("maps serialize");
-            (StatusCode::OK, Json(rest_response(true, "", serde_json::json!({ "result": groups }))))
-        }
+        Ok(files) => ok(serde_json::to_value(categorize(&files)).expect("maps serialize")),
         Err(e) => failed(e),
     }
 }
@@ -50,17 +44,7 @@ pub async fn list(State(state): State<ApiState>, RawQuery(raw): RawQuery) -> Rep
 /// `GET /api/v0/logs/file` (a read) and `/api/v0/logs/stream` (followed): the bytes of the
 /// log, or the reason there are none as plain text, as Ray's client reads them.
 pub async fn read(State(state): State<ApiState>, Path(media_type): Path<String>, RawQuery(raw): RawQuery) -> Response {
-    match open(&state, &media_type, raw.as_deref()).await {
-        Ok(response) => response,
-        Err(e) => {
-            let status = match e {
-                ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-                ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            (status, e.to_string()).into_response()
-        }
-    }
+    open(&state, &media_type, raw.as_deref()).await.unwrap_or_else(error)
 }
 
 async fn open(state: &ApiState, media_type: &str, raw: Option<&str>) -> Result<Response, ApiError> {

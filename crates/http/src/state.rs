@@ -14,7 +14,7 @@ pub(crate) fn bad_request(msg: String) -> Reply {
     (StatusCode::BAD_REQUEST, Json(rest_response(false, &msg, serde_json::json!({ "result": null }))))
 }
 
-fn ok(result: serde_json::Value) -> Reply {
+pub(crate) fn ok(result: serde_json::Value) -> Reply {
     (StatusCode::OK, Json(rest_response(true, "", serde_json::json!({ "result": result }))))
 }
 

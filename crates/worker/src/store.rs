@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-const USAGE_FILE: &str = ".usage";
+use oxray_config::paths::STORE_USAGE_FILE as USAGE_FILE;
 /// Freed files a process keeps for reuse, and their total size as a share of the capacity.
 const KEPT_FILES: usize = 4;
 const KEPT_SHARE: u64 = 4;

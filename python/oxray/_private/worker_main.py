@@ -202,6 +202,10 @@ def _exit_worker():
     os._exit(0)
 
 
+# Whether task state goes to the state API (where a task's log range is shown).
+_REPORTING = os.environ.get("OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS", "").strip() != "0"
+
+
 def _log_offsets():
     """Where this worker's stdout and stderr files end now (None when they are not files)."""
     try:
@@ -279,7 +283,7 @@ def _run_one(executor, task, state, out, err, decoded=None):
     exiting = False
     error_text = ""
     # A normal task runs alone in its worker: what it printed is a range of the worker's logs.
-    before = None if task[5] or task[6] else _log_offsets()
+    before = _log_offsets() if _REPORTING and not (task[5] or task[6]) else None
     try:
         result = _run(task, state, decoded)
         if task[9]:  # streaming: each value goes as it comes, the reply says it ended
