@@ -59,6 +59,55 @@ def test_tasks_and_actors_run_in_their_working_dir_with_their_modules(private_cl
         inside.options(runtime_env={"conda": "env"}).remote()
 
 
+def _wheel(directory: Path, name: str, value: int) -> Path:
+    """A minimal pure-Python wheel, so pip installs it with no index."""
+    import zipfile
+
+    path = directory / f"{name}-1.0-py3-none-any.whl"
+    info = f"{name}-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr(f"{name}/__init__.py", f"VALUE = {value}\n")
+        wheel.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_a_task_or_actor_gets_its_own_pip_packages(private_cluster, tmp_path):
+    wheel = _wheel(tmp_path, "oxtaskpkg", 7)
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"{_wheel(tmp_path, 'oxactorpkg', 9)}\n")
+
+    def probe(name):
+        import importlib
+
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            return None, sys.prefix
+        # The worker still sees the packages of the interpreter it was started from.
+        import oxray as _  # noqa: F401
+
+        return module.VALUE, sys.prefix
+
+    with_pip = oxray.remote(runtime_env={"pip": [str(wheel)]})(probe)
+    value, prefix = oxray.get(with_pip.remote("oxtaskpkg"), timeout=180)
+    assert value == 7 and prefix != sys.prefix, "the task runs in a virtualenv of its own"
+    assert oxray.get(with_pip.remote("oxtaskpkg"), timeout=60) == (7, prefix), "the virtualenv is reused"
+    assert oxray.get(oxray.remote(probe).remote("oxtaskpkg"), timeout=60)[0] is None, "others do not see it"
+
+    @oxray.remote(runtime_env={"pip": str(requirements)})
+    class Holder:
+        def probe(self, name):
+            return probe(name)
+
+    assert oxray.get(Holder.remote().probe.remote("oxactorpkg"), timeout=180)[0] == 9, "a requirements file"
+
+    failing = oxray.remote(runtime_env={"pip": [str(tmp_path / "missing-1.0-py3-none-any.whl")]})(probe)
+    with pytest.raises(Exception, match="runtime_env setup failed"):
+        oxray.get(failing.remote("x"), timeout=180)
+
+
 def test_a_job_runtime_env_merges_with_the_tasks(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OXRAY_")}
     env.update(OXRAY_BIN=OXRAY_BIN, OXRAY_HOME=str(tmp_path / "home"))

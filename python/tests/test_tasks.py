@@ -173,8 +173,6 @@ def test_runtime_env_vars_reach_tasks_and_actors(private_cluster):
     reader = Reader.options(runtime_env=env).remote()
     assert oxray.get(reader.read.remote("OXRAY_TEST_SETTING")) == "on"
     oxray.kill(reader)
-    with pytest.raises(ValueError, match="pip for a single task or actor is not supported"):
-        read.options(runtime_env={"pip": ["x"]}).remote("A")
 
 
 def test_cancel_stops_running_and_waiting_tasks(private_cluster):

@@ -218,7 +218,7 @@ impl WorkerPool {
             .open(&log_path)
             .await
             .map_err(|e| fail(format!("cannot open {}: {e}", log_path.display())))?;
-        self.envs.prepare(&spec, &mut log).await.map(Some).map_err(fail)
+        self.envs.prepare(&spec, &kind.python, &mut log).await.map(Some).map_err(fail)
     }
 
     /// Workers leased out now.
@@ -657,7 +657,9 @@ impl WorkerPool {
         prepared: Option<&crate::jobs::Prepared>,
         rx: oneshot::Receiver<(u16, u32)>,
     ) -> Result<Worker, Status> {
-        let python = kind.python.as_str();
+        // A runtime_env with `pip` runs the worker with its virtualenv's interpreter.
+        let venv_python = prepared.and_then(|p| p.venv.as_ref()).map(|v| v.join("bin/python").display().to_string());
+        let python = venv_python.as_deref().unwrap_or(&kind.python);
         let out_path = self.env.logs.join(format!("worker-{id}.out"));
         let err_path = self.env.logs.join(format!("worker-{id}.err"));
         let create = |path: &std::path::Path| {

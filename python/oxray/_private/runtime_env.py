@@ -48,9 +48,6 @@ def worker_env(task: Optional[Dict[str, Any]]) -> Dict[str, str]:
     unsupported = set(merged) - _FOR_TASKS
     if unsupported:
         raise ValueError(f"runtime_env {sorted(unsupported)} is not supported; known: {sorted(_FOR_TASKS)}")
-    if task and "pip" in task and task["pip"] != (job or {}).get("pip"):
-        raise ValueError("runtime_env pip for a single task or actor is not supported yet: give it to the job "
-                         "(`job submit --runtime-env-json` or `init(runtime_env=...)`), whose tasks share it")
     variables = merged.get("env_vars") or {}
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in variables.items()):
         raise TypeError("runtime_env env_vars must map strings to strings")

@@ -58,8 +58,9 @@ impl EnvCache {
         self.locks.lock().expect("cache locks").entry(key.to_string()).or_default().clone()
     }
 
-    /// `log` receives progress lines for the job's log.
-    pub async fn prepare(&self, spec: &RuntimeEnv, log: &mut tokio::fs::File) -> Result<Prepared, String> {
+    /// `log` receives progress lines for the job's log; a `pip` virtualenv is built from
+    /// the interpreter `python` and sees the packages it sees.
+    pub async fn prepare(&self, spec: &RuntimeEnv, python: &str, log: &mut tokio::fs::File) -> Result<Prepared, String> {
         let mut out = Prepared::default();
         if let Some(dir) = &spec.working_dir {
             out.cwd = Some(self.location(dir, "working_dir").await?);
@@ -69,7 +70,7 @@ impl EnvCache {
         }
         out.env = spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         if let Some(pip) = spec.pip.as_ref().filter(|p| !p.packages.is_empty()) {
-            out.venv = Some(self.virtualenv(pip, log).await?);
+            out.venv = Some(self.virtualenv(pip, python, log).await?);
         }
         Ok(out)
     }
@@ -136,10 +137,13 @@ impl EnvCache {
         Ok(path)
     }
 
-    /// One virtualenv per distinct requirement list, seeing the system's site-packages, made
-    /// with pip as configured on this node (pip.conf, PIP_* variables: offline indexes work).
-    async fn virtualenv(&self, pip: &PipSpec, log: &mut tokio::fs::File) -> Result<PathBuf, String> {
+    /// One virtualenv per distinct requirement list and base interpreter, seeing the base's
+    /// packages, made with pip as configured on this node (pip.conf, PIP_* variables: offline
+    /// indexes work).
+    async fn virtualenv(&self, pip: &PipSpec, base: &str, log: &mut tokio::fs::File) -> Result<PathBuf, String> {
         let mut hasher = Sha256::new();
+        hasher.update(base.as_bytes());
+        hasher.update(b"\n");
         for line in &pip.packages {
             hasher.update(line.as_bytes());
             hasher.update(b"\n");
@@ -160,13 +164,41 @@ impl EnvCache {
         let requirements = dest.join("requirements.txt");
         tokio::fs::write(&requirements, pip.packages.join("\n") + "\n").await.map_err(|e| e.to_string())?;
         let _ = log.write_all(format!("Creating virtualenv for pip packages {:?}\n", pip.packages).as_bytes()).await;
-        run_logged(log, "python3", &["-m", "venv", "--system-site-packages", &dest.display().to_string()]).await?;
+        run_logged(log, base, &["-m", "venv", "--system-site-packages", &dest.display().to_string()]).await?;
         let python = dest.join("bin/python").display().to_string();
+        inherit_site_packages(base, &python).await?;
         let reqs = requirements.display().to_string();
         run_logged(log, &python, &["-m", "pip", "install", "--disable-pip-version-check", "-r", &reqs]).await?;
         tokio::fs::write(&ready, b"").await.map_err(|e| e.to_string())?;
         Ok(dest)
     }
+}
+
+/// Lets a virtualenv see what its base interpreter sees. `--system-site-packages` alone
+/// reaches the system's packages only, so a base that is itself a virtualenv (where oxray is
+/// usually installed) would lose its own: a `.pth` file adds them after the new ones, with
+/// their own `.pth` files (editable installs) read too.
+async fn inherit_site_packages(base: &str, python: &str) -> Result<(), String> {
+    const BASE_SITES: &str = "import site; print(repr(site.getsitepackages()))";
+    const OWN_SITE: &str = "import sysconfig; print(sysconfig.get_paths()['purelib'])";
+    let sites = python_output(base, BASE_SITES).await?;
+    let own = python_output(python, OWN_SITE).await?;
+    let pth = PathBuf::from(own.trim()).join("_oxray_base_site.pth");
+    let line = format!("import site; list(map(site.addsitedir, {}))\n", sites.trim());
+    tokio::fs::write(&pth, line).await.map_err(|e| format!("cannot write {}: {e}", pth.display()))
+}
+
+async fn python_output(python: &str, code: &str) -> Result<String, String> {
+    let out = tokio::process::Command::new(python)
+        .args(["-c", code])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {python}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{python} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    String::from_utf8(out.stdout).map_err(|e| format!("{python} printed something not UTF-8: {e}"))
 }
 
 /// Runs a setup command with its output in the job's log; fails with its exit status.

@@ -153,7 +153,7 @@ impl Runner {
                 }
             }
         };
-        let prepared = match self.cache.prepare(spec, &mut log).await {
+        let prepared = match self.cache.prepare(spec, "python3", &mut log).await {
             Ok(p) => p,
             Err(e) => {
                 let message = format!("runtime_env setup failed: {e}");
