@@ -65,6 +65,28 @@ def test_init_without_a_cluster_starts_a_private_one_and_stops_it(no_cluster):
     assert wait_until(lambda: not live_pids(home)), "the private cluster stopped with shutdown"
 
 
+def test_other_processes_of_the_user_join_a_private_cluster_by_its_address(no_cluster):
+    """As with Ray, a second driver, the CLI and a jobs client given the address of the
+    cluster a script's `init()` started can use it: they find its token on this machine."""
+    ctx = oxray.init(num_cpus=2)
+    env = {k: v for k, v in os.environ.items() if k != "OXRAY_AUTH_TOKEN"}
+    second = ("import oxray, sys; oxray.init(address=sys.argv[1]); "
+              "print(oxray.get(oxray.remote(lambda: 'joined').remote(), timeout=60), oxray.cluster_resources()['CPU'])")
+    out = subprocess.run([sys.executable, "-c", second, ctx.address], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["joined", "2.0"], out.stderr
+    status = subprocess.run([OXRAY_BIN, "status", "--address", ctx.address], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert status.returncode == 0 and "/2.0 CPU" in status.stdout, status.stdout + status.stderr
+    jobs = ("import sys; from oxray.job_submission import JobSubmissionClient; "
+            "print(JobSubmissionClient(sys.argv[1]).list_jobs())")
+    out = subprocess.run([sys.executable, "-c", jobs, ctx.dashboard_url], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+    oxray.shutdown()
+    out = subprocess.run([sys.executable, "-c", second, ctx.address], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "ConnectionError" in out.stderr, "a stopped cluster is not found"
+
+
 def test_a_killed_driver_takes_its_private_cluster_along(no_cluster):
     script = "import oxray, sys; oxray.init(); print(oxray._private.worker.client().local_home, flush=True); sys.stdin.read()"
     driver = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

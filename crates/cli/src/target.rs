@@ -30,10 +30,14 @@ pub fn read_current() -> Option<CurrentCluster> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// The token: explicit, else the user's token file.
-pub fn resolve_token(explicit: Option<&str>) -> Result<Token> {
+/// The token: explicit, else that of the private cluster (one `init()` started) serving
+/// `address` on this machine, else the user's token file.
+pub fn resolve_token(explicit: Option<&str>, address: &str) -> Result<Token> {
     if let Some(text) = explicit {
         return Token::parse(text).context("invalid cluster token");
+    }
+    if let Some(text) = oxray_config::private_clusters::token_for(address) {
+        return Token::parse(&text).context("invalid cluster token of a private cluster");
     }
     let file = paths::token_file(&paths::oxray_home());
     match oxray_config::secret::read_trimmed(&file).with_context(|| format!("cannot read {}", file.display()))? {
@@ -61,7 +65,7 @@ impl TargetArgs {
 
     pub async fn connect(&self) -> Result<(String, HeadClient)> {
         let address = self.address()?;
-        let token = resolve_token(self.token.as_deref())?;
+        let token = resolve_token(self.token.as_deref(), &address)?;
         let client = connect_head(&address, &token, Duration::from_secs(10)).await?;
         Ok((address, client))
     }

@@ -2,6 +2,7 @@
 //! process records) and the readiness handshake between a starting server and its launcher.
 
 pub mod paths;
+pub mod private_clusters;
 pub mod procs;
 pub mod ready;
 pub mod secret;

@@ -100,9 +100,16 @@ fn connect(
                         "num_cpus, num_gpus, resources and object_store_memory describe a new local cluster; they cannot be given when connecting to an existing one",
                     ));
                 }
-                let token = token.ok_or_else(|| {
-                    PyConnectionError::new_err(format!("no cluster token for {address}: set OXRAY_AUTH_TOKEN or save it in ~/.oxray/auth_token"))
-                })?;
+                let token = std::env::var("OXRAY_AUTH_TOKEN")
+                    .ok()
+                    .filter(|t| !t.trim().is_empty())
+                    .or_else(|| oxray_config::private_clusters::token_for(&address))
+                    .or(token)
+                    .ok_or_else(|| {
+                        PyConnectionError::new_err(format!(
+                            "no cluster token for {address}: set OXRAY_AUTH_TOKEN or save it in ~/.oxray/auth_token"
+                        ))
+                    })?;
                 (address, token, None)
             }
             Target::StartLocal => {
@@ -202,6 +209,13 @@ fn status_error(s: tonic::Status) -> PyErr {
         }
         _ => PyConnectionError::new_err(s.message().to_string()),
     }
+}
+
+/// The token of the cluster a process of this user started with `init()` that serves
+/// `address` on this machine.
+#[pyfunction]
+fn private_cluster_token(address: &str) -> Option<String> {
+    oxray_config::private_clusters::token_for(address)
 }
 
 fn parse_token(text: &str) -> PyResult<oxray_worker::Token> {
@@ -1133,6 +1147,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<TaskExecutor>()?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
+    m.add_function(wrap_pyfunction!(private_cluster_token, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

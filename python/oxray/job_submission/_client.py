@@ -32,10 +32,15 @@ def _resolve_address(address: Optional[str]) -> str:
     )
 
 
-def _resolve_token() -> Optional[str]:
+def _resolve_token(address: str) -> Optional[str]:
     token = os.environ.get("OXRAY_AUTH_TOKEN")
     if token:
         return token.strip()
+    from oxray import _native
+
+    token = _native.private_cluster_token(address)  # a cluster a script here started
+    if token:
+        return token
     path = _oxray_home() / "auth_token"
     return path.read_text().strip() if path.is_file() else None
 
@@ -56,7 +61,7 @@ class JobSubmissionClient:
         self._address = _resolve_address(address)
         self._headers = dict(headers or {})
         if not any(k.lower() == "authorization" for k in self._headers):
-            token = _resolve_token()
+            token = _resolve_token(self._address)
             if token:
                 self._headers["Authorization"] = f"Bearer {token}"
         if cookies:

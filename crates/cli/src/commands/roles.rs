@@ -258,7 +258,7 @@ pub fn run_agent(args: AgentArgs) -> Result<ExitCode> {
     let setup = || -> Result<(oxray_agent::AgentConfig, SessionDir)> {
         args.resources.validate()?;
         let session = args.dirs.open()?;
-        let token = resolve_token(args.token.as_deref())?;
+        let token = resolve_token(args.token.as_deref(), &args.address)?;
         let node_ip = match &args.resources.node_ip_address {
             Some(ip) => ip.clone(),
             None => node_ip_towards(&args.address),

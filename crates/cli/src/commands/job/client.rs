@@ -49,7 +49,7 @@ impl JobClient {
                 anyhow!("no cluster to talk to: pass --address http://HEAD:8265, set OXRAY_ADDRESS, or start one here with `oxray start --head`")
             })?,
         };
-        let token = resolve_token(target.token.as_deref())?;
+        let token = resolve_token(target.token.as_deref(), &base)?;
         let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build()?;
         Ok(Self { base, http, token })
     }
@@ -161,7 +161,7 @@ async fn dashboard_of(address: &str, target: &JobTarget) -> Result<String> {
             return Ok(url);
         }
     }
-    let token = resolve_token(target.token.as_deref())?;
+    let token = resolve_token(target.token.as_deref(), address)?;
     let mut client = oxray_rpc::connect_head(address, &token, Duration::from_secs(10)).await?;
     let info = client
         .get_cluster_info(oxray_proto::v1::GetClusterInfoRequest {})
