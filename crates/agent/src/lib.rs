@@ -180,7 +180,8 @@ impl JoinedAgent {
     }
 
     async fn register(&mut self) -> Result<(), tonic::Status> {
-        let request = v1::RegisterNodeRequest { node: Some(v1::Node::from(&self.node)) };
+        let request =
+            v1::RegisterNodeRequest { node: Some(v1::Node::from(&self.node)), version: oxray_config::VERSION.into() };
         let reply = self.client.register_node(request).await?.into_inner();
         if reply.heartbeat_interval_ms > 0 {
             self.heartbeat_interval = Duration::from_millis(reply.heartbeat_interval_ms);

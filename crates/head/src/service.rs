@@ -194,7 +194,11 @@ impl head_service_server::HeadService for HeadService {
         &self,
         request: Request<v1::RegisterNodeRequest>,
     ) -> Result<Response<v1::RegisterNodeReply>, Status> {
-        let node = request.into_inner().node.ok_or_else(|| invalid(ConvertError::MissingNode))?;
+        let request = request.into_inner();
+        if let Some(why) = oxray_config::version_mismatch(oxray_config::VERSION, &request.version) {
+            return Err(Status::invalid_argument(why));
+        }
+        let node = request.node.ok_or_else(|| invalid(ConvertError::MissingNode))?;
         let info = NodeInfo::try_from(node).map_err(invalid)?;
         match self.membership.register(info) {
             Ok(()) => Ok(Response::new(v1::RegisterNodeReply {

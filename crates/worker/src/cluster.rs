@@ -36,6 +36,9 @@ impl Cluster {
             .await
             .map_err(|s| WorkerError::Connect(explain(address, &s)))?
             .into_inner();
+        if let Some(why) = oxray_config::version_mismatch(&info.version, oxray_config::VERSION) {
+            return Err(WorkerError::VersionMismatch(format!("{address}: {why}")));
+        }
         let direct =
             Builder::new_current_thread().enable_all().build().map_err(|e| WorkerError::Connect(e.to_string()))?;
         let direct_client = {

@@ -40,6 +40,8 @@ pub enum WorkerError {
     NoCluster,
     #[error("{0}")]
     Connect(String),
+    #[error("{0}")]
+    VersionMismatch(String),
     #[error("cannot start a local cluster: {0}")]
     Start(String),
     #[error("the cluster sent a malformed node: {0}")]

@@ -126,3 +126,23 @@ async fn a_stopping_head_does_not_wait_for_a_client_that_never_answers() {
     assert!(exited, "the head still runs 15 s after SIGTERM");
     std::thread::spawn(move || drop(idle)).join().unwrap();
 }
+
+#[tokio::test]
+async fn a_node_of_another_oxray_version_is_refused() {
+    let c = cluster(1);
+    c.wait_for(WAIT, |n| count_states(n) == (1, 0)).await.unwrap();
+    let mut head = oxray_rpc::connect_head(&c.address(), c.token(), WAIT).await.unwrap();
+    let node = oxray_types::NodeInfo {
+        node_id: oxray_types::NodeId::random(),
+        ..c.wait_for(WAIT, |n| count_states(n) == (1, 0)).await.unwrap().remove(0)
+    };
+    let request = |version: &str| oxray_proto::v1::RegisterNodeRequest {
+        node: Some(oxray_proto::v1::Node::from(&node)),
+        version: version.into(),
+    };
+    let refused = head.register_node(request("0.0.1-older")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("version mismatch") && refused.message().contains("0.0.1-older"), "{refused}");
+    let nodes = c.wait_for(WAIT, |n| count_states(n) == (1, 0)).await.unwrap();
+    assert!(nodes.iter().all(|n| n.node_id != node.node_id), "the refused node did not join");
+}
