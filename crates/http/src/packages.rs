@@ -19,7 +19,7 @@ fn checked(protocol: &str, name: &str) -> Result<(), ApiError> {
     }
     if oxray_runtime_env::package_name(&format!("gcs://{name}")).is_none() {
         return Err(ApiError::BadRequest(format!(
-            "invalid package name {name:?}: a plain file name ending in .zip, .whl, .tar.gz or .tgz"
+            "invalid package name {name:?}: a plain file name ending in .zip, .whl, .tar.gz, .tgz or .tar.xz"
         )));
     }
     Ok(())

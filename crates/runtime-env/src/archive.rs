@@ -4,7 +4,7 @@ use std::path::{Component, Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
-    #[error("unsupported package {0:?}: names must end in .zip, .whl, .tar.gz or .tgz")]
+    #[error("unsupported package {0:?}: names must end in .zip, .whl, .tar.gz, .tgz or .tar.xz")]
     Unsupported(String),
     #[error("archive entry {0:?} escapes the target directory")]
     Escapes(String),
@@ -24,20 +24,41 @@ pub enum ArchiveKind {
     /// A wheel: checked like a zip, installed or imported as a file, never unpacked.
     Wheel,
     TarGz,
+    TarXz,
 }
+
+/// The names each kind goes by.
+const SUFFIXES: [(&str, ArchiveKind); 5] = [
+    (".zip", ArchiveKind::Zip),
+    (".whl", ArchiveKind::Wheel),
+    (".tar.gz", ArchiveKind::TarGz),
+    (".tgz", ArchiveKind::TarGz),
+    (".tar.xz", ArchiveKind::TarXz),
+];
 
 impl ArchiveKind {
     pub fn from_name(name: &str) -> Result<Self, ArchiveError> {
-        if name.ends_with(".zip") {
-            Ok(Self::Zip)
-        } else if name.ends_with(".whl") {
-            Ok(Self::Wheel)
-        } else if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
-            Ok(Self::TarGz)
-        } else {
-            Err(ArchiveError::Unsupported(name.to_string()))
-        }
+        SUFFIXES
+            .iter()
+            .find(|(suffix, _)| name.ends_with(suffix))
+            .map(|(_, kind)| *kind)
+            .ok_or_else(|| ArchiveError::Unsupported(name.to_string()))
     }
+}
+
+/// A package's name without its archive suffix (where it is unpacked).
+pub fn stem(name: &str) -> &str {
+    SUFFIXES.iter().find_map(|(suffix, _)| name.strip_suffix(suffix)).unwrap_or(name)
+}
+
+/// The tar stream inside a compressed tar file.
+fn tar_archive(path: &Path, kind: ArchiveKind) -> Result<tar::Archive<Box<dyn Read>>, ArchiveError> {
+    let file = File::open(path)?;
+    let stream: Box<dyn Read> = match kind {
+        ArchiveKind::TarXz => Box::new(liblzma::read::XzDecoder::new(file)),
+        _ => Box::new(flate2::read::GzDecoder::new(file)),
+    };
+    Ok(tar::Archive::new(stream))
 }
 
 /// A relative path that stays inside its target: no root, no `..`.
@@ -84,8 +105,8 @@ fn zip_entries(path: &Path) -> Result<(zip::ZipArchive<File>, Vec<Entry>), Archi
     Ok((zip, entries))
 }
 
-fn tar_entries(path: &Path) -> Result<Vec<Entry>, ArchiveError> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(File::open(path)?));
+fn tar_entries(path: &Path, kind: ArchiveKind) -> Result<Vec<Entry>, ArchiveError> {
+    let mut archive = tar_archive(path, kind)?;
     let mut entries = Vec::new();
     for entry in archive.entries().map_err(|e| ArchiveError::Malformed(e.to_string()))? {
         let entry = entry.map_err(|e| ArchiveError::Malformed(e.to_string()))?;
@@ -109,7 +130,7 @@ fn tar_entries(path: &Path) -> Result<Vec<Entry>, ArchiveError> {
 pub fn validate(path: &Path, kind: ArchiveKind) -> Result<usize, ArchiveError> {
     match kind {
         ArchiveKind::Zip | ArchiveKind::Wheel => Ok(zip_entries(path)?.1.len()),
-        ArchiveKind::TarGz => Ok(tar_entries(path)?.len()),
+        ArchiveKind::TarGz | ArchiveKind::TarXz => Ok(tar_entries(path, kind)?.len()),
     }
 }
 
@@ -127,7 +148,7 @@ pub fn unpack(path: &Path, kind: ArchiveKind, dest: &Path) -> Result<(), Archive
     fs::create_dir_all(&tmp)?;
     let result = match kind {
         ArchiveKind::Zip | ArchiveKind::Wheel => unpack_zip(path, &tmp),
-        ArchiveKind::TarGz => unpack_tar(path, &tmp),
+        ArchiveKind::TarGz | ArchiveKind::TarXz => unpack_tar(path, kind, &tmp),
     };
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&tmp);
@@ -166,9 +187,9 @@ fn unpack_zip(path: &Path, dest: &Path) -> Result<(), ArchiveError> {
     Ok(())
 }
 
-fn unpack_tar(path: &Path, dest: &Path) -> Result<(), ArchiveError> {
-    tar_entries(path)?;
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(File::open(path)?));
+fn unpack_tar(path: &Path, kind: ArchiveKind, dest: &Path) -> Result<(), ArchiveError> {
+    tar_entries(path, kind)?;
+    let mut archive = tar_archive(path, kind)?;
     for entry in archive.entries()? {
         let mut entry = entry?;
         let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
@@ -293,11 +314,32 @@ mod tests {
     }
 
     #[test]
+    fn unpacks_tar_xz() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let xz = liblzma::write::XzEncoder::new(file.reopen().unwrap(), 6);
+        let mut builder = tar::Builder::new(xz);
+        let mut h = tar::Header::new_gnu();
+        h.set_size(5);
+        h.set_mode(0o644);
+        h.set_cksum();
+        builder.append_data(&mut h, "pkg/mod.py", &b"X = 1"[..]).unwrap();
+        builder.into_inner().unwrap().finish().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(validate(file.path(), ArchiveKind::TarXz).unwrap(), 1);
+        unpack(file.path(), ArchiveKind::TarXz, &dir.path().join("x")).unwrap();
+        assert_eq!(fs::read(dir.path().join("x/pkg/mod.py")).unwrap(), b"X = 1");
+        assert!(matches!(validate(file.path(), ArchiveKind::TarGz), Err(ArchiveError::Malformed(_))));
+    }
+
+    #[test]
     fn refuses_garbage_and_unknown_names() {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(b"not an archive").unwrap();
         assert!(matches!(validate(f.path(), ArchiveKind::Zip), Err(ArchiveError::Malformed(_))));
         assert!(ArchiveKind::from_name("x.rar").is_err());
         assert_eq!(ArchiveKind::from_name("_ray_pkg_ab.zip").unwrap(), ArchiveKind::Zip);
+        assert_eq!(ArchiveKind::from_name("a.tgz").unwrap(), ArchiveKind::TarGz);
+        assert_eq!(ArchiveKind::from_name("a.tar.xz").unwrap(), ArchiveKind::TarXz);
+        assert_eq!((stem("a.tar.xz"), stem("b.tgz"), stem("c.zip"), stem("d")), ("a", "b", "c", "d"));
     }
 }

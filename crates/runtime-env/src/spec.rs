@@ -7,7 +7,7 @@ pub enum SpecError {
     UnknownField(String),
     #[error("runtime_env field {field:?} must be {expected}")]
     WrongType { field: String, expected: &'static str },
-    #[error("runtime_env {field:?}: {uri:?} is not a package URI this cluster can serve (expected gcs://<name>.zip, .whl, .tar.gz or .tgz)")]
+    #[error("runtime_env {field:?}: {uri:?} is not a package URI this cluster can serve (expected gcs://<name>.zip, .whl, .tar.gz, .tgz or .tar.xz)")]
     BadUri { field: String, uri: String },
 }
 

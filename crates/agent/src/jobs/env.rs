@@ -3,7 +3,7 @@
 
 use oxray_proto::v1;
 use oxray_rpc::HeadClient;
-use oxray_runtime_env::{package_name, unpack, ArchiveKind, PipSpec, RuntimeEnv};
+use oxray_runtime_env::{package_name, stem, unpack, ArchiveKind, PipSpec, RuntimeEnv};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -92,10 +92,7 @@ impl EnvCache {
         if archive_kind == ArchiveKind::Wheel {
             return Ok(archive);
         }
-        let dest = self
-            .root
-            .join(kind)
-            .join(name.trim_end_matches(".zip").trim_end_matches(".tar.gz").trim_end_matches(".tgz"));
+        let dest = self.root.join(kind).join(stem(name));
         if !dest.is_dir() {
             let (a, d) = (archive.clone(), dest.clone());
             tokio::task::spawn_blocking(move || unpack(&a, archive_kind, &d))
