@@ -62,6 +62,14 @@ class RuntimeContext:
                            namespace=actor.get("namespace") if actor.get("name") else None, owner=actor["owner"],
                            max_task_retries=actor.get("max_task_retries") or 0)
 
+    @property
+    def was_current_actor_reconstructed(self) -> bool:
+        """Whether the actor this code runs in was restarted after its worker died (as
+        Ray's: its constructor runs again in a new process)."""
+        if _current.get("actor") is None:
+            raise RuntimeError("was_current_actor_reconstructed is only available inside an actor")
+        return bool(_current.get("actor_restarts"))
+
     def get_assigned_resources(self) -> Dict[str, float]:
         """The resources the current task or actor holds (empty in a driver), as Ray's."""
         return {name: amount for name, amount in (_current.get("resources") or {}).items() if amount > 0}

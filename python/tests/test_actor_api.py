@@ -4,6 +4,7 @@ exit_actor and __ray_terminate__, max_calls, the runtime context's actor, label 
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,63 @@ def test_ray_terminate_ends_the_actor_after_earlier_calls(driver):
     assert oxray.get(first, timeout=20)
     with pytest.raises(ActorDiedError):
         oxray.get(actor.pid.remote(), timeout=20)
+
+
+@oxray.remote(max_restarts=1)
+class Reborn:
+    def reconstructed(self):
+        return oxray.get_runtime_context().was_current_actor_reconstructed
+
+    def crash(self):
+        os._exit(1)
+
+
+def test_a_restarted_actor_knows_it_was_reconstructed(driver):
+    actor = Reborn.remote()
+    assert oxray.get(actor.reconstructed.remote(), timeout=20) is False
+    with pytest.raises(ActorDiedError):
+        oxray.get(actor.crash.remote(), timeout=20)
+    assert oxray.get(actor.reconstructed.remote(), timeout=30) is True
+    with pytest.raises(RuntimeError, match="inside an actor"):
+        oxray.get_runtime_context().was_current_actor_reconstructed
+
+
+@oxray.remote
+class Tidy:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def ping(self):
+        return "pong"
+
+    def __ray_shutdown__(self):
+        Path(self.marker).write_text("tidied")
+
+
+def _appears(path, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if Path(path).exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_ray_shutdown_runs_when_an_actor_ends_gracefully_but_not_when_killed(driver, tmp_path):
+    out_of_scope = Tidy.remote(str(tmp_path / "scope"))
+    assert oxray.get(out_of_scope.ping.remote(), timeout=20) == "pong"
+    del out_of_scope
+    assert _appears(tmp_path / "scope"), "an actor whose last handle went away"
+
+    terminated = Tidy.remote(str(tmp_path / "terminate"))
+    terminated.__ray_terminate__.remote()
+    assert _appears(tmp_path / "terminate"), "__ray_terminate__"
+
+    killed = Tidy.remote(str(tmp_path / "kill"))
+    assert oxray.get(killed.ping.remote(), timeout=20) == "pong"
+    oxray.kill(killed)
+    time.sleep(1)
+    assert not (tmp_path / "kill").exists(), "kill ends the actor at once, with no cleanup"
 
 
 @oxray.remote(max_calls=1, max_retries=0)  # no retry hides a call sent to an exiting worker

@@ -1004,7 +1004,8 @@ struct TaskExecutor {
 }
 
 /// `(task_id, name, function, args, [(object_id, data)], actor_creation, actor_method,
-/// num_returns, result_store, streaming, gpu_ids)`; `gpu_ids` is "0,1" for the lease's GPUs.
+/// num_returns, result_store, streaming, gpu_ids, restarts)`; `gpu_ids` is "0,1" for the
+/// lease's GPUs; `restarts` how often an actor being created was restarted before.
 type TaskTuple<'py> = (
     String,
     String,
@@ -1017,6 +1018,7 @@ type TaskTuple<'py> = (
     String,
     bool,
     String,
+    u32,
 );
 
 fn task_tuple(py: Python<'_>, task: oxray_worker::Incoming) -> TaskTuple<'_> {
@@ -1035,6 +1037,7 @@ fn task_tuple(py: Python<'_>, task: oxray_worker::Incoming) -> TaskTuple<'_> {
         t.result_store,
         t.streaming,
         t.gpu_ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+        t.restarts,
     )
 }
 

@@ -376,7 +376,7 @@ impl Submitter {
             let mut records = self.actors.lock();
             records.get_mut(&actor_id).map(|r| (r.lease.take(), r.plan.clone(), r.creation.clone()))
         };
-        let Some((old, Some(mut plan), Some(creation))) = taken else { return };
+        let Some((old, Some(mut plan), Some(mut creation))) = taken else { return };
         if let Some(old) = old {
             let _ = self.give_back(&old, true).await;
         }
@@ -387,8 +387,10 @@ impl Submitter {
                 return;
             }
             plan.restarts_left -= 1;
+            creation.restarts += 1;
             if let Some(r) = self.actors.lock().get_mut(&actor_id) {
                 r.plan = Some(plan.clone());
+                r.creation = Some(creation.clone());
             }
             let holder = crate::tasks::LeaseFor::Actor { detached: plan.detached, actor_id: actor_id.clone() };
             let lease = match self.lease_patiently(&plan.resources, &plan.env, &plan.strategy, holder, true).await {

@@ -28,6 +28,8 @@ pub struct Incoming {
     pub streaming: bool,
     /// The GPUs of the task's lease (an actor's: on its creation call).
     pub gpu_ids: Vec<u32>,
+    /// On an actor's creation call: how often it was restarted before.
+    pub restarts: u32,
 }
 
 /// How long a new connection may take to say what it is.
@@ -105,6 +107,7 @@ impl Service {
             result_store: r.result_store,
             streaming: r.streaming,
             gpu_ids: r.gpu_ids,
+            restarts: r.restarts,
         };
         let deliver = if r.caller_id.is_empty() {
             vec![incoming]
@@ -315,6 +318,7 @@ mod tests {
             result_store: String::new(),
             streaming: false,
             gpu_ids: vec![],
+            restarts: 0,
         }
     }
 

@@ -68,6 +68,8 @@ def _use_gpus(ids: str) -> None:
 def _decode(task):
     """(args, kwargs, extra) of a task: `extra` is the placement group of a task, the call's
     own options (`.options(concurrency_group=...)`) of an actor call."""
+    if not task[3]:  # a call the core makes itself (`__ray_terminate__` of an actor out of scope)
+        return (), {}, None
     values = {object_id: serialization.loads(data) for object_id, data in task[4]}
     return serialization.loads_args(task[3], values)
 
@@ -80,6 +82,7 @@ def _run(task, state, decoded=None):
     call_args, call_kwargs, extra = decoded or _decode(task)
     if actor_creation:
         try:
+            current_context["actor_restarts"] = task[11]
             _become_actor(state, *serialization.load_blueprint(function), call_args, call_kwargs)
         except BaseException as error:
             state["creation_error"] = error
@@ -245,6 +248,19 @@ def _refuse(executor, task):
     executor.finish(task[0], serialization.dumps(error), True)
 
 
+def _shutdown_hook(instance):
+    """Runs the actor's `__ray_shutdown__`, as Ray does when an actor ends gracefully (not
+    when it is killed); what it raises is printed and the actor ends all the same."""
+    hook = getattr(instance, "__ray_shutdown__", None)
+    if hook is None:
+        return
+    try:
+        hook()
+    except BaseException:
+        traceback.print_exc()
+        print("__ray_shutdown__ raised; the actor ends anyway", file=sys.stderr)
+
+
 def _exit_actor(state, own=""):
     """Ends this actor for good once the call that asked for it (`own`) is answered, and the
     calls running beside it on other threads too, as in Ray: its atexit handlers run, its
@@ -256,6 +272,7 @@ def _exit_actor(state, own=""):
     if runner is not None and not runner.is_async:  # an async actor's loop waited already
         runner.wait_for_others(own)
 
+    _shutdown_hook(state.get("actor"))
     try:
         atexit._run_exitfuncs()
     except BaseException:  # the actor ends whatever its handlers do

@@ -16,6 +16,11 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 /// Calls to one actor sent and not yet answered, per calling process.
 const CALLS_IN_FLIGHT: usize = 256;
 
+/// The built-in method that ends an actor once the calls before it ran.
+const TERMINATE: &str = "__ray_terminate__";
+/// How long an actor out of scope gets to run its shutdown hooks (Ray's default).
+const GRACEFUL_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What an actor's queue carries: calls, and the end of this process's use of the actor.
 /// Calls are not boxed: they are nearly all that passes, the end comes once.
 #[allow(clippy::large_enum_variant)]
@@ -58,7 +63,26 @@ impl Submitter {
             let _ = answered.await;
         }
         tracing::debug!(actor = %actor_id, "no handle is left; ending the actor");
+        self.terminate_gracefully(&actor_id).await;
         let _ = self.kill_actor(&actor_id, true).await;
+    }
+
+    /// Asks a live actor to end itself, as Ray does for an actor out of scope: its
+    /// `__ray_shutdown__` and atexit handlers run. An actor that does not answer in time is
+    /// killed all the same by the caller.
+    async fn terminate_gracefully(&self, actor_id: &str) {
+        let Some(Ok(address)) = self.actors.address_now(actor_id, "", None) else { return };
+        let Ok(place) = self.pushes.place(&address) else { return };
+        let push = v1::PushTaskRequest {
+            task_id: crate::objects::new_id(),
+            function_name: TERMINATE.into(),
+            actor_method: TERMINATE.into(),
+            ..Default::default()
+        };
+        let ended = tokio::time::timeout(GRACEFUL_SHUTDOWN, self.pushes.push(&address, Some(place), push)).await;
+        if ended.is_err() {
+            tracing::warn!(actor = %actor_id, "the actor did not end within {GRACEFUL_SHUTDOWN:?}; killing it");
+        }
     }
 
     /// Sends the call from this thread if nothing has to happen first: no argument to wait
