@@ -6,6 +6,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
+/// The header of a job list answer that says how many jobs there are in all (a list asked
+/// with `limit` holds only the newest).
+pub const TOTAL_JOBS_HEADER: &str = "x-oxray-total-jobs";
+
 /// Errors of the Jobs API, each mapped to the status Ray's server gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiError {

@@ -11,5 +11,5 @@ pub mod usage;
 
 pub use cluster_status::{ClusterStatus, NodeSummary};
 pub use events::{Event, JobPage};
-pub use jobs::{new_submission_id, not_found, ApiError, DriverInfo, JobDetails, SubmitRequest};
+pub use jobs::{new_submission_id, not_found, ApiError, DriverInfo, JobDetails, SubmitRequest, TOTAL_JOBS_HEADER};
 pub use nodes::{list_nodes, FilterError, NodeFilter, NodeList, NodeRow, MAX_LIMIT};

@@ -502,6 +502,14 @@ impl oxray_http::JobsApi for Api {
     fn jobs(&self) -> Vec<JobDetails> {
         self.list()
     }
+    fn newest_jobs(&self, limit: usize) -> (Vec<JobDetails>, usize) {
+        let (jobs, total): (Vec<JobRecord>, usize) = {
+            let table = self.lock();
+            let newest = table.order.iter().skip(table.order.len().saturating_sub(limit));
+            (newest.filter_map(|id| table.records.get(id).cloned()).collect(), table.order.len())
+        };
+        (jobs.iter().map(|j| self.to_details(j)).collect(), total)
+    }
     async fn stop(&self, id: &str) -> Result<bool, ApiError> {
         JobManager::stop(self, id).await
     }

@@ -6,7 +6,7 @@ use crate::utf8::Utf8Carry;
 use crate::ApiState;
 use axum::body::{Body, Bytes};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -61,10 +61,26 @@ pub async fn submit(State(state): State<ApiState>, body: Bytes) -> Response {
     }
 }
 
-pub async fn list(State(state): State<ApiState>, headers: HeaderMap) -> Response {
+#[derive(serde::Deserialize)]
+pub struct ListQuery {
+    /// Only the newest this many jobs (a long history is not sent whole).
+    limit: Option<usize>,
+}
+
+/// Every job, as Ray's, or the newest `limit`; the `x-oxray-total-jobs` header says how
+/// many there are in all.
+pub async fn list(State(state): State<ApiState>, Query(query): Query<ListQuery>, headers: HeaderMap) -> Response {
     let browser = from_browser(&headers);
-    let jobs: Vec<JobDetails> = state.jobs.jobs().into_iter().map(|j| if browser { redact(j) } else { j }).collect();
-    Json(jobs).into_response()
+    let (jobs, total) = match query.limit {
+        Some(limit) => state.jobs.newest_jobs(limit),
+        None => {
+            let all = state.jobs.jobs();
+            let total = all.len();
+            (all, total)
+        }
+    };
+    let jobs: Vec<JobDetails> = jobs.into_iter().map(|j| if browser { redact(j) } else { j }).collect();
+    ([(oxray_api_types::TOTAL_JOBS_HEADER, total.to_string())], Json(jobs)).into_response()
 }
 
 pub async fn get(State(state): State<ApiState>, Path(id): Path<String>, headers: HeaderMap) -> Response {

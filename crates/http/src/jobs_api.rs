@@ -15,6 +15,12 @@ pub trait JobsApi: Send + Sync + 'static {
     fn job(&self, id: &str) -> Option<JobDetails>;
     /// Every job, in submission order.
     fn jobs(&self) -> Vec<JobDetails>;
+    /// The `limit` newest jobs, in submission order, and how many there are in all.
+    fn newest_jobs(&self, limit: usize) -> (Vec<JobDetails>, usize) {
+        let all = self.jobs();
+        let total = all.len();
+        (all.into_iter().skip(total.saturating_sub(limit)).collect(), total)
+    }
     /// Whether the job was still live and a stop was requested.
     async fn stop(&self, id: &str) -> Result<bool, ApiError>;
     /// Removes a terminal job's record (not its log).

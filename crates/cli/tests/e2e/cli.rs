@@ -341,3 +341,22 @@ fn job_cli_submits_follows_stops_and_exits_with_the_outcome() {
 fn text_of(out: &Output) -> String {
     format!("{}{}", text(&out.stdout), text(&out.stderr))
 }
+
+#[test]
+fn job_list_shows_the_newest_jobs_the_server_sends() {
+    let m = Machine::new();
+    ok(&m.run(&["start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "1"]));
+    for id in ["first", "second", "third"] {
+        ok(&m.run(&["job", "submit", "--submission-id", id, "--", "true"]));
+    }
+    let newest = m.run(&["job", "list", "--limit", "2", "--format", "json"]);
+    let rows: serde_json::Value = serde_json::from_str(&ok(&newest)).unwrap();
+    let ids: Vec<&str> = rows.as_array().unwrap().iter().map(|j| j["submission_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["second", "third"]);
+    assert!(text(&newest.stderr).contains("The newest 2 of 3 jobs"), "{}", text(&newest.stderr));
+    assert_eq!(job_ids(&m), ["first", "second", "third"], "1000 by default");
+    let all = m.run(&["job", "list", "--limit", "0", "--format", "json"]);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&ok(&all)).unwrap().as_array().unwrap().len(), 3);
+    assert!(text(&all.stderr).is_empty(), "{}", text(&all.stderr));
+    ok(&m.run(&["stop"]));
+}

@@ -77,6 +77,14 @@ impl JobClient {
         Ok(self.send(self.http.get(format!("{}{path}", self.base))).await?.json().await?)
     }
 
+    /// A GET of a list, with the total the answer's `TOTAL_JOBS_HEADER` gives.
+    pub async fn get_with_total(&self, path: &str) -> Result<(Value, Option<usize>)> {
+        let response = self.send(self.http.get(format!("{}{path}", self.base))).await?;
+        let total = response.headers().get(oxray_api_types::TOTAL_JOBS_HEADER);
+        let total = total.and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        Ok((response.json().await?, total))
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value> {
         Ok(self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await?.json().await?)
     }

@@ -40,6 +40,9 @@ pub struct ListArgs {
     pub target: JobTarget,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Show only the newest this many jobs (0: all)
+    #[arg(long, default_value_t = 1000)]
+    pub limit: usize,
 }
 
 pub async fn status(args: JobIdArgs) -> Result<ExitCode> {
@@ -104,8 +107,12 @@ fn time(ms: &Value) -> String {
 
 pub async fn list(args: ListArgs) -> Result<ExitCode> {
     let client = JobClient::connect(&args.target).await?;
-    let jobs = client.get("/api/jobs/").await?;
+    let path = if args.limit == 0 { "/api/jobs/".to_string() } else { format!("/api/jobs/?limit={}", args.limit) };
+    let (jobs, total) = client.get_with_total(&path).await?;
     let rows = jobs.as_array().context("the cluster answered with something other than a list")?;
+    if let Some(total) = total.filter(|t| *t > rows.len()) {
+        eprintln!("The newest {} of {total} jobs; --limit 0 lists them all.", rows.len());
+    }
     let text = match args.format {
         Format::Json => serde_json::to_string_pretty(&jobs)?,
         Format::Yaml => serde_norway::to_string(&jobs)?,
