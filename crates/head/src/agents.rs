@@ -14,9 +14,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How long a node may take to list its workers before the list goes on without it.
-const LIST_TIMEOUT: Duration = Duration::from_secs(5);
-
 pub struct Agents {
     membership: Arc<Membership>,
     token: Token,
@@ -55,16 +52,16 @@ impl Agents {
     }
 
     /// Ray's worker rows of every live node; the warning names the nodes that did not answer.
-    pub async fn worker_rows(&self) -> (Vec<Value>, String) {
+    pub async fn worker_rows(&self, timeout: Duration) -> (Vec<Value>, String) {
         let nodes: Vec<NodeInfo> =
             self.membership.snapshot().into_iter().filter(|n| n.is_alive() && n.agent_port > 0).collect();
         let asks = nodes.iter().map(|node| async move {
             let mut client = self.client(node).map_err(|e| e.to_string())?;
-            let reply = tokio::time::timeout(LIST_TIMEOUT, client.list_workers(v1::ListWorkersRequest {})).await;
+            let reply = tokio::time::timeout(timeout, client.list_workers(v1::ListWorkersRequest {})).await;
             match reply {
                 Ok(Ok(reply)) => Ok(reply.into_inner().workers.iter().map(|w| worker_row(node, w)).collect::<Vec<_>>()),
                 Ok(Err(status)) => Err(status.message().to_string()),
-                Err(_) => Err(format!("no answer within {LIST_TIMEOUT:?}")),
+                Err(_) => Err(format!("no answer within {timeout:?}")),
             }
         });
         let mut rows = Vec::new();

@@ -161,11 +161,11 @@ impl ClusterView for View {
     fn user_metrics(&self) -> String {
         self.states.metrics().render()
     }
-    async fn worker_rows(&self) -> (Vec<serde_json::Value>, String) {
-        self.jobs.agents().worker_rows().await
+    async fn worker_rows(&self, timeout: std::time::Duration) -> (Vec<serde_json::Value>, String) {
+        self.jobs.agents().worker_rows(timeout).await
     }
-    async fn object_rows(&self) -> (Vec<serde_json::Value>, String) {
-        self.processes.object_rows().await
+    async fn object_rows(&self, timeout: std::time::Duration) -> (Vec<serde_json::Value>, String) {
+        self.processes.object_rows(timeout).await
     }
     async fn list_logs(&self, node: &NodeInfo, glob: &str) -> Result<Vec<String>, oxray_api_types::ApiError> {
         self.jobs.agents().list_logs(node, glob).await

@@ -12,7 +12,8 @@ use std::time::Duration;
 pub const MAX_PROCESSES: usize = 10_000;
 /// Objects asked of one process at most.
 const PER_PROCESS: u32 = 100_000;
-const LIST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting to a process may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Known {
     info: v1::ProcessInfo,
@@ -73,17 +74,17 @@ impl Processes {
     /// Every object reference of every live process, and what could not be listed. A
     /// process whose address refuses connections has ended: it is forgotten. One that is
     /// slow to answer is named in the warning and asked again next time.
-    pub async fn object_rows(&self) -> (Vec<Value>, String) {
+    pub async fn object_rows(&self, timeout: Duration) -> (Vec<Value>, String) {
         let processes: Vec<v1::ProcessInfo> = self.lock().0.values().map(|k| k.info.clone()).collect();
         let asks = processes.iter().map(|p| async move {
             let gone = |e: String| (true, e);
-            let mut client =
-                connect_objects_lazy(&p.address, &self.token, LIST_TIMEOUT).map_err(|e| gone(e.to_string()))?;
+            let mut client = connect_objects_lazy(&p.address, &self.token, CONNECT_TIMEOUT.min(timeout))
+                .map_err(|e| gone(e.to_string()))?;
             let request = v1::ListObjectsRequest { limit: PER_PROCESS };
-            match tokio::time::timeout(LIST_TIMEOUT, client.list_objects(request)).await {
+            match tokio::time::timeout(timeout, client.list_objects(request)).await {
                 Ok(Ok(reply)) => Ok(reply.into_inner()),
                 Ok(Err(status)) => Err((status.code() == tonic::Code::Unavailable, status.message().to_string())),
-                Err(_) => Err((false, format!("no answer within {LIST_TIMEOUT:?}"))),
+                Err(_) => Err((false, format!("no answer within {timeout:?}"))),
             }
         });
         let replies = futures_util::future::join_all(asks).await;

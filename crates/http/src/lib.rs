@@ -48,10 +48,10 @@ pub trait ClusterView: Send + Sync + 'static {
     ) -> std::collections::HashMap<String, Vec<oxray_api_types::usage::NodeUsage>>;
     /// The workers of every live node, as rows of Ray's state API, and a warning naming
     /// the nodes that did not answer.
-    async fn worker_rows(&self) -> (Vec<serde_json::Value>, String);
+    async fn worker_rows(&self, timeout: std::time::Duration) -> (Vec<serde_json::Value>, String);
     /// The object references every process that owns objects holds, as rows of Ray's state
     /// API, and what could not be listed.
-    async fn object_rows(&self) -> (Vec<serde_json::Value>, String);
+    async fn object_rows(&self, timeout: std::time::Duration) -> (Vec<serde_json::Value>, String);
     /// The names of a live node's log files that match a glob.
     async fn list_logs(&self, node: &NodeInfo, glob: &str) -> Result<Vec<String>, oxray_api_types::ApiError>;
     /// A log file, streamed from its node.

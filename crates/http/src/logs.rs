@@ -2,7 +2,7 @@
 //! log by file, worker pid, actor, task or job, whole or followed (`/api/v0/logs/{file,stream}`).
 
 use crate::jobs::{error, status_of};
-use crate::state::{ok, rows, Reply};
+use crate::state::{ok, rows, Reply, DEFAULT_TIMEOUT};
 use crate::{rest_response, ApiState};
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
@@ -58,8 +58,8 @@ async fn open(state: &ApiState, media_type: &str, raw: Option<&str>) -> Result<R
     let nodes = state.view.nodes();
     let by_task = query.task_id.is_some();
     let by_actor = query.actor_id.is_some();
-    let tasks = if by_task { rows(state, StateKind::Tasks).await.0 } else { Vec::new() };
-    let actors = if by_actor { rows(state, StateKind::Actors).await.0 } else { Vec::new() };
+    let tasks = if by_task { rows(state, StateKind::Tasks, DEFAULT_TIMEOUT).await.0 } else { Vec::new() };
+    let actors = if by_actor { rows(state, StateKind::Actors, DEFAULT_TIMEOUT).await.0 } else { Vec::new() };
     let jobs: Vec<(String, Option<String>)> = match &query.submission_id {
         Some(_) => state.jobs.jobs().into_iter().filter_map(|j| Some((j.submission_id?, j.driver_node_id))).collect(),
         None => Vec::new(),

@@ -45,10 +45,10 @@ impl ClusterView for FixedView {
     ) -> std::collections::HashMap<String, Vec<oxray_api_types::usage::NodeUsage>> {
         Default::default()
     }
-    async fn worker_rows(&self) -> (Vec<serde_json::Value>, String) {
+    async fn worker_rows(&self, _timeout: std::time::Duration) -> (Vec<serde_json::Value>, String) {
         (Vec::new(), String::new())
     }
-    async fn object_rows(&self) -> (Vec<serde_json::Value>, String) {
+    async fn object_rows(&self, _timeout: std::time::Duration) -> (Vec<serde_json::Value>, String) {
         (Vec::new(), String::new())
     }
     async fn list_logs(&self, node: &NodeInfo, _glob: &str) -> Result<Vec<String>, oxray_api_types::ApiError> {
