@@ -95,9 +95,12 @@ def test_ray_get_and_summary(cluster, job):
 
 def test_ray_list_placement_groups_and_jobs(cluster, job):
     groups = listed(cluster, "placement-groups")
-    assert any(g["name"] == "compat-group" and g["state"] == "CREATED" for g in groups), groups
+    [group] = [g for g in groups if g["name"] == "compat-group"]
     jobs = listed(cluster, "jobs")
-    assert any(j["submission_id"] == job and j["status"] == "SUCCEEDED" for j in jobs), jobs
+    [row] = [j for j in jobs if j["submission_id"] == job]
+    assert row["status"] == "SUCCEEDED", jobs
+    # A job's processes carry its submission id as their job id (tasks' job_id is the same).
+    assert group["state"] == "CREATED" and group["creator_job_id"] == job, group
 
 
 def test_a_bad_filter_is_refused_with_rays_message(cluster, job):

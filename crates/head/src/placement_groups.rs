@@ -45,6 +45,7 @@ struct Group {
     /// The creator's object server, for a group that ends with its creator.
     owner: Option<String>,
     created_at_ms: u64,
+    creator_job_id: String,
 }
 
 impl Group {
@@ -70,6 +71,7 @@ impl Group {
             detached: self.detached,
             created_at_ms: self.created_at_ms,
             owner: self.owner.clone().unwrap_or_default(),
+            creator_job_id: self.creator_job_id.clone(),
         }
     }
 
@@ -99,6 +101,7 @@ impl Group {
             detached: p.detached,
             owner: Some(p.owner).filter(|o| !o.is_empty()),
             created_at_ms: p.created_at_ms,
+            creator_job_id: p.creator_job_id,
         })
     }
 }
@@ -225,6 +228,7 @@ impl PlacementGroups {
             owner: Some(request.owner).filter(|o| !o.is_empty() && !request.detached),
             detached: request.detached,
             created_at_ms: now_ms(),
+            creator_job_id: request.job_id,
         };
         let reply = group.to_proto();
         self.persist(&group.id, Some(&group));

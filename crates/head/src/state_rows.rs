@@ -195,7 +195,7 @@ pub fn placement_group_row(group: &v1::PlacementGroup) -> Value {
     json!({
         "placement_group_id": group.placement_group_id,
         "name": group.name,
-        "creator_job_id": "",
+        "creator_job_id": group.creator_job_id,
         "state": state,
         "bundles": bundles,
         "is_detached": group.detached,
