@@ -5,6 +5,7 @@ the order each caller made them."""
 import functools
 import inspect
 import os
+import types
 from typing import Any, Dict, Optional
 
 from oxray._private import generators, serialization, worker
@@ -195,6 +196,28 @@ class ActorClass:
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actor class {self.__name__} cannot be instantiated directly; use {self.__name__}.remote(...)")
+
+    def __getattr__(self, name):
+        # The decorated class's own attributes (class attributes, classmethods, static
+        # methods) stay reachable through the actor class, as in Ray.
+        cls = self.__dict__.get("_cls")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            value = getattr(cls, name)
+        except AttributeError:
+            raise AttributeError(f"actor class {self.__name__} has no attribute {name!r}") from None
+        # A plain function (a static method, or a method read from the class) comes wrapped:
+        # were it the very object, cloudpickle would find it under the module's name for the
+        # class and send methods by reference to workers that cannot import the module.
+        return functools.partial(value) if isinstance(value, types.FunctionType) else value
+
+    def __mro_entries__(self, bases):
+        from oxray.exceptions import ActorClassInheritanceException
+
+        raise ActorClassInheritanceException(
+            f"Attempted to define a subclass of actor class {self.__name__!r}: inheriting from actor classes is "
+            "not supported. Inherit from the plain class instead and make the subclass an actor with @oxray.remote.")
 
     def options(self, **options) -> "ActorClass":
         return ActorClass(self._cls, {**self._options, **options})

@@ -72,6 +72,11 @@ class RayActorError(RayError):
     """An actor could not run a call (Ray's base of actor failures)."""
 
 
+class ActorClassInheritanceException(TypeError):
+    """A class was defined with an actor class as its base, which Ray does not allow either:
+    inherit from the plain class and decorate the subclass."""
+
+
 class ActorDiedError(RayActorError):
     """The actor a call went to is dead (killed, crashed, or its creation failed).
     `actor_id` names it when the reason does."""

@@ -324,3 +324,53 @@ def test_label_matching_and_group_choice_decisions():
     assert retry_policy({}, {}, 3) == (0, False), "raised exceptions are retried only when asked"
     assert should_retry(KeyError(), [KeyError], -1) and not should_retry(ValueError(), [KeyError], 1)
     assert not should_retry(SystemExit(), True, 1)
+
+
+@oxray.remote
+class Described:
+    KIND = "described"
+
+    @classmethod
+    def make_kind(cls):
+        return cls.KIND.upper()
+
+    @staticmethod
+    def helper(x):
+        return x + 1
+
+    def kind(self):
+        return self.KIND
+
+
+def test_the_class_behind_remote_keeps_its_attributes_and_refuses_subclasses(driver):
+    assert Described.KIND == "described" and Described.make_kind() == "DESCRIBED" and Described.helper(1) == 2
+    assert oxray.get(Described.remote().kind.remote(), timeout=20) == "described"
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        Described.missing
+    from oxray.exceptions import ActorClassInheritanceException
+
+    with pytest.raises(ActorClassInheritanceException, match="inheriting from actor classes is not supported"):
+        class Sub(Described):
+            pass
+
+
+@oxray.remote
+class Keeper:
+    def ping(self):
+        return os.getpid()
+
+
+def test_put_with_an_owner_makes_the_actor_own_the_object(driver):
+    from oxray.exceptions import ObjectLostError
+
+    keeper = Keeper.remote()
+    oxray.get(keeper.ping.remote(), timeout=20)
+    assert oxray.get(oxray.put("kept", _owner=keeper), timeout=20) == "kept"
+    owned = oxray.put(list(range(1000)), _owner=keeper)
+    mine = oxray.put(list(range(1000)))
+    oxray.kill(keeper)
+    with pytest.raises(ObjectLostError):
+        oxray.get(owned, timeout=20)
+    assert oxray.get(mine, timeout=20)[-1] == 999, "what this process owns stays"
+    with pytest.raises(TypeError, match="_owner must be an actor handle"):
+        oxray.put(1, _owner="someone")

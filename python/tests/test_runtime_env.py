@@ -2,7 +2,6 @@
 cached by the node), env_vars merged with the job's, and a job's runtime_env inherited by
 the tasks of its driver."""
 
-import json
 import os
 import subprocess
 import sys
@@ -80,15 +79,15 @@ def test_a_task_or_actor_gets_its_own_pip_packages(private_cluster, tmp_path):
 
     def probe(name):
         import importlib
+        import importlib.util
 
         try:
             module = importlib.import_module(name)
         except ImportError:
             return None, sys.prefix
         # The worker still sees the packages of the interpreter it was started from.
-        import oxray as _  # noqa: F401
-
-        return module.VALUE, sys.prefix
+        sees_oxray = importlib.util.find_spec("oxray") is not None
+        return (module.VALUE if sees_oxray else "no oxray"), sys.prefix
 
     with_pip = oxray.remote(runtime_env={"pip": [str(wheel)]})(probe)
     value, prefix = oxray.get(with_pip.remote("oxtaskpkg"), timeout=180)

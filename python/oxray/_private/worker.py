@@ -214,14 +214,35 @@ def new_ref(object_id: str):
     return ObjectRef(object_id, client())
 
 
-def put(value: Any):
-    """Stores a value; returns its ObjectRef."""
+def put(value: Any, *, _owner=None):
+    """Stores a value; returns its ObjectRef. With `_owner` (an actor handle), as in Ray, that
+    actor owns the object: it lives as long as the actor does, even after this process."""
     from oxray._private import serialization
     from oxray.object_ref import ObjectRef
 
     if isinstance(value, ObjectRef):
         raise TypeError("Calling put on an ObjectRef is not allowed")
+    if _owner is not None:
+        return _put_owned_by(_owner, value)
     return new_ref(serialization.put(client(), value))
+
+
+def _put_owned_by(owner, value):
+    from oxray.actor import ActorHandle
+    from oxray.runtime_context import get_runtime_context
+
+    if not isinstance(owner, ActorHandle):
+        raise TypeError(f"_owner must be an actor handle, got {type(owner).__name__}")
+    if owner._actor_id == get_runtime_context().get_actor_id():
+        return put(value)  # this actor owns what it puts
+    # The actor puts the value itself and sends back the ref in a list, so that this process
+    # borrows it instead of receiving the value.
+    [ref] = get(owner.__ray_call__.remote(_put_here, value))
+    return ref
+
+
+def _put_here(_actor, value):
+    return [put(value)]
 
 
 def get(refs, *, timeout: Optional[float] = None):
