@@ -281,14 +281,9 @@ class ActorClass:
 
 
     def _strategy(self):
-        """Where the actor goes: a node its label selector (or a fallback) matches, when it has one."""
-        node = _labels.node_for(self._options)
-        if _labels.unmatched(node):
-            raise ValueError(f"{self.__name__}: no alive node matches label_selector {self._options.get('label_selector')!r}"
-                             " or its fallback_strategy")
-        if node is not None:
-            return scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False)
-        return scheduling_strategies.effective(self._options.get("scheduling_strategy"))
+        """Where the actor goes: a node its label selector (or a fallback) matches, once one
+        does, when it has one."""
+        return _labels.strategy(self._options, scheduling_strategies.effective(self._options.get("scheduling_strategy")))
 
 
 def get_actor(name: str, namespace: str = None) -> ActorHandle:

@@ -129,12 +129,8 @@ class RemoteFunction:
             dynamic = generator == generators.DYNAMIC
             function = functools.partial(generators.run_dynamic, self._function) if dynamic else self._function
             self._pickled = serialization.dumps(TaskFunction(function, self._options.get("max_calls", 0), resources))
-        chosen = scheduling_strategies.effective(self._options.get("scheduling_strategy"))
-        node = _labels.node_for(self._options)
-        if _labels.unmatched(node):
-            return self._when_labels_match(generator, args, kwargs)
-        if node is not None:
-            chosen = scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False)
+        chosen = _labels.strategy(self._options,
+                                  scheduling_strategies.effective(self._options.get("scheduling_strategy")))
         strategy = scheduling_strategies.native(chosen)
         payload, dependencies, contained = serialization.dumps_args(args, kwargs,
                                                                     scheduling_strategies.placement(chosen))
@@ -153,23 +149,3 @@ class RemoteFunction:
         if generator == generators.STREAMING:
             return generators.ObjectRefGenerator(refs[0], client)
         return refs if num_returns > 1 else refs[0]
-
-    def _when_labels_match(self, generator, args, kwargs):
-        """No node matches the label selector: as in Ray the task waits until one does, here
-        in a task of no resources that submits it then and passes its result on."""
-        if generator:
-            raise ValueError(f"{self.__name__}: a generator with a label_selector no node matches is not supported")
-        num_returns = self._options.get("num_returns", 1)
-        waiter = RemoteFunction(_run_when_labels_match, {"num_cpus": 0, "max_retries": 0, "num_returns": num_returns})
-        return waiter.remote(self, args, kwargs)
-
-
-def _run_when_labels_match(function: RemoteFunction, args, kwargs):
-    import time
-
-    while _labels.unmatched(node := _labels.node_for(function._options)):
-        time.sleep(0.5)
-    strategy = scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False)
-    placed = function.options(label_selector=None, fallback_strategy=None, scheduling_strategy=strategy)
-    refs = placed.remote(*args, **kwargs)
-    return worker.get(refs)

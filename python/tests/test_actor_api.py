@@ -191,6 +191,69 @@ def test_a_restarted_actor_knows_it_was_reconstructed(driver):
         oxray.get_runtime_context().was_current_actor_reconstructed
 
 
+@oxray.remote(max_restarts=1)
+class Exiting:
+    def pid(self):
+        return os.getpid()
+
+    def exit(self, code):
+        import sys
+
+        sys.exit(code)
+
+
+@oxray.remote(max_restarts=1)
+class AsyncExiting:
+    async def exit(self):
+        import sys
+
+        sys.exit(0)
+
+
+@oxray.remote(max_retries=1)
+def exit_once(marker, code):
+    import sys
+
+    if not os.path.exists(marker):
+        Path(marker).write_text("exited")
+        sys.exit(code)
+    return "second attempt"
+
+
+def test_sys_exit_ends_the_worker_as_in_ray(driver, tmp_path):
+    # An actor's sys.exit(0) ends it on purpose: the call fails, no restart is spent.
+    actor = Exiting.remote()
+    assert oxray.get(actor.pid.remote(), timeout=20)
+    with pytest.raises(ActorDiedError, match="exit code 0"):
+        oxray.get(actor.exit.remote(0), timeout=20)
+    with pytest.raises(ActorDiedError):
+        oxray.get(actor.pid.remote(), timeout=20)
+    async_actor = AsyncExiting.remote()
+    with pytest.raises(ActorDiedError, match="exit code 0"):
+        oxray.get(async_actor.exit.remote(), timeout=20)
+    # Any other code is a crash: the process ends with it and the actor is restarted.
+    actor = Exiting.remote()
+    first = oxray.get(actor.pid.remote(), timeout=20)
+    with pytest.raises(ActorDiedError):
+        oxray.get(actor.exit.remote(4), timeout=20)
+    assert oxray.get(actor.pid.remote(), timeout=30) != first
+    # A task's worker ends too; the task runs again as its retries allow, else crashes.
+    assert oxray.get(exit_once.remote(str(tmp_path / "a"), 0), timeout=30) == "second attempt"
+    with pytest.raises(oxray.exceptions.WorkerCrashedError):
+        oxray.get(exit_once.options(max_retries=0).remote(str(tmp_path / "b"), "bye"), timeout=30)
+
+
+def test_exit_decisions():
+    from oxray._private.actor_runner import ActorExit
+    from oxray._private.worker_main import exit_decision
+
+    assert exit_decision(ActorExit("x"), True) == ("actor", 0)
+    assert exit_decision(SystemExit(), True) == ("actor", 0)
+    assert exit_decision(SystemExit(0), False) == ("process", 0), "a task's worker ends"
+    assert exit_decision(SystemExit(4), True) == ("process", 4)
+    assert exit_decision(SystemExit("bye"), True) == ("process", 1)
+
+
 @oxray.remote
 class Tidy:
     def __init__(self, marker):
@@ -276,6 +339,11 @@ def where():
 
 
 @oxray.remote(num_cpus=0)
+def streamed():
+    yield oxray.get_runtime_context().get_node_id()
+
+
+@oxray.remote(num_cpus=0)
 class Placed:
     def node(self):
         return oxray.get_runtime_context().get_node_id()
@@ -289,9 +357,17 @@ def test_label_selectors_choose_matching_nodes(driver):
     assert oxray.get(where.options(label_selector={"disk": "in(hdd,ssd)", "zone": "!b"}).remote(), timeout=20) == here
     actor = Placed.options(label_selector={"zone": "a"}).remote()
     assert oxray.get(actor.node.remote(), timeout=20) == here
-    # No node matches: the task waits, as in Ray, unless a fallback matches.
+    # No node matches: the task, the generator and the actor wait, as in Ray, unless a
+    # fallback matches.
     with pytest.raises(GetTimeoutError):
         oxray.get(where.options(label_selector={"zone": "b"}).remote(), timeout=1.5)
+    stream = streamed.options(label_selector={"zone": "b"}).remote()
+    with pytest.raises(GetTimeoutError):
+        stream.next_ready(timeout=1.5)
+    waiting = Placed.options(label_selector={"zone": "b"}).remote()
+    with pytest.raises(GetTimeoutError):
+        oxray.get(waiting.node.remote(), timeout=1.5)
+    oxray.kill(waiting)
     fallback = [{"label_selector": {"zone": "c"}}, {"label_selector": {"disk": "ssd"}}]
     assert oxray.get(where.options(label_selector={"zone": "b"}, fallback_strategy=fallback).remote(),
                      timeout=20) == here
@@ -303,20 +379,13 @@ def test_label_selectors_choose_matching_nodes(driver):
         where.options(label_selector={"zone": "a"}, scheduling_strategy="SPREAD")
 
 
-def test_label_matching_and_group_choice_decisions():
+def test_label_options_and_group_choice_decisions():
     from oxray._private.actor_runner import DEFAULT_GROUP, group_of, retry_policy, should_retry
-    from oxray.util._labels import choose, value_matches
+    from oxray.util import _labels, scheduling_strategies
 
-    assert value_matches("a", "a") and not value_matches("a", None)
-    assert value_matches("!a", None) and value_matches("!a", "b") and not value_matches("!a", "a")
-    assert value_matches("in(a, b)", "b") and value_matches("!in(a,b)", "c") and not value_matches("!in(a,b)", "a")
-    nodes = [{"NodeID": "x", "Alive": True, "Labels": {"zone": "a"}},
-             {"NodeID": "y", "Alive": True, "Labels": {"zone": "b"}},
-             {"NodeID": "z", "Alive": False, "Labels": {"zone": "c"}}]
-    assert choose([{"zone": "b"}], nodes, "x") == "y"
-    assert choose([{}], nodes, "x") == "x", "the caller's node first"
-    assert choose([{"zone": "c"}], nodes, "x") is None, "dead nodes do not count"
-    assert choose([{"zone": "c"}, {"zone": "a"}], nodes, None) == "x"
+    chosen = _labels.strategy({"label_selector": {"zone": "a"}, "fallback_strategy": [{"label_selector": {}}]}, None)
+    assert scheduling_strategies.native(chosen) == ("LABELS", '[{"zone": "a"}, {}]', False, -1)
+    assert _labels.strategy({}, "SPREAD") == "SPREAD"
     assert group_of("m", None, None, {"io": 1}) == DEFAULT_GROUP
     assert group_of("m", "io", "cpu", {"io": 1, "cpu": 1}) == "io", "the call's choice wins"
     assert retry_policy({}, {"max_task_retries": None, "retry_exceptions": True}, 3) == (3, True)

@@ -166,7 +166,8 @@ fn core_runtime() -> PyResult<tokio::runtime::Runtime> {
 }
 
 /// `(kind, target, soft, bundle_index)` from Python: "DEFAULT", "SPREAD", "NODE" (the
-/// target is a node id) or "PG" (the target is a placement group id).
+/// target is a node id), "PG" (the target is a placement group id) or "LABELS" (the target
+/// is a JSON list of label selectors, tried in order).
 type StrategyArg = (String, String, bool, i32);
 /// An application metric as `oxray.util.metrics` hands it over.
 type MetricTuple = (String, String, String, Vec<(String, String)>, f64, Vec<f64>, Vec<u64>, f64, u64);
@@ -177,6 +178,9 @@ fn parse_strategy((kind, target, soft, index): StrategyArg) -> PyResult<oxray_wo
         "SPREAD" => Ok(oxray_worker::Strategy::Spread),
         "NODE" => Ok(oxray_worker::Strategy::Node { node_id: target, soft }),
         "PG" => Ok(oxray_worker::Strategy::Bundle { group: target, index }),
+        "LABELS" => serde_json::from_str(&target)
+            .map(oxray_worker::Strategy::Labels)
+            .map_err(|e| PyValueError::new_err(format!("label selectors must be a JSON list of objects: {e}"))),
         other => Err(PyValueError::new_err(format!("unknown scheduling strategy {other:?}"))),
     }
 }
@@ -526,11 +530,10 @@ impl Client {
     ) -> PyResult<()> {
         let submitter = py.detach(|| self.submitter())?;
         py.detach(|| {
-            self.runtime.block_on(async {
-                // An actor first seen here is looked up with its owner's address.
-                let _ = submitter.actor_address(&actor_id, &address, owner.as_deref()).await;
-                submitter.kill_actor(&actor_id, no_restart).await
-            })
+            // An actor first seen here is known by its owner, which ends it; one still
+            // waiting for its worker (here or there) is ended without waiting for it.
+            submitter.know_actor(&actor_id, &address, owner.as_deref());
+            self.runtime.block_on(submitter.kill_actor(&actor_id, no_restart))
         })
         .map_err(PyRuntimeError::new_err)
     }

@@ -285,6 +285,17 @@ impl Submitter {
         self.actors.address(actor_id, hint, owner).await
     }
 
+    /// Makes an actor known here by what its handle carries (where it was last seen, its
+    /// owner), without waiting for it to be placed: enough to reach its owner.
+    pub fn know_actor(&self, actor_id: &str, hint: &str, owner: Option<&str>) {
+        let _ = self.actors.address_now(actor_id, hint, owner);
+    }
+
+    /// Whether an actor known here is dead (killed while it waited for its worker, say).
+    pub(crate) fn actor_is_dead(&self, actor_id: &str) -> bool {
+        self.actors.lock().get(actor_id).is_some_and(|r| matches!(r.life, Life::Dead(_)))
+    }
+
     /// Where an actor this process owns was placed: `(worker address, lease id, agent)`,
     /// waiting until it is; why it never will be.
     pub async fn actor_placement(&self, actor_id: &str) -> Result<(String, String, String), String> {

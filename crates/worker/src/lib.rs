@@ -32,7 +32,7 @@ pub use objects::{new_id, GetError, Hold, ObjectTable, Outcome, Owners, Ready};
 pub use oxray_proto::v1::{ContainedRef, MetricSample, NamedActor, PlacementGroupState, PushTaskReply};
 pub use oxray_rpc::Token;
 pub use store::{NodeStore, StoredFile};
-pub use tasks::{ActorCall, Env, Lease, LeaseFor, Route, Strategy, Submitter, TaskSpec, CANCELLED};
+pub use tasks::{ActorCall, Env, Lease, LeaseFor, Route, Selector, Strategy, Submitter, TaskSpec, CANCELLED};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {

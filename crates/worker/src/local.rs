@@ -43,7 +43,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 impl LocalCluster {
     pub fn start(bin: &Path, options: &LocalOptions) -> Result<Self, WorkerError> {
         let fail = |e: &dyn std::fmt::Display| WorkerError::Start(e.to_string());
-        let dir = tempfile::Builder::new().prefix(oxray_config::private_clusters::PREFIX).tempdir().map_err(|e| fail(&e))?;
+        let dir =
+            tempfile::Builder::new().prefix(oxray_config::private_clusters::PREFIX).tempdir().map_err(|e| fail(&e))?;
         let home = dir.path().join("home");
         let mut args: Vec<String> = [
             "start",

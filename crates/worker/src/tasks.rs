@@ -13,7 +13,10 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 mod actor_calls;
+mod labels;
 mod states;
+
+pub use labels::Selector;
 
 pub(crate) type Authed = InterceptedService<Channel, ClientAuth>;
 
@@ -84,6 +87,9 @@ pub enum Strategy {
     /// Inside a placement group's bundle (any bundle when the index is negative), once the
     /// group is created.
     Bundle { group: String, index: i32 },
+    /// On a node the first of these label selectors any alive node matches picks (Ray's
+    /// `label_selector` then its `fallback_strategy`), waiting while none does.
+    Labels(Vec<Selector>),
 }
 
 /// Where a task goes.
@@ -850,7 +856,7 @@ impl Submitter {
         strategy: &Strategy,
         holder: LeaseFor,
     ) -> Result<Lease, LeaseError> {
-        let mut request = self.request(&resources, env, holder);
+        let mut request = self.request(&resources, env, holder.clone());
         match strategy {
             Strategy::Bundle { group, index } => return self.lease_in_bundle(request, group, *index).await,
             Strategy::Node { node_id, soft } => match self.node_agent(node_id).await? {
@@ -858,6 +864,10 @@ impl Submitter {
                 None if *soft => {}
                 None => return Err(format!("node {node_id} of the NodeAffinitySchedulingStrategy is not alive").into()),
             },
+            Strategy::Labels(selectors) => {
+                request.wait_ms = BUSY_WAIT.as_millis() as u32;
+                return self.lease_by_labels(&request, &resources, selectors, &holder).await;
+            }
             Strategy::Default | Strategy::Spread => {}
         }
         request.wait_ms = BUSY_WAIT.as_millis() as u32;

@@ -23,7 +23,7 @@ class ActorExit(SystemExit):
 
 
 class _Exiting(Exception):
-    """Carries an ActorExit out of a call's task: a SystemExit raised out of a task would
+    """Carries a SystemExit (an ActorExit, a sys.exit()) out of a call's task: a SystemExit raised out of a task would
     stop the event loop itself, before the call is answered."""
 
 
@@ -189,7 +189,7 @@ class ActorRunner:
                 while True:
                     try:
                         return await attempt()
-                    except ActorExit as error:
+                    except SystemExit as error:  # exit_actor() or sys.exit()
                         raise _Exiting() from error
                     except BaseException as error:
                         if not should_retry(error, which, left):

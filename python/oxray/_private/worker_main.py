@@ -11,7 +11,7 @@ import time
 import traceback
 
 from oxray import _native
-from oxray._private import generators, serialization
+from oxray._private import generators, runtime_env, serialization
 from oxray._private.actor_runner import ActorExit, ActorRunner
 from oxray.exceptions import ActorDiedError, TaskCancelledError
 from oxray.runtime_context import _current as current_context
@@ -168,6 +168,7 @@ def main() -> None:
     from oxray._as_ray import install_from_env
 
     install_from_env()
+    runtime_env.add_driver_sys_path()
     _preload(os.environ.get("OXRAY_WORKER_PRELOAD", ""))
     executor = _native.TaskExecutor(os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_WORKER_ID"],
                                     os.environ["OXRAY_AUTH_TOKEN"])
@@ -232,6 +233,40 @@ def _is_ours(filename):
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def exit_decision(error: SystemExit, in_actor: bool):
+    """What a SystemExit out of a call means, as in Ray: exit_actor() and an actor's
+    `sys.exit(0)` end the actor on purpose ("actor", it is not restarted); any other exit
+    ends the worker process with its code ("process", exit code), which its owner sees as
+    a crash (a task is retried, an actor restarted as their options allow)."""
+    if isinstance(error, ActorExit):
+        return "actor", 0
+    code = error.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        code = 1  # sys.exit("message"): Python prints it and exits with 1
+    if in_actor and code == 0:
+        return "actor", 0
+    return "process", code
+
+
+def _exit_of(error: SystemExit, in_actor: bool, name: str) -> ActorExit:
+    """The ActorExit an exit out of `name` amounts to; an exit that ends the process does
+    it here, with what was printed written out first."""
+    kind, code = exit_decision(error, in_actor)
+    if kind == "actor":
+        return error if isinstance(error, ActorExit) else ActorExit(f"the actor exited with exit code 0 in {name}")
+    if not isinstance(error.code, (int, type(None))):
+        print(error.code, file=sys.stderr)
+    print(f"the worker exits with exit code {code}: sys.exit() in {name}", file=sys.stderr)
+    metrics = sys.modules.get("oxray.util.metrics")
+    if metrics is not None:
+        metrics.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _died_by_exit(name, error):
@@ -309,7 +344,8 @@ def _run_one(executor, task, state, out, err, decoded=None):
         reply = _encode(name, result, num_returns, task[8], task_id)
     except KeyboardInterrupt:  # `cancel` interrupted it
         reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [], [])
-    except ActorExit as error:  # exit_actor(): the caller sees the actor's death
+    except SystemExit as error:  # exit_actor() or sys.exit(): the caller sees the death
+        error = _exit_of(error, bool(task[5] or task[6]), name)
         reply = (_died_by_exit(name, error), True, [], [])
         if task[6]:
             state["runner"].exiting = True  # calls that come from now on do not run
@@ -476,7 +512,8 @@ def _submit_concurrent(executor, runner, task, state, out, err):
         out.flush()
         err.flush()
         output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
-        if isinstance(error, ActorExit):
+        if isinstance(error, SystemExit):
+            error = _exit_of(error, True, name)
             executor.finish(task_id, _died_by_exit(name, error), True, [], output)
             return _exit_async_actor(runner, state)
         if error is None:

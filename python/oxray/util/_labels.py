@@ -1,11 +1,8 @@
-"""`label_selector` and `fallback_strategy` (Ray's label scheduling): the selector is matched
-against the nodes' labels here and becomes a hard NodeAffinity choice among the nodes that
-match; the fallbacks are tried in order when none does."""
+"""`label_selector` and `fallback_strategy` (Ray's label scheduling), checked here and
+matched against the nodes' labels by the core: the selector first, then the fallbacks in
+order."""
 
-import random
 from typing import Any, Dict, List, Optional
-
-_NO_MATCH = object()
 
 
 def check_selector(selector, where: str = "label_selector") -> Dict[str, str]:
@@ -34,34 +31,6 @@ def check_fallback(fallback) -> List[Dict[str, str]]:
     return list(fallback)
 
 
-def value_matches(wanted: str, actual: Optional[str]) -> bool:
-    """One selector value against a node's label (None: the node lacks it), as Ray reads
-    them: `v`, `!v`, `in(a,b)`, `!in(a,b)`."""
-    negated = wanted.startswith("!")
-    wanted = wanted[1:] if negated else wanted
-    if wanted.startswith("in(") and wanted.endswith(")"):
-        hit = actual in {v.strip() for v in wanted[3:-1].split(",")}
-    else:
-        hit = actual == wanted
-    return not hit if negated else hit
-
-
-def matches(selector: Dict[str, str], labels: Dict[str, str]) -> bool:
-    return all(value_matches(wanted, labels.get(key)) for key, wanted in selector.items())
-
-
-def choose(selectors: List[Dict[str, str]], nodes: List[Dict[str, Any]], here: Optional[str],
-           pick=random.choice) -> Optional[str]:
-    """The node to run on: for the first selector any alive node matches, this process's node
-    when it does (as DEFAULT prefers it), else one of them; None when no selector matches."""
-    alive = [n for n in nodes if n["Alive"]]
-    for selector in selectors:
-        fitting = [n["NodeID"] for n in alive if matches(selector, n["Labels"] or {})]
-        if fitting:
-            return here if here in fitting else pick(fitting)
-    return None
-
-
 def selectors(options: Dict[str, Any]) -> Optional[List[Dict[str, str]]]:
     """The selectors to try, in order, or None when the options name none."""
     selector = options.get("label_selector")
@@ -80,16 +49,16 @@ def check(options: Dict[str, Any]) -> None:
         raise ValueError("label_selector and fallback_strategy cannot be combined with a scheduling_strategy")
 
 
-def node_for(options: Dict[str, Any]):
-    """None when the options have no selector; else the node id to run on, or _NO_MATCH."""
+class LabelStrategy:
+    """Where work with label selectors goes: the core matches them against the nodes'
+    labels (`tasks/labels.rs`), first the selector, then each fallback, and waits while no
+    node matches, as a Ray task or actor stays pending."""
+
+    def __init__(self, selectors: List[Dict[str, str]]):
+        self.selectors = selectors
+
+
+def strategy(options: Dict[str, Any], chosen):
+    """The strategy for work with these options: its label selectors when it has any."""
     wanted = selectors(options)
-    if wanted is None:
-        return None
-    from oxray._private import worker
-
-    chosen = choose(wanted, worker.nodes(), worker.client().node_id())
-    return _NO_MATCH if chosen is None else chosen
-
-
-def unmatched(node) -> bool:
-    return node is _NO_MATCH
+    return chosen if wanted is None else LabelStrategy(wanted)

@@ -53,6 +53,12 @@ def native(strategy):
         return ("SPREAD", "", False, -1)
     if isinstance(strategy, NodeAffinitySchedulingStrategy):
         return ("NODE", strategy.node_id, strategy.soft, -1)
+    from oxray.util._labels import LabelStrategy
+
+    if isinstance(strategy, LabelStrategy):
+        import json
+
+        return ("LABELS", json.dumps(strategy.selectors), False, -1)
     if isinstance(strategy, PlacementGroupSchedulingStrategy):
         from oxray.util.placement_group import PlacementGroup
 

@@ -60,7 +60,12 @@ impl EnvCache {
 
     /// `log` receives progress lines for the job's log; a `pip` virtualenv is built from
     /// the interpreter `python` and sees the packages it sees.
-    pub async fn prepare(&self, spec: &RuntimeEnv, python: &str, log: &mut tokio::fs::File) -> Result<Prepared, String> {
+    pub async fn prepare(
+        &self,
+        spec: &RuntimeEnv,
+        python: &str,
+        log: &mut tokio::fs::File,
+    ) -> Result<Prepared, String> {
         let mut out = Prepared::default();
         if let Some(dir) = &spec.working_dir {
             out.cwd = Some(self.location(dir, "working_dir").await?);
