@@ -155,3 +155,44 @@ def test_tasks_of_a_submitted_job_inherit_its_working_dir(cluster, tmp_path):
                           "driver.py"], env=cluster.env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "task says 42" in out.stdout
+
+
+def test_workers_import_the_drivers_own_modules(tmp_path):
+    """As in Ray, a driver's workers find the modules beside its script and in its working
+    directory: a task defined in a neighbour module is pickled by reference, and nested
+    tasks see the same."""
+    scripts, cwd = tmp_path / "scripts", tmp_path / "here"
+    scripts.mkdir()
+    cwd.mkdir()
+    (scripts / "shapes.py").write_text("def area(w, h):\n    return w * h\n")
+    (cwd / "units.py").write_text("SUFFIX = 'm2'\n")
+    (scripts / "driver.py").write_text(textwrap.dedent("""
+        import oxray
+        import shapes
+
+        oxray.init(num_cpus=1)
+        area = oxray.remote(shapes.area)
+
+        @oxray.remote(num_cpus=0)
+        def labelled(w, h):
+            import units
+            return f"{oxray.get(area.remote(w, h))} {units.SUFFIX}"
+
+        print(oxray.get(labelled.remote(3, 4)))
+    """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OXRAY_") and k != "PYTHONPATH"}
+    env.update(OXRAY_BIN=OXRAY_BIN, OXRAY_HOME=str(tmp_path / "home"))
+    out = subprocess.run([sys.executable, str(scripts / "driver.py")], cwd=cwd, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["12", "m2"]
+
+
+def test_driver_code_paths_decisions():
+    from oxray._private.runtime_env import code_paths
+
+    assert code_paths("/s/driver.py", ["/s", "/lib"], "/cwd", False, False) == ["/s", "/cwd"]
+    assert code_paths("/s/driver.py", ["/lib"], "/cwd", False, False) == ["/cwd"], "python -m: no script dir"
+    assert code_paths("", ["/lib"], "/cwd", True, False) == ["/cwd"], "a shell has no script"
+    assert code_paths("/s/driver.py", ["/s"], "/cwd", False, True) == ["/s"], "a working_dir replaces the cwd"
+    assert code_paths("/s/driver.py", ["/s"], "/s", False, False) == ["/s"]

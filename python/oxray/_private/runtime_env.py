@@ -6,11 +6,15 @@ workers in them (pooled per environment)."""
 
 import json
 import os
-from typing import Any, Dict, Optional
+import sys
+from typing import Any, Dict, List, Optional
 
 # Where the rest of a runtime_env rides among a worker's variables: no variable name can
 # hold "=", so it can never be one the user set.
 RUNTIME_ENV_KEY = "=runtime_env"
+
+# The directories a driver's workers put first on their sys.path, as a JSON list.
+DRIVER_SYS_PATH = "OXRAY_DRIVER_SYS_PATH"
 
 _FOR_TASKS = {"working_dir", "py_modules", "pip", "env_vars", "excludes", "config"}
 _uploaded: Dict[str, Dict[str, Any]] = {}
@@ -52,6 +56,9 @@ def worker_env(task: Optional[Dict[str, Any]]) -> Dict[str, str]:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in variables.items()):
         raise TypeError("runtime_env env_vars must map strings to strings")
     variables = dict(variables)
+    paths = driver_sys_path(bool(merged.get("working_dir")))
+    if paths:
+        variables[DRIVER_SYS_PATH] = json.dumps(paths)
     rest = {k: merged[k] for k in ("working_dir", "py_modules", "pip", "excludes") if merged.get(k)}
     if rest.get("working_dir") or rest.get("py_modules") or rest.get("pip"):
         rest = _uploaded_form(rest)
@@ -80,3 +87,35 @@ def _packages_client():
 
     client = worker.client()
     return JobSubmissionClient(client.dashboard_url, headers={"Authorization": f"Bearer {client.token}"})
+
+
+def code_paths(argv0: str, sys_path: List[str], cwd: str, interactive: bool, has_working_dir: bool) -> List[str]:
+    """What a driver's workers add to their sys.path, as Ray's do: the directory of the
+    driver's script when the driver imports from it (not under `python -m` or in a shell),
+    and the driver's working directory unless a working_dir replaces it."""
+    paths = []
+    if not interactive and argv0:
+        script_dir = os.path.dirname(os.path.realpath(argv0))
+        if script_dir in sys_path:
+            paths.append(script_dir)
+    if not has_working_dir and cwd not in paths:
+        paths.append(cwd)
+    return paths
+
+
+def driver_sys_path(has_working_dir: bool) -> List[str]:
+    """This process's workers' code paths: a worker passes on its driver's."""
+    inherited = os.environ.get(DRIVER_SYS_PATH)
+    if inherited is not None:
+        return json.loads(inherited)
+    main = sys.modules.get("__main__")
+    interactive = not hasattr(main, "__file__")
+    return code_paths(sys.argv[0] if sys.argv else "", sys.path, os.getcwd(), interactive, has_working_dir)
+
+
+def add_driver_sys_path() -> None:
+    """In a worker: its driver's code paths first on sys.path, so the driver's own modules
+    (the script's neighbours) import as they do in the driver."""
+    text = os.environ.get(DRIVER_SYS_PATH)
+    if text:
+        sys.path[0:0] = [p for p in json.loads(text) if p not in sys.path]
