@@ -64,6 +64,11 @@ class RayTaskError(RayError):
         return (RayTaskError, (self.function_name, self.traceback_str, self.cause))
 
 
+class RuntimeEnvSetupError(RayError):
+    """The task's or actor's runtime_env could not be prepared on its node (a package that
+    does not install, its setup timeout passed)."""
+
+
 class TaskCancelledError(RayError):
     """The task was cancelled with `cancel` before or while it ran."""
 

@@ -107,6 +107,58 @@ def test_a_task_or_actor_gets_its_own_pip_packages(private_cluster, tmp_path):
         oxray.get(failing.remote("x"), timeout=180)
 
 
+def test_setup_timeout_seconds_bounds_preparing_an_environment(tmp_path):
+    """A pip index that never answers: with config.setup_timeout_seconds the task fails with
+    RuntimeEnvSetupError when the time is up, rather than waiting on pip."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OXRAY_", "PIP_"))}
+    env.update(OXRAY_BIN=OXRAY_BIN, OXRAY_HOME=str(tmp_path / "home"))
+    code = textwrap.dedent("""
+        import os, socket, time
+        import oxray
+        from oxray.exceptions import RuntimeEnvSetupError
+
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # accepted by the kernel, never answered
+        os.environ["PIP_INDEX_URL"] = "http://127.0.0.1:%d/simple" % silent.getsockname()[1]
+        os.environ["PIP_DEFAULT_TIMEOUT"] = "120"
+        oxray.init(num_cpus=1)
+
+        @oxray.remote(runtime_env={"pip": ["oxray-never-served==1.0"], "config": {"setup_timeout_seconds": 4}})
+        def never():
+            return 1
+
+        start = time.time()
+        try:
+            oxray.get(never.remote(), timeout=100)
+        except RuntimeEnvSetupError as e:
+            print("failed", "setup_timeout_seconds" in str(e), time.time() - start < 60)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["failed", "True", "True"], out.stdout + out.stderr
+
+
+def test_runtime_env_classes_and_config_checks(private_cluster):
+    from oxray.runtime_env import RuntimeEnv, RuntimeEnvConfig
+
+    env = RuntimeEnv(env_vars={"A": "1"}, config=RuntimeEnvConfig(setup_timeout_seconds=30))
+    assert env == {"env_vars": {"A": "1"}, "config": {"setup_timeout_seconds": 30, "eager_install": True}}
+    assert env.env_vars() == {"A": "1"} and not env.has_working_dir()
+
+    @oxray.remote(runtime_env=env)
+    def read():
+        return os.environ["A"]
+
+    assert oxray.get(read.remote(), timeout=60) == "1"
+    with pytest.raises(ValueError, match="greater than zero"):
+        RuntimeEnvConfig(setup_timeout_seconds=0)
+    with pytest.raises(TypeError, match="must be an int"):
+        read.options(runtime_env={"config": {"setup_timeout_seconds": "5"}}).remote()
+    with pytest.raises(ValueError, match="not known"):
+        read.options(runtime_env={"config": {"retries": 2}}).remote()
+
+
 def test_a_job_runtime_env_merges_with_the_tasks(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OXRAY_")}
     env.update(OXRAY_BIN=OXRAY_BIN, OXRAY_HOME=str(tmp_path / "home"))

@@ -27,7 +27,12 @@ pub struct RuntimeEnv {
     pub pip: Option<PipSpec>,
     /// Only meaningful to the client that packed the directories.
     pub excludes: Vec<String>,
+    /// Ray's `config.setup_timeout_seconds` as given: -1 for no limit.
+    pub setup_timeout_seconds: Option<i64>,
 }
+
+/// How long an environment may take to prepare when its `config` does not say.
+const DEFAULT_SETUP_TIMEOUT_S: u64 = 600;
 
 fn strings(field: &str, value: &Value) -> Result<Vec<String>, SpecError> {
     let wrong = || SpecError::WrongType { field: field.to_string(), expected: "a list of strings" };
@@ -76,13 +81,46 @@ impl RuntimeEnv {
                 }
                 "pip" => spec.pip = Some(parse_pip(value)?),
                 "excludes" => spec.excludes = strings(field, value)?,
-                // Set by Ray's client next to pip; options of Ray's own setup we have no use for.
-                "_ray_commit" | "config" => {}
+                "config" => spec.setup_timeout_seconds = parse_config(value)?,
+                // Set by Ray's client next to pip.
+                "_ray_commit" => {}
                 other => return Err(SpecError::UnknownField(other.to_string())),
             }
         }
         Ok(spec)
     }
+
+    /// How long preparing this environment may take (600 s unless its config says; None:
+    /// no limit).
+    pub fn setup_timeout(&self) -> Option<std::time::Duration> {
+        match self.setup_timeout_seconds {
+            None => Some(std::time::Duration::from_secs(DEFAULT_SETUP_TIMEOUT_S)),
+            Some(s) if s > 0 => Some(std::time::Duration::from_secs(s as u64)),
+            Some(_) => None,
+        }
+    }
+}
+
+/// Ray's `RuntimeEnvConfig`: `setup_timeout_seconds` (a positive integer, or -1 for no
+/// limit), `eager_install` (a bool; environments are prepared when first used either way)
+/// and `log_files` (a list of strings).
+fn parse_config(value: &Value) -> Result<Option<i64>, SpecError> {
+    let wrong = |field: &str, expected| SpecError::WrongType { field: format!("config.{field}"), expected };
+    let config = value.as_object().ok_or(SpecError::WrongType { field: "config".into(), expected: "an object" })?;
+    let mut timeout = None;
+    for (key, v) in config {
+        match key.as_str() {
+            "setup_timeout_seconds" => match v.as_i64() {
+                Some(s) if s > 0 || s == -1 => timeout = Some(s),
+                _ => return Err(wrong(key, "a positive integer or -1")),
+            },
+            "eager_install" if !v.is_boolean() => return Err(wrong(key, "a bool")),
+            "log_files" if strings("config.log_files", v).is_err() => return Err(wrong(key, "a list of strings")),
+            "eager_install" | "log_files" => {}
+            other => return Err(SpecError::UnknownField(format!("config.{other}"))),
+        }
+    }
+    Ok(timeout)
 }
 
 /// `["pkg", ...]` or Ray's normalised `{"packages": [...], "pip_check": bool, "pip_version": str}`.
@@ -127,6 +165,22 @@ mod tests {
         assert_eq!(env.py_modules.len(), 2);
         assert_eq!(env.env_vars["A"], "1");
         assert_eq!(env.pip.unwrap().packages, ["requests==2.0"]);
+    }
+
+    #[test]
+    fn config_sets_the_setup_timeout_as_rays_does() {
+        use std::time::Duration;
+        assert_eq!(parse(json!({})).unwrap().setup_timeout(), Some(Duration::from_secs(600)));
+        let set = parse(json!({"config": {"setup_timeout_seconds": 5, "eager_install": false}})).unwrap();
+        assert_eq!(set.setup_timeout(), Some(Duration::from_secs(5)));
+        assert_eq!(parse(json!({"config": {"setup_timeout_seconds": -1}})).unwrap().setup_timeout(), None);
+        for bad in
+            [json!({"setup_timeout_seconds": 0}), json!({"setup_timeout_seconds": "5"}), json!({"eager_install": 1})]
+        {
+            assert!(matches!(parse(json!({ "config": bad })), Err(SpecError::WrongType { .. })), "{bad}");
+        }
+        assert_eq!(parse(json!({"config": {"retries": 1}})), Err(SpecError::UnknownField("config.retries".into())));
+        assert!(matches!(parse(json!({"config": 5})), Err(SpecError::WrongType { .. })));
     }
 
     #[test]

@@ -59,7 +59,11 @@ def worker_env(task: Optional[Dict[str, Any]]) -> Dict[str, str]:
     paths = driver_sys_path(bool(merged.get("working_dir")))
     if paths:
         variables[DRIVER_SYS_PATH] = json.dumps(paths)
-    rest = {k: merged[k] for k in ("working_dir", "py_modules", "pip", "excludes") if merged.get(k)}
+    if merged.get("config") is not None:
+        from oxray.runtime_env import check_config
+
+        check_config(merged["config"])
+    rest = {k: merged[k] for k in ("working_dir", "py_modules", "pip", "excludes", "config") if merged.get(k)}
     if rest.get("working_dir") or rest.get("py_modules") or rest.get("pip"):
         rest = _uploaded_form(rest)
         variables[RUNTIME_ENV_KEY] = json.dumps(rest, sort_keys=True)

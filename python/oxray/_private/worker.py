@@ -278,11 +278,19 @@ def get(refs, *, timeout: Optional[float] = None):
         elif outcome == 6:
             raise exceptions.OutOfMemoryError(data.decode(errors="replace"))
         else:
-            message = data.decode(errors="replace")
-            if message.endswith("the task was cancelled"):
-                raise exceptions.TaskCancelledError(message)
-            raise exceptions.WorkerCrashedError(message)
+            raise system_error(data.decode(errors="replace"))
     return values[0] if single else values
+
+
+def system_error(message: str) -> Exception:
+    """The exception for a task the system failed, by what the core says of it."""
+    from oxray import exceptions
+
+    if message.endswith("the task was cancelled"):
+        return exceptions.TaskCancelledError(message)
+    if "runtime_env setup failed" in message:  # the agent's words for an environment it could not prepare
+        return exceptions.RuntimeEnvSetupError(message)
+    return exceptions.WorkerCrashedError(message)
 
 
 _ID = operator.attrgetter("_id")

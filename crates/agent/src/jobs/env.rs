@@ -59,8 +59,25 @@ impl EnvCache {
     }
 
     /// `log` receives progress lines for the job's log; a `pip` virtualenv is built from
-    /// the interpreter `python` and sees the packages it sees.
+    /// the interpreter `python` and sees the packages it sees. Preparing takes at most the
+    /// spec's setup timeout; what it started (pip) is ended when it runs out.
     pub async fn prepare(
+        &self,
+        spec: &RuntimeEnv,
+        python: &str,
+        log: &mut tokio::fs::File,
+    ) -> Result<Prepared, String> {
+        let Some(limit) = spec.setup_timeout() else { return self.prepare_all(spec, python, log).await };
+        match tokio::time::timeout(limit, self.prepare_all(spec, python, log)).await {
+            Ok(prepared) => prepared,
+            Err(_) => Err(format!(
+                "the runtime_env was not ready after {} s (its config's setup_timeout_seconds)",
+                limit.as_secs()
+            )),
+        }
+    }
+
+    async fn prepare_all(
         &self,
         spec: &RuntimeEnv,
         python: &str,
@@ -194,6 +211,7 @@ async fn python_output(python: &str, code: &str) -> Result<String, String> {
     let out = tokio::process::Command::new(python)
         .args(["-c", code])
         .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| format!("cannot run {python}: {e}"))?;
@@ -212,6 +230,7 @@ async fn run_logged(log: &tokio::fs::File, program: &str, args: &[&str]) -> Resu
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err)
+        .kill_on_drop(true)
         .status()
         .await
         .map_err(|e| format!("cannot run {program}: {e}"))?;
