@@ -34,7 +34,9 @@ class RuntimeContext:
         return _current["task_name"]
 
     def get_task_function_name(self) -> Optional[str]:
-        return _current["task_name"]
+        """The module and qualified name of what the current task runs (`mod.f`,
+        `mod.Actor.method`), as Ray's; None in a driver."""
+        return _current.get("task_function")
 
     @property
     def namespace(self) -> Optional[str]:

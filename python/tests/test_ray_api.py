@@ -31,6 +31,17 @@ def task_name():
 
 
 @oxray.remote
+def function_name():
+    return oxray.get_runtime_context().get_task_function_name()
+
+
+@oxray.remote
+class Named:
+    def function_name(self):
+        return oxray.get_runtime_context().get_task_function_name()
+
+
+@oxray.remote
 class Counter:
     def __init__(self, start=0):
         self.n = start
@@ -115,6 +126,9 @@ def test_every_actor_has_ready_and_call(private_cluster):
 
 def test_runtime_context_names_the_task_and_the_actor(private_cluster):
     assert oxray.get(task_name.remote()) == ("task_name", [])
+    assert oxray.get(function_name.remote()) == f"{__name__}.function_name"
+    assert oxray.get(Named.remote().function_name.remote()) == f"{__name__}.Named.function_name"
+    assert oxray.get_runtime_context().get_task_function_name() is None, "a driver runs no task"
     named = Counter.options(name="the-counter").remote()
     assert oxray.get(named.name.remote()) == "the-counter"
     assert oxray.get(Counter.remote().name.remote()) is None
