@@ -1,6 +1,7 @@
 """`JobConfig`, as Ray's `ray.job_config.JobConfig`: what `init(job_config=...)` says about
 the driver's job."""
 
+import os
 from typing import Any, Dict, Optional
 
 
@@ -12,6 +13,9 @@ class JobConfig:
         if default_actor_lifetime not in ("detached", "non_detached"):
             raise ValueError(f"default_actor_lifetime must be 'detached' or 'non_detached', "
                              f"got {default_actor_lifetime!r}")
+        if isinstance(code_search_path, str):
+            raise TypeError("code_search_path must be a list of directories, not a string")
+        self.code_search_path = [os.path.abspath(p) for p in code_search_path or []]
         self.runtime_env = runtime_env
         self.metadata = dict(metadata or {})
         self.ray_namespace = ray_namespace

@@ -210,25 +210,34 @@ def test_tasks_of_a_submitted_job_inherit_its_working_dir(cluster, tmp_path):
 
 
 def test_workers_import_the_drivers_own_modules(tmp_path):
-    """As in Ray, a driver's workers find the modules beside its script and in its working
-    directory: a task defined in a neighbour module is pickled by reference, and nested
-    tasks see the same."""
+    """As in Ray, a driver's workers find the modules beside its script, in its working
+    directory and in its JobConfig's code_search_path: a task defined in a neighbour module is
+    pickled by reference, and nested tasks see the same."""
     scripts, cwd = tmp_path / "scripts", tmp_path / "here"
     scripts.mkdir()
     cwd.mkdir()
     (scripts / "shapes.py").write_text("def area(w, h):\n    return w * h\n")
     (cwd / "units.py").write_text("SUFFIX = 'm2'\n")
-    (scripts / "driver.py").write_text(textwrap.dedent("""
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / "rounding.py").write_text("def exact(x):\n    return int(x)\n")
+    (scripts / "driver.py").write_text(textwrap.dedent(f"""
+        import os
         import oxray
         import shapes
+        from oxray.job_config import JobConfig
 
-        oxray.init(num_cpus=1)
+        config = JobConfig(code_search_path=[{str(library)!r}], runtime_env={{"env_vars": {{"UNIT": "m2"}}}},
+                           ray_namespace="shapes")
+        oxray.init(num_cpus=1, job_config=config)
         area = oxray.remote(shapes.area)
 
         @oxray.remote(num_cpus=0)
         def labelled(w, h):
+            import rounding
             import units
-            return f"{oxray.get(area.remote(w, h))} {units.SUFFIX}"
+            assert units.SUFFIX == os.environ["UNIT"] and oxray.get_runtime_context().namespace == "shapes"
+            return f"{{rounding.exact(oxray.get(area.remote(w, h)))}} {{units.SUFFIX}}"
 
         print(oxray.get(labelled.remote(3, 4)))
     """))

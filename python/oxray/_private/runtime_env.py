@@ -16,6 +16,9 @@ RUNTIME_ENV_KEY = "=runtime_env"
 # The directories a driver's workers put first on their sys.path, as a JSON list.
 DRIVER_SYS_PATH = "OXRAY_DRIVER_SYS_PATH"
 
+# The namespace a worker's process joins.
+NAMESPACE = "OXRAY_NAMESPACE"
+
 _FOR_TASKS = {"working_dir", "py_modules", "pip", "env_vars", "excludes", "config"}
 _uploaded: Dict[str, Dict[str, Any]] = {}
 
@@ -59,6 +62,11 @@ def worker_env(task: Optional[Dict[str, Any]]) -> Dict[str, str]:
     paths = driver_sys_path(bool(merged.get("working_dir")))
     if paths:
         variables[DRIVER_SYS_PATH] = json.dumps(paths)
+    from oxray._private import worker
+
+    if worker.namespace():
+        # Work runs in the namespace of the process that started it, as in Ray.
+        variables[NAMESPACE] = worker.namespace()
     if merged.get("config") is not None:
         from oxray.runtime_env import check_config
 
@@ -108,13 +116,18 @@ def code_paths(argv0: str, sys_path: List[str], cwd: str, interactive: bool, has
 
 
 def driver_sys_path(has_working_dir: bool) -> List[str]:
-    """This process's workers' code paths: a worker passes on its driver's."""
+    """This process's workers' code paths: a worker passes on its driver's; a driver's are
+    its JobConfig's `code_search_path`, then those `code_paths` finds."""
     inherited = os.environ.get(DRIVER_SYS_PATH)
     if inherited is not None:
         return json.loads(inherited)
+    from oxray._private import worker
+
     main = sys.modules.get("__main__")
     interactive = not hasattr(main, "__file__")
-    return code_paths(sys.argv[0] if sys.argv else "", sys.path, os.getcwd(), interactive, has_working_dir)
+    paths = code_paths(sys.argv[0] if sys.argv else "", sys.path, os.getcwd(), interactive, has_working_dir)
+    # JobConfig(code_search_path=...) comes first, as Ray puts it before the driver's.
+    return worker.code_search_path() + [p for p in paths if p not in worker.code_search_path()]
 
 
 def add_driver_sys_path() -> None:

@@ -15,6 +15,8 @@ _client: Optional["_native.Client"] = None
 _shut_down = False
 _namespace: Optional[str] = None
 _runtime_env: Optional[Dict[str, Any]] = None
+# JobConfig(code_search_path=...): directories the driver's workers put on their sys.path.
+_code_search_path: List[str] = []
 # Named actors this process created that are not detached (their names leave the head's
 # directory when this process shuts down; the core ends every actor this process owns), and
 # placement groups: they end with it, as in Ray.
@@ -87,10 +89,12 @@ def init(
     cluster started on this machine with `oxray start`, else a new private cluster for this
     process, stopped when it exits. "auto" only joins; "local" always starts a new one.
     """
-    global _client, _namespace, _runtime_env
+    global _client, _namespace, _runtime_env, _code_search_path
     if job_config is not None:
         namespace = namespace or job_config.ray_namespace
         runtime_env = runtime_env if runtime_env is not None else job_config.runtime_env
+    # A worker is in the namespace of the process that started its work.
+    namespace = namespace or os.environ.get("OXRAY_NAMESPACE") or None
     with _lock:
         if _client is not None:
             if ignore_reinit_error:
@@ -107,6 +111,7 @@ def init(
                                   os.environ.get("OXRAY_NODE_ID"))
         _namespace = namespace
         _runtime_env = runtime_env
+        _code_search_path = list(getattr(job_config, "code_search_path", None) or [])
         return _context(_client)
 
 
@@ -204,7 +209,14 @@ def runtime_env() -> Optional[Dict[str, Any]]:
     return _runtime_env
 
 
+def code_search_path() -> List[str]:
+    return _code_search_path
+
+
 def namespace() -> Optional[str]:
+    """This process's namespace (a worker's is that of its work, before it connects too)."""
+    if _client is None:
+        return os.environ.get("OXRAY_NAMESPACE") or None
     return _namespace
 
 
