@@ -58,10 +58,50 @@ def check_arguments(signature: Optional[inspect.Signature], name: str, args, kwa
         raise TypeError(f"{name}() got arguments that do not fit its signature {signature}: {e}") from None
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_value(name: str, value) -> None:
+    """One option's value, checked where Ray checks it: at `@remote` and `.options()`."""
+    if value is None:
+        return
+    if name in ("num_cpus", "num_gpus", "memory"):
+        if not _is_number(value):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"{name} only accepts None, 0 or a positive number, got {value}")
+    elif name == "resources":
+        if not isinstance(value, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in value.items()):
+            raise TypeError(f"resources must be a dict of names to numbers, got {value!r}")
+    elif name in ("max_retries", "max_restarts", "max_task_retries"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise ValueError(f"{name} must be an integer >= -1 (-1: without limit), got {value!r}")
+    elif name == "retry_exceptions":
+        if not isinstance(value, bool) and not (
+                isinstance(value, (list, tuple))
+                and all(isinstance(e, type) and issubclass(e, BaseException) for e in value)):
+            raise TypeError("retry_exceptions must be a bool or a list of exception types")
+    elif name in ("name", "namespace"):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    elif name == "lifetime":
+        if value not in ("detached", "non_detached"):
+            raise ValueError(f"lifetime must be 'detached', 'non_detached' or None, got {value!r}")
+    elif name == "get_if_exists":
+        if not isinstance(value, bool):
+            raise TypeError("get_if_exists must be a bool")
+    elif name == "runtime_env":
+        if not isinstance(value, dict):
+            raise TypeError(f"runtime_env must be a dict, got {type(value).__name__}")
+
+
 def check_options(options: Dict[str, Any]) -> None:
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
+    for name, value in options.items():
+        _check_value(name, value)
     num_returns = options.get("num_returns", 1)
     if num_returns in (None, "streaming", "dynamic"):
         return

@@ -91,6 +91,24 @@ def test_arguments_that_do_not_fit_fail_at_the_call(private_cluster):
     assert oxray.get(c.incr.remote(by=2)) == 7
 
 
+def test_bad_option_values_fail_where_ray_checks_them():
+    for options, error in [({"num_cpus": "x"}, TypeError), ({"num_gpus": -1}, ValueError),
+                           ({"memory": True}, TypeError), ({"resources": {"disk": "1"}}, TypeError),
+                           ({"max_retries": -2}, ValueError), ({"retry_exceptions": [42]}, TypeError),
+                           ({"runtime_env": ["pip"]}, TypeError), ({"name": 3}, TypeError)]:
+        with pytest.raises(error):
+            oxray.remote(**options)(lambda: 1)
+        with pytest.raises(error):
+            double.options(**options)
+    with pytest.raises(ValueError, match="lifetime"):
+        Counter.options(lifetime="forever")
+    with pytest.raises(ValueError, match="max_restarts"):
+        oxray.remote(max_restarts=1.5)(type("A", (), {}))
+    assert double.options(num_cpus=0.5, resources={"disk": 1}, retry_exceptions=[ValueError], max_retries=-1)
+    with pytest.raises(RuntimeError, match="Unknown keyword argument.*num_cpu\\b"):
+        oxray.init(num_cpu=2)
+
+
 def test_wait_takes_an_empty_list_and_refuses_a_single_ref(private_cluster):
     assert oxray.wait([]) == ([], [])
     with pytest.raises(TypeError):

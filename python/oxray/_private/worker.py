@@ -90,6 +90,7 @@ def init(
     process, stopped when it exits. "auto" only joins; "local" always starts a new one.
     """
     global _client, _namespace, _runtime_env, _code_search_path
+    check_init_options(kwargs)
     if job_config is not None:
         namespace = namespace or job_config.ray_namespace
         runtime_env = runtime_env if runtime_env is not None else job_config.runtime_env
@@ -113,6 +114,23 @@ def init(
         _runtime_env = runtime_env
         _code_search_path = list(getattr(job_config, "code_search_path", None) or [])
         return _context(_client)
+
+
+# Ray's other `init` arguments: accepted, with nothing for oxray to do (logging goes to the
+# driver as in Ray; the dashboard is the head's; the rest are Ray's own process settings).
+_INIT_ACCEPTED = {"labels", "local_mode", "include_dashboard", "dashboard_host", "dashboard_port",
+                  "configure_logging", "logging_level", "logging_format", "logging_config", "log_to_driver",
+                  "enable_resource_isolation", "system_reserved_cpu", "system_reserved_memory", "storage",
+                  "_enable_object_reconstruction", "_plasma_directory", "_node_ip_address",
+                  "_driver_object_store_memory", "_memory", "_redis_password", "_temp_dir", "_metrics_export_port",
+                  "_system_config", "_tracing_startup_hook", "_node_name", "_skip_env_hook"}
+
+
+def check_init_options(kwargs: Dict[str, Any]) -> None:
+    """As Ray's `init`: an argument it does not know is an error, not silently ignored."""
+    unknown = sorted(set(kwargs) - _INIT_ACCEPTED)
+    if unknown:
+        raise RuntimeError(f"Unknown keyword argument(s): {', '.join(unknown)}")
 
 
 def _context(client) -> RayContext:
