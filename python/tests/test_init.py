@@ -49,7 +49,7 @@ def wait_until(check, timeout=20):
 
 
 def test_init_without_a_cluster_starts_a_private_one_and_stops_it(no_cluster):
-    ctx = oxray.init(num_cpus=3, resources={"accel": 2})
+    ctx = oxray.init(num_cpus=3, resources={"accel": 2}, labels={"zone": "z1"})
     assert oxray.is_initialized()
     assert ctx.address.startswith("127.0.0.1:") and ctx.dashboard_url.startswith("http://")
     resources = oxray.cluster_resources()
@@ -57,12 +57,21 @@ def test_init_without_a_cluster_starts_a_private_one_and_stops_it(no_cluster):
     assert oxray.available_resources()["CPU"] == 3
     (node,) = oxray.nodes()
     assert node["Alive"] and node["IsHeadNode"] and len(node["NodeID"]) == 56
+    assert node["Labels"]["zone"] == "z1", "init(labels=...) labels the new cluster's node"
     home = worker.client().local_home
     pids = live_pids(home)
     assert len(pids) == 2, "a head and its node"
     oxray.shutdown()
     assert not oxray.is_initialized()
     assert wait_until(lambda: not live_pids(home)), "the private cluster stopped with shutdown"
+
+
+def test_init_labels_are_checked():
+    with pytest.raises(TypeError, match="labels"):
+        oxray.init(labels={"zone": 1})
+    with pytest.raises(ValueError, match="cannot be empty"):
+        oxray.init(labels={"zone": "a,b"})
+    assert not oxray.is_initialized()
 
 
 def test_other_processes_of_the_user_join_a_private_cluster_by_its_address(no_cluster):

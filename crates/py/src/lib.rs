@@ -85,7 +85,7 @@ fn connect(
     env_address: Option<String>,
     current_address: Option<String>,
     token: Option<String>,
-    local: (Option<u32>, Option<u32>, Option<String>, Option<u64>),
+    local: (Option<u32>, Option<u32>, Option<String>, Option<u64>, Option<String>),
     package_dir: Option<PathBuf>,
     python: String,
     node_hint: Option<String>,
@@ -95,9 +95,10 @@ fn connect(
         let target = oxray_worker::resolve(address.as_deref(), env_address.as_deref(), current_address.as_deref()).map_err(to_py)?;
         let (address, token, local) = match target {
             Target::Connect(address) => {
-                if local.0.is_some() || local.1.is_some() || local.2.is_some() || local.3.is_some() {
+                if local.0.is_some() || local.1.is_some() || local.2.is_some() || local.3.is_some() || local.4.is_some()
+                {
                     return Err(PyValueError::new_err(
-                        "num_cpus, num_gpus, resources and object_store_memory describe a new local cluster; they cannot be given when connecting to an existing one",
+                        "num_cpus, num_gpus, resources, object_store_memory and labels describe a new local cluster; they cannot be given when connecting to an existing one",
                     ));
                 }
                 let token = std::env::var("OXRAY_AUTH_TOKEN")
@@ -121,6 +122,7 @@ fn connect(
                     num_gpus: local.1,
                     resources_json: local.2,
                     object_store_memory: local.3,
+                    labels: local.4,
                 };
                 let cluster = LocalCluster::start(&bin, &options).map_err(to_py)?;
                 (cluster.address.clone(), cluster.token.clone(), Some(cluster))

@@ -15,6 +15,8 @@ pub struct LocalOptions {
     pub resources_json: Option<String>,
     /// Bytes of shared memory for the object store.
     pub object_store_memory: Option<u64>,
+    /// The node's labels, as `start --labels` takes them (`k=v,...`).
+    pub labels: Option<String>,
 }
 
 pub struct LocalCluster {
@@ -71,6 +73,9 @@ impl LocalCluster {
         }
         if let Some(json) = &options.resources_json {
             args.extend(["--resources".into(), json.clone()]);
+        }
+        if let Some(labels) = &options.labels {
+            args.extend(["--labels".into(), labels.clone()]);
         }
         // A file, not a pipe: the launcher must never die writing to a reader that left.
         let log_path = dir.path().join("start.log");

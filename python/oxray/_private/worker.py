@@ -106,9 +106,10 @@ def init(
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         resources_json = json.dumps(resources) if resources is not None else None
+        labels = labels_argument(kwargs.get("labels"))
         package_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "_bin")
         _client = _native.connect(address, os.environ.get("OXRAY_ADDRESS"), _current_address(), _token(),
-                                  (num_cpus, num_gpus, resources_json, object_store_memory), package_dir, sys.executable,
+                                  (num_cpus, num_gpus, resources_json, object_store_memory, labels), package_dir, sys.executable,
                                   os.environ.get("OXRAY_NODE_ID"))
         _namespace = namespace
         _runtime_env = runtime_env
@@ -116,14 +117,27 @@ def init(
         return _context(_client)
 
 
-# Ray's other `init` arguments: accepted, with nothing for oxray to do (logging goes to the
-# driver as in Ray; the dashboard is the head's; the rest are Ray's own process settings).
+# Ray's other `init` arguments: `labels` (a new local cluster's node's), and those accepted
+# with nothing for oxray to do (logging goes to the driver as in Ray; the dashboard is the
+# head's; the rest are Ray's own process settings).
 _INIT_ACCEPTED = {"labels", "local_mode", "include_dashboard", "dashboard_host", "dashboard_port",
                   "configure_logging", "logging_level", "logging_format", "logging_config", "log_to_driver",
                   "enable_resource_isolation", "system_reserved_cpu", "system_reserved_memory", "storage",
                   "_enable_object_reconstruction", "_plasma_directory", "_node_ip_address",
                   "_driver_object_store_memory", "_memory", "_redis_password", "_temp_dir", "_metrics_export_port",
                   "_system_config", "_tracing_startup_hook", "_node_name", "_skip_env_hook"}
+
+
+def labels_argument(labels: Optional[Dict[str, str]]) -> Optional[str]:
+    """`init(labels=...)` for a new local cluster's node, as `start --labels` takes them."""
+    if labels is None:
+        return None
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise TypeError(f"labels must be a dict of strings to strings, got {labels!r}")
+    for key, value in labels.items():
+        if not key or any(c in key + value for c in ",="):
+            raise ValueError(f"label {key!r}={value!r}: names and values cannot be empty or hold ',' or '='")
+    return ",".join(f"{k}={v}" for k, v in labels.items()) or None
 
 
 def check_init_options(kwargs: Dict[str, Any]) -> None:
