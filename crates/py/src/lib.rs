@@ -85,7 +85,7 @@ fn connect(
     env_address: Option<String>,
     current_address: Option<String>,
     token: Option<String>,
-    local: (Option<u32>, Option<u32>, Option<String>, Option<u64>, Option<String>),
+    local: LocalArg,
     package_dir: Option<PathBuf>,
     python: String,
     node_hint: Option<String>,
@@ -171,6 +171,9 @@ fn core_runtime() -> PyResult<tokio::runtime::Runtime> {
 /// target is a node id), "PG" (the target is a placement group id) or "LABELS" (the target
 /// is a JSON list of label selectors, tried in order).
 type StrategyArg = (String, String, bool, i32);
+/// A new local cluster's node, from `init`: `(num_cpus, num_gpus, resources as JSON,
+/// object_store_memory, labels as "k=v,...")`.
+type LocalArg = (Option<u32>, Option<u32>, Option<String>, Option<u64>, Option<String>);
 /// An application metric as `oxray.util.metrics` hands it over.
 type MetricTuple = (String, String, String, Vec<(String, String)>, f64, Vec<f64>, Vec<u64>, f64, u64);
 
