@@ -23,8 +23,8 @@ class ActorExit(SystemExit):
 
 
 class _Exiting(Exception):
-    """Carries a SystemExit (an ActorExit, a sys.exit()) out of a call's task: a SystemExit raised out of a task would
-    stop the event loop itself, before the call is answered."""
+    """Carries a SystemExit (an ActorExit, a sys.exit()) out of a call's task: a SystemExit
+    raised out of a task would stop the event loop itself, before the call is answered."""
 
 
 def _terminate():
