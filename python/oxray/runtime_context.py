@@ -1,5 +1,6 @@
 """`oxray.get_runtime_context()`: who and where this process is, as Ray's RuntimeContext."""
 
+import functools
 import os
 from typing import Any, Dict, List, Optional
 
@@ -9,6 +10,15 @@ from oxray._private import worker
 # Set by the worker loop for the task it runs (and for the actor it is).
 # `placement_group`: (group id, capture child tasks) of the task or actor, when in a group.
 _current = {"task_id": None, "task_name": None, "actor_id": None, "actor_name": None, "placement_group": None}
+
+
+def qualified_name(code, method=None) -> str:
+    """The module and qualified name of a task's function, or of an actor's class with the
+    method (`mod.f`, `mod.Actor.method`), as Ray's `get_task_function_name()` gives them."""
+    while isinstance(code, functools.partial):  # a dynamic generator: the function it runs
+        code = code.args[0] if code.args else code.func
+    name = f"{getattr(code, '__module__', None) or ''}.{getattr(code, '__qualname__', type(code).__qualname__)}"
+    return f"{name}.{method}" if method else name
 
 
 class RuntimeContext:
@@ -36,7 +46,8 @@ class RuntimeContext:
     def get_task_function_name(self) -> Optional[str]:
         """The module and qualified name of what the current task runs (`mod.f`,
         `mod.Actor.method`), as Ray's; None in a driver."""
-        return _current.get("task_function")
+        current = _current.get("task_function")
+        return qualified_name(*current) if current else None
 
     @property
     def namespace(self) -> Optional[str]:

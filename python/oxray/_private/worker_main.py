@@ -3,7 +3,6 @@ it runs the tasks pushed to it one at a time. Once it received an actor's creati
 is that actor. What a task prints goes to the worker's log and, prefixed with the task's
 name, process and node, back to the caller, which prints it as Ray's drivers do."""
 
-import functools
 import io
 import os
 import sys
@@ -92,25 +91,16 @@ def _run(task, state, decoded=None):
     if actor_method:
         if state.get("actor") is None:
             raise ActorDiedError(f"the actor could not be created: {state.get('creation_error')!r}")
-        current_context["task_function"] = qualified_name(type(state["actor"]), actor_method)
+        current_context["task_function"] = (type(state["actor"]), actor_method)  # named when asked
         return state["runner"].call(actor_method, call_args, call_kwargs, extra)
     current_context["placement_group"] = extra
     fn = state["functions"].get(function)
     if fn is None:
         fn = state["functions"][function] = serialization.loads(function)
     current_context["resources"] = getattr(fn, "resources", None)
-    current_context["task_function"] = qualified_name(getattr(fn, "function", fn))
+    current_context["task_function"] = (getattr(fn, "function", fn), None)
     _count_call(state, function, getattr(fn, "max_calls", 0))
     return fn(*call_args, **call_kwargs)
-
-
-def qualified_name(code, method=None):
-    """What Ray's `get_task_function_name()` says: the module and qualified name of the
-    task's function, or of the actor's class with the method."""
-    while isinstance(code, functools.partial):  # a dynamic generator: the function it runs
-        code = code.args[0] if code.args else code.func
-    name = f"{getattr(code, '__module__', None) or ''}.{getattr(code, '__qualname__', type(code).__qualname__)}"
-    return f"{name}.{method}" if method else name
 
 
 def _become_actor(state, cls, options, call_args, call_kwargs):
