@@ -62,18 +62,24 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _check_amount(name: str, value) -> None:
+    if not _is_number(value):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} only accepts None, 0 or a positive number, got {value}")
+
+
 def _check_value(name: str, value) -> None:
     """One option's value, checked where Ray checks it: at `@remote` and `.options()`."""
     if value is None:
         return
     if name in ("num_cpus", "num_gpus", "memory"):
-        if not _is_number(value):
-            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-        if value < 0:
-            raise ValueError(f"{name} only accepts None, 0 or a positive number, got {value}")
+        _check_amount(name, value)
     elif name == "resources":
-        if not isinstance(value, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in value.items()):
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise TypeError(f"resources must be a dict of names to numbers, got {value!r}")
+        for resource, amount in value.items():
+            _check_amount(f"resources[{resource!r}]", amount)
     elif name in ("max_retries", "max_restarts", "max_task_retries"):
         if isinstance(value, bool) or not isinstance(value, int) or value < -1:
             raise ValueError(f"{name} must be an integer >= -1 (-1: without limit), got {value!r}")

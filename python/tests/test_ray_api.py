@@ -93,7 +93,7 @@ def test_arguments_that_do_not_fit_fail_at_the_call(private_cluster):
 
 def test_bad_option_values_fail_where_ray_checks_them():
     for options, error in [({"num_cpus": "x"}, TypeError), ({"num_gpus": -1}, ValueError),
-                           ({"memory": True}, TypeError), ({"resources": {"disk": "1"}}, TypeError),
+                           ({"memory": True}, TypeError), ({"resources": {"disk": "1"}}, TypeError), ({"resources": {"disk": -1}}, ValueError),
                            ({"max_retries": -2}, ValueError), ({"retry_exceptions": [42]}, TypeError),
                            ({"runtime_env": ["pip"]}, TypeError), ({"name": 3}, TypeError)]:
         with pytest.raises(error):

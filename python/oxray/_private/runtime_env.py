@@ -59,14 +59,15 @@ def worker_env(task: Optional[Dict[str, Any]]) -> Dict[str, str]:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in variables.items()):
         raise TypeError("runtime_env env_vars must map strings to strings")
     variables = dict(variables)
-    paths = driver_sys_path(bool(merged.get("working_dir")))
+    paths = _driver_sys_path_json(bool(merged.get("working_dir")))
     if paths:
-        variables[DRIVER_SYS_PATH] = json.dumps(paths)
+        variables[DRIVER_SYS_PATH] = paths
     from oxray._private import worker
 
-    if worker.namespace():
+    namespace = worker.namespace()
+    if namespace:
         # Work runs in the namespace of the process that started it, as in Ray.
-        variables[NAMESPACE] = worker.namespace()
+        variables[NAMESPACE] = namespace
     if merged.get("config") is not None:
         from oxray.runtime_env import check_config
 
@@ -128,6 +129,21 @@ def driver_sys_path(has_working_dir: bool) -> List[str]:
     paths = code_paths(sys.argv[0] if sys.argv else "", sys.path, os.getcwd(), interactive, has_working_dir)
     # JobConfig(code_search_path=...) comes first, as Ray puts it before the driver's.
     return worker.code_search_path() + [p for p in paths if p not in worker.code_search_path()]
+
+
+_driver_paths: Dict[Any, str] = {}
+
+
+def _driver_sys_path_json(has_working_dir: bool) -> str:
+    """`driver_sys_path` as the variable carries it, found once per process (and JobConfig),
+    as Ray finds it once when the driver connects."""
+    from oxray._private import worker
+
+    key = (has_working_dir, tuple(worker.code_search_path()))
+    if key not in _driver_paths:
+        paths = driver_sys_path(has_working_dir)
+        _driver_paths[key] = json.dumps(paths) if paths else ""
+    return _driver_paths[key]
 
 
 def add_driver_sys_path() -> None:
