@@ -22,7 +22,10 @@ class Cluster:
         self.env.update(OXRAY_HOME=str(home / "home"), OXRAY_TEMP_DIR=str(home / "sessions"))
 
     def oxray(self, *args):
-        return subprocess.run([OXRAY_BIN, *args], env=self.env, check=True, capture_output=True, text=True, timeout=60)
+        out = subprocess.run([OXRAY_BIN, *args], env=self.env, capture_output=True, text=True, timeout=60)
+        # What the command said, in the failure: a cluster that did not start says why there.
+        assert out.returncode == 0, f"oxray {' '.join(args)} exited {out.returncode}: {out.stderr}{out.stdout}"
+        return out
 
     def start(self, cpus=2, *head_args):
         self.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", str(cpus),
