@@ -13,12 +13,12 @@ from conftest import OXRAY_BIN, Cluster
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
-    """A head node with 1 CPU and a second node with 1 CPU and a `special` resource."""
+    """A head node with 1 CPU and a second node with 1 CPU, a `special` resource and the label zone=b."""
     cluster = Cluster(tmp_path_factory.mktemp("two-nodes"))
     cluster.start()
     address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
     subprocess.run([OXRAY_BIN, "start", "--address", address, "--num-cpus", "1", "--resources", '{"special": 1}',
-                    "--node-ip-address", "127.0.0.1", "--node-name", "second"],
+                    "--labels", "zone=b", "--node-ip-address", "127.0.0.1", "--node-name", "second"],
                    env=cluster.env, check=True, capture_output=True, timeout=60)
     names = ("OXRAY_ADDRESS", "OXRAY_AUTH_TOKEN", "OXRAY_HOME")
     saved = {k: os.environ.pop(k) for k in names if k in os.environ}
@@ -107,3 +107,21 @@ def test_placement_group_bundles_spread_over_nodes(two_nodes):
     assert not too_wide.wait(0.5), "two nodes cannot hold three bundles on different nodes"
     remove_placement_group(pg)
     remove_placement_group(too_wide)
+
+
+def test_placement_group_bundles_go_to_nodes_their_selectors_match(two_nodes):
+    from oxray.util import placement_group, placement_group_table, remove_placement_group
+
+    head, second = two_nodes["127.0.0.1"], two_nodes["second"]
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], bundle_label_selector=[{"zone": "!b"}, {"zone": "b"}])
+    assert pg.wait(30)
+    assert placement_group_table(pg)["bundles_to_node_id"] == {0: head, 1: second}
+    remove_placement_group(pg)
+    nowhere = placement_group([{"CPU": 1}], bundle_label_selector=[{"zone": "in(c,d)"}])
+    assert not nowhere.wait(1), "no node is in zone c or d: the group waits, as in Ray"
+    remove_placement_group(nowhere)
+    with pytest.raises(ValueError, match="one selector per bundle"):
+        placement_group([{"CPU": 1}], bundle_label_selector=[{}, {}])
+    with pytest.raises(TypeError, match=r"bundle_label_selector\[0\]"):
+        placement_group([{"CPU": 1}], bundle_label_selector=[{"zone": 3}])
+

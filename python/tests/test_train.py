@@ -381,6 +381,43 @@ def test_an_elastic_group_grows_with_a_new_node_and_shrinks_with_a_lost_one(two_
     assert outcome["result"].metrics["epoch"] == 39
 
 
+def test_workers_go_to_labelled_nodes_and_a_lost_one_is_waited_for(two_agents, tmp_path):
+    # Workers need a `slot`: a node labelled pool=train has two, an unlabelled one has one.
+    def agent(name, slots, *labels):
+        two_agents.oxray("start", "--address", two_agents.address, "--num-cpus", "2", "--resources",
+                         json.dumps({"slot": slots}), *labels, "--node-ip-address", "127.0.0.1", "--node-name", name)
+        return next(n["NodeID"] for n in oxray.nodes() if n["NodeName"] == name and n["Alive"])
+
+    decoy, first = agent("unlabelled", 1), agent("labelled-1", 2, "--labels", "pool=train")
+    config = _config(tmp_path, epochs=6, epoch_s=0.5)
+    run = RunConfig(name="labelled", storage_path=str(tmp_path / "results"),
+                    failure_config=FailureConfig(max_failures=1))
+    scaling = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1, "slot": 1}, placement_strategy="SPREAD",
+                            label_selector={"pool": "train"})
+    thread, outcome = _fit_in_thread(TorchTrainer(regression, train_loop_config=config, scaling_config=scaling,
+                                                  run_config=run))
+    try:
+        _wait_for(lambda: len(_reports(tmp_path / "results" / "labelled")) >= 2, what="two reports")
+        assert {s["node"] for s in _log(config["log"])} == {first}, "SPREAD stays within the labelled nodes"
+        _kill_agent_of(two_agents, first)
+        # The cluster is now too small for the group, and its one node with a slot lacks the label:
+        # the restart waits for a node (a fixed group is never shrunk or failed for that).
+        time.sleep(4)
+        assert thread.is_alive() and "error" not in outcome
+        second = agent("labelled-2", 2, "--labels", "pool=train")
+        thread.join(120)
+        assert "error" not in outcome, outcome.get("error")
+        starts = _log(config["log"])
+        assert len(starts) == 4 and {s["node"] for s in starts[2:]} == {second}, starts
+        assert outcome["result"].metrics["epoch"] == 5 and decoy not in {s["node"] for s in starts}
+    finally:
+        for name in ("unlabelled", "labelled-2"):
+            try:
+                os.kill(agent_pid(two_agents, name), signal.SIGTERM)
+            except (AssertionError, ProcessLookupError):
+                pass
+
+
 def test_a_run_goes_on_while_the_head_is_killed_and_started_again(two_agents, tmp_path):
     # Last in the module: the restarted head is this test's to stop.
     from test_node_loss import restart_head

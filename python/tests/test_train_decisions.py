@@ -38,6 +38,19 @@ def test_scaling_config_defaults_and_errors():
         ScalingConfig(trainer_resources={"CPU": 1})
 
 
+def test_label_selectors_of_the_workers():
+    assert ScalingConfig(num_workers=2).worker_selectors(2) is None
+    assert ScalingConfig(num_workers=2, label_selector={"zone": "a"}).worker_selectors(2) == [{"zone": "a"}] * 2
+    each = ScalingConfig(num_workers=(1, 3), label_selector=[{"zone": "a"}, {"zone": "b"}, {}])
+    assert each.worker_selectors(2) == [{"zone": "a"}, {"zone": "b"}], "a smaller elastic group takes the first"
+    with pytest.raises(ValueError, match="2 selectors for 3 workers"):
+        ScalingConfig(num_workers=3, label_selector=[{}, {}])
+    with pytest.raises(TypeError, match="label_selector"):
+        ScalingConfig(label_selector="zone=a")
+    with pytest.raises(TypeError, match="must be a string"):
+        ScalingConfig(label_selector={"zone": 1})
+
+
 def test_run_failure_checkpoint_configs():
     run = RunConfig(storage_path="/tmp/x")
     assert run.name.startswith("oxray_train_run-") and run.failure_config.max_failures == 0
@@ -84,11 +97,20 @@ def test_ranks_group_by_node_and_sort_by_gpu():
     assert [(r["world_rank"], r["local_rank"]) for r in cpu] == [(0, 0), (1, 1)]
 
 
+def free(*nodes, labels=()):
+    return [{"free": n, "labels": dict(labels[i]) if i < len(labels) else {}} for i, n in enumerate(nodes)]
+
+
 def test_how_many_workers_fit():
     per = {"CPU": 1.0}
-    assert workers_that_fit(per, [{"CPU": 2.0}, {"CPU": 1.5}, {}], cap=10) == 3
-    assert workers_that_fit(per, [{"CPU": 2.0}, {"CPU": 2.0}], cap=3) == 3
-    assert workers_that_fit({"CPU": 1.0, "GPU": 1.0}, [{"CPU": 4.0, "GPU": 1.0}], cap=4) == 1
+    assert workers_that_fit(per, free({"CPU": 2.0}, {"CPU": 1.5}, {}), cap=10) == 3
+    assert workers_that_fit(per, free({"CPU": 2.0}, {"CPU": 2.0}), cap=3) == 3
+    assert workers_that_fit({"CPU": 1.0, "GPU": 1.0}, free({"CPU": 4.0, "GPU": 1.0}), cap=4) == 1
+    zones = free({"CPU": 2.0}, {"CPU": 2.0}, labels=[{"zone": "a"}, {"zone": "b"}])
+    assert workers_that_fit(per, zones, cap=4, selectors=[{"zone": "b"}] * 4) == 2, "only zone b's CPUs count"
+    assert workers_that_fit(per, zones, cap=4, selectors=[{"zone": "!c"}] * 4) == 4
+    assert workers_that_fit(per, zones, cap=3, selectors=[{"zone": "a"}, {"zone": "c"}, {"zone": "b"}]) == 1, \
+        "a group of n needs its first n selectors met"
     assert never_fits({"CPU": 4.0}, {"CPU": 3.0}) == ["CPU: needs 4, the cluster has 3"]
     assert never_fits({"CPU": 2.0}, {"CPU": 3.0}) == []
 

@@ -8,7 +8,7 @@ use crate::store::{Store, StoreError};
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, PlacementGroupState as State};
 use oxray_rpc::{connect_leases_lazy, LeaseClient, Token};
-use oxray_types::{NodeInfo, ResourceSet};
+use oxray_types::{NodeInfo, ResourceSet, Selector};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +37,8 @@ struct Group {
     name: String,
     namespace: String,
     bundles: Vec<ResourceSet>,
+    /// Per bundle: the labels its node must have (empty: any node).
+    selectors: Vec<Selector>,
     strategy: Strategy,
     state: State,
     /// Per bundle: `(node id, agent address)` once reserved there.
@@ -49,6 +51,14 @@ struct Group {
 }
 
 impl Group {
+    /// Bundle `i` as the agents and clients see it.
+    fn bundle(&self, i: usize) -> v1::Bundle {
+        v1::Bundle {
+            resources: resources_to_proto(&self.bundles[i]),
+            label_selector: self.selectors[i].clone().into_iter().collect(),
+        }
+    }
+
     fn to_proto(&self) -> v1::PlacementGroup {
         let strategy = match self.strategy {
             Strategy::Pack => v1::PlacementStrategy::Pack,
@@ -63,7 +73,7 @@ impl Group {
             placement_group_id: self.id.clone(),
             name: self.name.clone(),
             namespace: self.namespace.clone(),
-            bundles: self.bundles.iter().map(|b| v1::Bundle { resources: resources_to_proto(b) }).collect(),
+            bundles: (0..self.bundles.len()).map(|i| self.bundle(i)).collect(),
             strategy: strategy as i32,
             state: self.state as i32,
             bundle_nodes: at(|n| &n.0),
@@ -77,6 +87,7 @@ impl Group {
 
     /// A group as the database kept it.
     fn from_proto(p: v1::PlacementGroup) -> Result<Self, String> {
+        let selectors = p.bundles.iter().map(|b| b.label_selector.clone().into_iter().collect()).collect();
         let bundles = p
             .bundles
             .into_iter()
@@ -95,6 +106,7 @@ impl Group {
             name: p.name,
             namespace: p.namespace,
             bundles,
+            selectors,
             strategy,
             state,
             nodes,
@@ -193,7 +205,9 @@ impl PlacementGroups {
             return Err(GroupError::Invalid("a placement group needs at least one bundle".into()));
         }
         let mut bundles = Vec::with_capacity(request.bundles.len());
+        let mut selectors = Vec::with_capacity(request.bundles.len());
         for (i, b) in request.bundles.into_iter().enumerate() {
+            selectors.push(b.label_selector.into_iter().collect());
             let resources = oxray_proto::convert::resources_from_proto(b.resources)
                 .map_err(|e| GroupError::Invalid(format!("bundle {i}: {e}")))?;
             if resources.iter().all(|(_, v)| v <= 0.0) {
@@ -223,6 +237,7 @@ impl PlacementGroups {
             namespace: request.namespace,
             nodes: vec![None; bundles.len()],
             bundles,
+            selectors,
             strategy,
             state: State::Pending,
             owner: Some(request.owner).filter(|o| !o.is_empty() && !request.detached),
@@ -386,12 +401,16 @@ impl PlacementGroups {
             return;
         }
         let nodes = self.alive();
-        let mut free: Vec<Candidate> =
-            nodes.iter().map(|n| Candidate { node: n.node_id.hex(), free: self.unreserved(n) }).collect();
+        let mut free: Vec<Candidate> = nodes
+            .iter()
+            .map(|n| Candidate { node: n.node_id.hex(), free: self.unreserved(n), labels: n.labels.clone() })
+            .collect();
         let mut chosen_for = Vec::new();
         for group in waiting {
             let placed: Vec<Option<String>> = group.nodes.iter().map(|n| n.as_ref().map(|n| n.0.clone())).collect();
-            let Some(chosen) = bundles::place(group.strategy, &group.bundles, &placed, &free) else { continue };
+            let Some(chosen) = bundles::place(group.strategy, &group.bundles, &group.selectors, &placed, &free) else {
+                continue;
+            };
             // Counted as taken for this round even if the node then refuses: the groups
             // after it wait for the next round rather than overbook.
             for (i, node) in chosen.iter().enumerate() {
@@ -427,8 +446,7 @@ impl PlacementGroups {
         let mut per_node: BTreeMap<String, BTreeMap<u32, v1::Bundle>> = BTreeMap::new();
         for (i, node) in chosen.iter().enumerate() {
             if group.nodes[i].is_none() {
-                let bundle = v1::Bundle { resources: resources_to_proto(&group.bundles[i]) };
-                per_node.entry(node.clone()).or_default().insert(i as u32, bundle);
+                per_node.entry(node.clone()).or_default().insert(i as u32, group.bundle(i));
             }
         }
         let agent_of =

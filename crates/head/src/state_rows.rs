@@ -188,7 +188,7 @@ pub fn placement_group_row(group: &v1::PlacementGroup) -> Value {
                 "bundle_id": { "placement_group_id": group.placement_group_id, "bundle_index": i },
                 "unit_resources": b.resources,
                 "node_id": node,
-                "label_selector": {},
+                "label_selector": b.label_selector,
             })
         })
         .collect();
@@ -264,5 +264,27 @@ mod tests {
         let mut made_in = record.clone();
         made_in.event.namespace = "jobs".into();
         assert_eq!(actor_row(&made_in, &HashMap::new())["ray_namespace"], "jobs");
+    }
+
+    #[test]
+    fn a_placement_group_row_names_its_bundles_nodes_and_selectors() {
+        let bundle = |zone: &str| v1::Bundle {
+            resources: [("CPU".to_string(), 1.0)].into(),
+            label_selector: [("zone".to_string(), zone.to_string())].into(),
+        };
+        let group = v1::PlacementGroup {
+            placement_group_id: "g".into(),
+            bundles: vec![bundle("a"), bundle("!a")],
+            bundle_nodes: vec!["n1".into(), String::new()],
+            ..Default::default()
+        };
+        let row = placement_group_row(&group);
+        assert_eq!(row["state"], "PENDING");
+        assert_eq!(row["bundles"][0]["label_selector"], json!({"zone": "a"}));
+        assert_eq!(row["bundles"][1]["label_selector"], json!({"zone": "!a"}));
+        assert_eq!(
+            (row["bundles"][0]["node_id"].clone(), row["bundles"][1]["node_id"].clone()),
+            (json!("n1"), Value::Null)
+        );
     }
 }

@@ -778,6 +778,7 @@ impl Client {
     }
 
     /// Asks the head for a placement group; returns its id at once (it is placed later).
+    #[allow(clippy::too_many_arguments)]
     fn create_placement_group(
         &self,
         py: Python<'_>,
@@ -786,6 +787,7 @@ impl Client {
         name: String,
         namespace: String,
         detached: bool,
+        label_selectors: Vec<BTreeMap<String, String>>,
     ) -> PyResult<String> {
         let strategy = pg::parse_strategy(&strategy).map_err(PyValueError::new_err)?;
         let bundles = bundles
@@ -794,7 +796,7 @@ impl Client {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let owner = if detached { String::new() } else { self.owner_address(py)? };
-        let request = pg::create_request(&bundles, strategy, &name, &namespace, detached, &owner);
+        let request = pg::create_request(&bundles, &label_selectors, strategy, &name, &namespace, detached, &owner);
         let id = request.placement_group_id.clone();
         if name.is_empty() && !detached {
             // Nothing left for the head to refuse (the bundles were checked here), and the

@@ -2,11 +2,13 @@
 
 mod ids;
 mod job;
+mod labels;
 mod node;
 mod resources;
 
 pub use ids::{is_placement_group_id, new_placement_group_id, IdError, NodeId};
 pub use job::{error_types, JobRecord, JobStatus};
+pub use labels::{selector_matches, Selector};
 pub use node::{NodeInfo, NodeState};
 pub use resources::{ResourceError, ResourceSet};
 

@@ -103,6 +103,7 @@ pub fn parse_strategy(name: &str) -> Result<PlacementStrategy, String> {
 /// A request for a new group with an id of its own.
 pub fn create_request(
     bundles: &[ResourceSet],
+    selectors: &[oxray_types::Selector],
     strategy: PlacementStrategy,
     name: &str,
     namespace: &str,
@@ -111,7 +112,14 @@ pub fn create_request(
 ) -> v1::CreatePlacementGroupRequest {
     v1::CreatePlacementGroupRequest {
         owner: owner.to_string(),
-        bundles: bundles.iter().map(|b| v1::Bundle { resources: resources_to_proto(b) }).collect(),
+        bundles: bundles
+            .iter()
+            .enumerate()
+            .map(|(i, b)| v1::Bundle {
+                resources: resources_to_proto(b),
+                label_selector: selectors.get(i).map(|s| s.clone().into_iter().collect()).unwrap_or_default(),
+            })
+            .collect(),
         strategy: strategy as i32,
         name: name.to_string(),
         namespace: namespace.to_string(),

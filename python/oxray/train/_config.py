@@ -27,6 +27,7 @@ class ScalingConfig:
     elastic_resize_monitor_interval_s: float = 60.0
     trainer_resources: Optional[Dict[str, float]] = None
     use_tpu: bool = False
+    label_selector: Optional[Union[Dict[str, str], List[Dict[str, str]]]] = None
 
     def __post_init__(self):
         if self.trainer_resources is not None:
@@ -48,11 +49,36 @@ class ScalingConfig:
         for key, value in resources.items():
             if not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"ScalingConfig(resources_per_worker): {key}={value!r} is not an amount >= 0")
+        self._check_label_selector()
         gpus = resources.get("GPU")
         if gpus and not self.use_gpu:
             raise ValueError("ScalingConfig(resources_per_worker) asks for GPUs: set use_gpu=True as well")
         if self.use_gpu and gpus is not None and gpus == 0:
             raise ValueError("ScalingConfig(use_gpu=True) with resources_per_worker GPU=0: give each worker a GPU")
+
+    def _check_label_selector(self) -> None:
+        from oxray.util._labels import check_selector
+
+        chosen = self.label_selector
+        if chosen is None or isinstance(chosen, dict):
+            if chosen is not None:
+                check_selector(chosen, "ScalingConfig(label_selector)")
+            return
+        if not isinstance(chosen, (list, tuple)):
+            raise TypeError(f"ScalingConfig(label_selector) takes a dict or a list of dicts, got {type(chosen).__name__}")
+        if len(chosen) != self.max_workers:
+            raise ValueError(f"ScalingConfig(label_selector) has {len(chosen)} selectors for {self.max_workers} "
+                             "workers: give one dict for all, or one per worker")
+        for i, selector in enumerate(chosen):
+            check_selector(selector, f"ScalingConfig(label_selector[{i}])")
+        self.label_selector = list(chosen)
+
+    def worker_selectors(self, size: int) -> Optional[List[Dict[str, str]]]:
+        """The labels each of `size` workers' nodes must have (None: any node)."""
+        chosen = self.label_selector
+        if chosen is None:
+            return None
+        return [dict(chosen) for _ in range(size)] if isinstance(chosen, dict) else [dict(s) for s in chosen[:size]]
 
     @property
     def elastic(self) -> bool:

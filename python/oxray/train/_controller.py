@@ -97,12 +97,13 @@ class Controller:
                 self._after_exception(error)
                 raise
             return self._finish(return_value)
-        size = None
+        size, attempts = None, 0
         while True:
             group, graceful = None, False
             try:
                 size = self._decide_size(size)
-                group = self._start_group(size)
+                group = self._start_group(size, first=attempts == 0)
+                attempts += 1
                 outcome = self._drive(group)
                 graceful = True
                 if outcome[0] == "done":
@@ -143,7 +144,8 @@ class Controller:
         per_worker = self.scaling.worker_resources()
         last_notice = 0.0
         while True:
-            fit = _ranks.workers_that_fit(per_worker, _free_by_node(), self.scaling.max_workers)
+            fit = _ranks.workers_that_fit(per_worker, _free_by_node(), self.scaling.max_workers,
+                                          self.scaling.worker_selectors(self.scaling.max_workers))
             if fit >= self.scaling.min_workers:
                 return fit
             if time.monotonic() - last_notice > WAITING_NOTICE_S:
@@ -152,18 +154,29 @@ class Controller:
                                  f"({fit} fit now)")
             time.sleep(1.0)
 
-    def _start_group(self, size: int) -> Group:
+    def _start_group(self, size: int, first: bool) -> Group:
+        """The group of `size` workers, once the cluster holds it. A first group larger than
+        the whole cluster is refused; a group started again after a failure waits, as
+        the nodes that held it may come back."""
         from oxray.util.placement_group import placement_group
         from oxray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
         per_worker = self.scaling.worker_resources()
         short = _ranks.never_fits({k: v * size for k, v in per_worker.items()}, oxray.cluster_resources())
-        if short:
+        if short and first:
             raise InsufficientClusterResourcesError(
                 f"{size} workers of {per_worker} can never fit in this cluster ({'; '.join(short)}): use fewer "
                 "workers or smaller resources_per_worker, or add nodes")
-        pg = placement_group([dict(per_worker) for _ in range(size)], strategy=self.scaling.placement_strategy)
-        self._wait_placed(pg, per_worker, size)
+        if short:
+            _say(self.label, f"the cluster has too little for {size} workers of {per_worker} now "
+                             f"({'; '.join(short)}): waiting for nodes to join")
+        pg = placement_group([dict(per_worker) for _ in range(size)], strategy=self.scaling.placement_strategy,
+                             bundle_label_selector=self.scaling.worker_selectors(size))
+        try:
+            self._wait_placed(pg, per_worker, size)
+        except BaseException:
+            oxray.util.remove_placement_group(pg)
+            raise
         here = oxray.get_runtime_context().get_node_id()
         sync = oxray.remote(Sync).options(
             num_cpus=0, max_concurrency=size + 2,
@@ -183,9 +196,12 @@ class Controller:
 
     def _wait_placed(self, pg, per_worker, size) -> None:
         began = time.monotonic()
+        selectors = self.scaling.worker_selectors(size)
         while not pg.wait(timeout_seconds=WAITING_NOTICE_S):
+            free = [n["free"] for n in _free_by_node()]
             _say(self.label, f"waiting {time.monotonic() - began:.0f} s for room for {size} workers of {per_worker} "
-                             f"({self.scaling.placement_strategy}); free now: {_free_by_node()}")
+                             f"({self.scaling.placement_strategy}"
+                             f"{f', on nodes labelled {selectors}' if selectors else ''}); free now: {free}")
 
     def _set_up(self, group: Group) -> None:
         """Ranks by node and GPU, the environment torchrun gives, the run's checkpoint and
@@ -301,8 +317,9 @@ class Controller:
                 interval = self.scaling.elastic_resize_monitor_interval_s
                 if time.monotonic() - max(started, last_resize_check) >= interval:
                     last_resize_check = time.monotonic()
+                    wanted = self.scaling.worker_selectors(self.scaling.max_workers)
                     more = _ranks.workers_that_fit(self.scaling.worker_resources(), _free_by_node(),
-                                                   self.scaling.max_workers - size)
+                                                   self.scaling.max_workers - size, wanted and wanted[size:])
                     if more > 0:
                         return ("resize", size + more)
 
@@ -378,10 +395,12 @@ def _actor_resources(per_worker: Dict[str, float]) -> Dict[str, Any]:
     return options
 
 
-def _free_by_node() -> List[Dict[str, float]]:
+def _free_by_node() -> List[Dict[str, Any]]:
+    """Per alive node, `{"free": its free resources, "labels": its labels}`."""
     from oxray._private import worker
 
-    return [n["resources_available"] for n in json.loads(worker.client().nodes_json()) if n["state"] == "ALIVE"]
+    return [{"free": n["resources_available"], "labels": n.get("labels") or {}}
+            for n in json.loads(worker.client().nodes_json()) if n["state"] == "ALIVE"]
 
 
 def _with_trace(error: BaseException, trace: str) -> BaseException:

@@ -2,7 +2,9 @@
 how many workers fit in the cluster now."""
 
 import math
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
+
+from oxray.util._labels import matches
 
 
 def assign_ranks(workers: Sequence[Dict]) -> List[Dict[str, int]]:
@@ -48,13 +50,28 @@ def shared_visible_devices(workers: Sequence[Dict]) -> List[str]:
             for w in workers]
 
 
-def workers_that_fit(per_worker: Dict[str, float], free_by_node: Sequence[Dict[str, float]], cap: int) -> int:
-    """How many whole workers the nodes' free resources hold, at most `cap`."""
-    total = 0
-    for free in free_by_node:
-        counts = [math.floor((free.get(k, 0.0) + 1e-9) / v) for k, v in per_worker.items() if v > 0]
-        total += min(counts) if counts else cap
-    return min(total, cap)
+def workers_that_fit(per_worker: Dict[str, float], nodes: Sequence[Dict], cap: int,
+                     selectors: Optional[Sequence[Dict[str, str]]] = None) -> int:
+    """How many whole workers the nodes' free resources hold, at most `cap`. `nodes`: per
+    node, `{"free": resources, "labels": labels}`; worker i goes only to a node that
+    `selectors[i]` matches, when selectors are given."""
+    if selectors is None:
+        total = 0
+        for node in nodes:
+            counts = [math.floor((node["free"].get(k, 0.0) + 1e-9) / v) for k, v in per_worker.items() if v > 0]
+            total += min(counts) if counts else cap
+        return min(total, cap)
+    free = [dict(node["free"]) for node in nodes]
+    placed = 0
+    for selector in selectors[:cap]:
+        spot = next((i for i, node in enumerate(nodes) if matches(selector, node.get("labels", {}))
+                     and all(free[i].get(k, 0.0) + 1e-9 >= v for k, v in per_worker.items())), None)
+        if spot is None:
+            break
+        for k, v in per_worker.items():
+            free[spot][k] = free[spot].get(k, 0.0) - v
+        placed += 1
+    return placed
 
 
 def never_fits(total: Dict[str, float], cluster_total: Dict[str, float]) -> List[str]:

@@ -8,6 +8,7 @@ import json
 from typing import Dict, List, Optional
 
 from oxray._private import worker
+from oxray.util._labels import check_selector
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -91,6 +92,18 @@ def _check_bundles(bundles) -> List[Dict[str, float]]:
     return checked
 
 
+def _check_bundle_selectors(selectors, count: int) -> List[Dict[str, str]]:
+    """Ray's `bundle_label_selector`: one selector per bundle, or none."""
+    if selectors is None:
+        return []
+    if not isinstance(selectors, (list, tuple)):
+        raise TypeError(f"bundle_label_selector must be a list of dicts, got {type(selectors).__name__}")
+    if len(selectors) != count:
+        raise ValueError(f"bundle_label_selector has {len(selectors)} entries for {count} bundles: "
+                         "give one selector per bundle")
+    return [dict(check_selector(s, f"bundle_label_selector[{i}]")) for i, s in enumerate(selectors)]
+
+
 def placement_group(bundles: List[Dict[str, float]], strategy: str = "PACK", name: str = "",
                     lifetime: Optional[str] = None, _max_cpu_fraction_per_node: float = 1.0,
                     _soft_target_node_id: Optional[str] = None, bundle_label_selector=None) -> PlacementGroup:
@@ -103,9 +116,10 @@ def placement_group(bundles: List[Dict[str, float]], strategy: str = "PACK", nam
         raise ValueError(f"Placement group `lifetime` must be None or 'detached', got {lifetime!r}")
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}")
+    selectors = _check_bundle_selectors(bundle_label_selector, len(bundles))
     client = worker.client()
     namespace = worker.namespace() or "default"
-    pg_id = client.create_placement_group(bundles, strategy, name, namespace, lifetime == "detached")
+    pg_id = client.create_placement_group(bundles, strategy, name, namespace, lifetime == "detached", selectors)
     group = PlacementGroup(PlacementGroupID(pg_id), bundles)
     if lifetime != "detached":
         worker.own_placement_group(group)

@@ -6,7 +6,7 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(15);
 
 fn one_cpu() -> v1::Bundle {
-    v1::Bundle { resources: [("CPU".to_string(), 1.0)].into_iter().collect() }
+    v1::Bundle { resources: [("CPU".to_string(), 1.0)].into_iter().collect(), ..Default::default() }
 }
 
 fn by_id(id: &str) -> v1::PlacementGroupRef {

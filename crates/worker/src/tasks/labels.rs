@@ -5,30 +5,15 @@
 use super::{agent_address, fits, spread_pick, LeaseError, LeaseFor, Submitter};
 use oxray_proto::v1;
 use oxray_types::ResourceSet;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A selector: label name to `v`, `!v`, `in(a,b)` or `!in(a,b)`.
-pub type Selector = BTreeMap<String, String>;
+pub use oxray_types::Selector;
 
 /// How often the nodes are looked at again while none matches.
 const RECHECK: Duration = Duration::from_millis(500);
 
-/// One selector value against a node's label (None: the node lacks it).
-fn value_matches(wanted: &str, actual: Option<&str>) -> bool {
-    let (negated, wanted) = match wanted.strip_prefix('!') {
-        Some(rest) => (true, rest),
-        None => (false, wanted),
-    };
-    let hit = match wanted.strip_prefix("in(").and_then(|w| w.strip_suffix(')')) {
-        Some(list) => actual.is_some_and(|a| list.split(',').any(|v| v.trim() == a)),
-        None => actual == Some(wanted),
-    };
-    hit != negated
-}
-
 pub fn matches(selector: &Selector, labels: &std::collections::HashMap<String, String>) -> bool {
-    selector.iter().all(|(key, wanted)| value_matches(wanted, labels.get(key).map(String::as_str)))
+    oxray_types::selector_matches(selector, |key| labels.get(key).map(String::as_str))
 }
 
 /// The nodes a lease may go to: those matching the first selector any alive node matches
@@ -105,14 +90,6 @@ mod tests {
 
     fn selector(pairs: &[(&str, &str)]) -> Selector {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
-
-    #[test]
-    fn values_match_as_ray_reads_them() {
-        assert!(value_matches("a", Some("a")) && !value_matches("a", Some("b")) && !value_matches("a", None));
-        assert!(value_matches("!a", Some("b")) && value_matches("!a", None) && !value_matches("!a", Some("a")));
-        assert!(value_matches("in(a, b)", Some("b")) && !value_matches("in(a,b)", Some("c")));
-        assert!(value_matches("!in(a,b)", Some("c")) && value_matches("!in(a,b)", None));
     }
 
     #[test]
