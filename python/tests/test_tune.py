@@ -60,6 +60,23 @@ def test_grid_and_random_search(tune_cluster, storage):
     assert isinstance(frame, pandas.DataFrame) and len(frame) == 8 and "config/x" in frame.columns
 
 
+def test_the_driver_prints_a_table_of_trials_and_each_end(tune_cluster, storage, capsys):
+    Tuner(quadratic, param_space={"x": tune.grid_search([1, 3]), "noise": 0.0},
+          tune_config=TuneConfig(metric="loss", mode="min"),
+          run_config=RunConfig(name="printed", storage_path=storage)).fit()
+    out = capsys.readouterr().out
+    assert out.startswith(f"View detailed results here: {os.path.join(storage, 'printed')}\n")
+    assert out.count("completed after 3 iterations") == 2
+    final = out[out.rindex("Trial status:"):].splitlines()
+    assert final[0] == "Trial status: 2 TERMINATED"
+    assert final[2].startswith("Logical resource usage: 0.0/") and final[2].endswith(" GPUs")
+    assert final[3].startswith("Current best trial: ") and "with loss=0 and params={'x': 3}" in final[3]
+    assert final[5].split()[:7] == ["|", "Trial", "name", "status", "x", "iter", "total"]
+    assert final[5].split()[-3:] == ["loss", "step", "|"]
+    rows = [line.split() for line in final[7:9]]
+    assert sorted(r[3] for r in rows) == ["1", "3"] and {r[2] for r in rows} == {"TERMINATED"}
+
+
 def climbing(config):
     for i in range(1, 9):
         tune.report({"score": config["q"] * i})

@@ -511,3 +511,52 @@ def test_optuna_search_asks_and_tells(monkeypatch):
     assert known.study.told[-1][1] == [1, 2]
     with pytest.raises(ValueError, match="metric"):
         OptunaSearch().set_search_properties(None, None, space)
+
+
+# ----- the status table
+
+def _trials(n, status="TERMINATED"):
+    out = []
+    for i in range(n):
+        trial = _trial.Trial(f"abcde_{i:05d}", "fit", {"lr": 0.1 * (i + 1), "layers": {"width": 8}, "seed": 7},
+                             str(i), f"/tmp/t{i}", {"CPU": 1.0}, status=status)
+        trial.last_result = {"training_iteration": i + 1, "time_total_s": 0.5 * i, "loss": 1.0 / (i + 1),
+                             "accuracy": 0.5 + i / 100, "done": True, "config": trial.config}
+        out.append(trial)
+    return out
+
+
+def test_the_status_block_shows_each_trial_its_varied_params_and_metrics():
+    import datetime
+
+    from oxray.tune._progress import status_block, trial_ended
+
+    trials = _trials(3)
+    trials[2].status = "RUNNING"
+    text = status_block(trials, "loss", "min", 75.0, "1.0/2 CPUs, 0.0/0 GPUs",
+                        now=datetime.datetime(2026, 1, 2, 3, 4, 5))
+    lines = text.splitlines()
+    assert lines[0] == "Trial status: 1 RUNNING | 2 TERMINATED"
+    assert lines[1] == "Current time: 2026-01-02 03:04:05. Total running time: 1min 15s"
+    assert lines[2] == "Logical resource usage: 1.0/2 CPUs, 0.0/0 GPUs"
+    assert lines[3] == "Current best trial: abcde_00002 with loss=0.333333 and params={'lr': 0.30000000000000004}"
+    header = lines[5]
+    # Only the parameter that varies is a column; the run's metric comes first among the metrics.
+    assert header.split() == ["|", "Trial", "name", "status", "lr", "iter", "total", "time", "(s)", "loss", "accuracy", "|"]
+    assert lines[7].split()[1:3] == ["fit_abcde_00002", "RUNNING"], "running trials first"
+    assert lines[8].split()[1:4] == ["fit_abcde_00000", "TERMINATED", "0.1"]
+    assert len({len(line) for line in lines[4:]}) == 1, "every line of the table is as wide"
+    assert "completed after 1 iterations" in trial_ended(trials[0], 3)
+    trials[1].status = "ERROR"
+    assert "Error file: /tmp/t1/error.txt" in trial_ended(trials[1], 3)
+
+
+def test_a_large_run_shows_a_few_trials_of_each_status():
+    from oxray.tune._progress import shown_rows, status_block
+
+    trials = _trials(30) + _trials(2, status="RUNNING")
+    rows = shown_rows(trials)
+    assert [r.status for r in rows[:2]] == ["RUNNING", "RUNNING"]
+    assert rows[-1] == "... 25 more TERMINATED" and len(rows) == 8
+    assert status_block(trials, None, None, 1.0).splitlines()[-1] == "... 25 more TERMINATED"
+    assert len(shown_rows(_trials(20))) == 20

@@ -134,6 +134,7 @@ class TuneController:
         started = time.monotonic()
         budget = self.tune_config.time_budget_s
         limit = self._limit()
+        self.reporter.begin(self.experiment.path())
         self.pool.prewarm(min(limit, 2 * (os.cpu_count() or 1)), resources_for(self.trainable, {}))
         try:
             while True:
@@ -150,13 +151,23 @@ class TuneController:
                         continue
                     break
                 self._step()
-                self.reporter.maybe_print(self.trials)
+                self.reporter.maybe_print(self.trials, resources=self._usage)
         finally:
             self.pool.shutdown()
-        self.reporter.maybe_print(self.trials, final=True)
+        self.reporter.maybe_print(self.trials, final=True, resources=self._usage)
         for callback in self.run_config.callbacks:
             callback.on_experiment_end(self.trials)
         return self.trials
+
+    def _usage(self) -> str:
+        """What the running trials hold, against the cluster's totals, as Ray's status says it."""
+        held: Dict[str, float] = {}
+        for run in self.running.values():
+            for name, amount in run.trial.resources.items():
+                held[name] = held.get(name, 0.0) + amount
+        total = oxray.cluster_resources()
+        return (f"{held.get('CPU', 0.0):.1f}/{total.get('CPU', 0.0):g} CPUs, "
+                f"{held.get('GPU', 0.0):.1f}/{total.get('GPU', 0.0):g} GPUs")
 
     def _step(self) -> None:
         ready, _ = oxray.wait(list(self.running), num_returns=1, timeout=POLL_S * 2)
@@ -312,6 +323,7 @@ class TuneController:
         self.scheduler.on_trial_complete(self, trial, flatten(trial.last_result))
         self.searcher.on_trial_complete(trial.trial_id, flatten(trial.last_result))
         self.experiment.record(trial)
+        self.reporter.ended(trial)
         for callback in self.run_config.callbacks:
             callback.on_trial_complete(self.iteration, self.trials, trial)
 
@@ -329,6 +341,7 @@ class TuneController:
         self.scheduler.on_trial_error(self, trial)
         self.searcher.on_trial_complete(trial.trial_id, None, error=True)
         self.experiment.record(trial)
+        self.reporter.ended(trial)
         for callback in self.run_config.callbacks:
             callback.on_trial_error(self.iteration, self.trials, trial)
         if self.run_config.failure_config.fail_fast:
