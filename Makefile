@@ -22,7 +22,7 @@ ZIG_ENV := PATH=$(abspath $(TOOLS))/cargo/bin:$$PATH CARGO_ZIGBUILD_PYTHON_PATH=
 # The image's org.opencontainers.image.source label, e.g. the repository's URL.
 IMAGE_SOURCE ?=
 
-.PHONY: help setup venv wheel build release portable tools test test-rust test-python test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data bench-serve bench-state bench-reporting demo clean helm-tools lint-helm image podman-setup test-image bench-image
+.PHONY: help setup venv wheel build release portable tools test test-rust test-python test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data bench-tune bench-serve bench-state bench-reporting demo clean helm-tools lint-helm image podman-setup test-image bench-image
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
@@ -44,6 +44,7 @@ help:
 	@echo "make bench    benchmarks under bench/, side by side with Ray when installed"
 	@echo "make bench-train  DDP training: torchrun, oxray TorchTrainer and Ray TorchTrainer side by side"
 	@echo "make bench-data   data ingest: oxray.data and Ray Data side by side"
+	@echo "make bench-tune   hyperparameter search: oxray.tune and Ray Tune side by side (trivial, Optuna, start latency, fast reports)"
 	@echo "make bench-serve  HTTP serving: uvicorn+FastAPI, oxray Serve and Ray Serve side by side"
 	@echo "make bench-state  the head's memory over 100k short tasks, beside Ray's GCS"
 	@echo "make bench-reporting  the fastest call rows with task state reporting on and off"
@@ -189,6 +190,11 @@ bench-train: release setup $(VENV)/.ready
 bench-data: release setup $(VENV)/.ready
 	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
 	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/data.py --ray
+
+# Hyperparameter search: oxray.tune and Ray Tune side by side (Ray's side takes ~10 minutes).
+bench-tune: release setup $(VENV)/.ready
+	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
+	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/tune.py
 
 # HTTP serving: bare uvicorn+FastAPI, oxray Serve and Ray Serve, side by side (a few minutes).
 bench-serve: release setup $(VENV)/.ready

@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
-"""N trivial Tune trials (each reports one result) with oxray.tune and, when the real Ray
-Tune imports here, with Ray Tune on the same machine: wall time of `Tuner.fit()` and
-trials per second, side by side. Each side runs once, in a process of its own, on a local
-cluster with the same CPUs.
+"""oxray.tune and, when the real Ray Tune imports here, Ray Tune on the same machine, side
+by side, each workload in a process of its own on a local cluster with the same CPUs:
 
-Usage: .venv/bin/python bench/tune.py [--trials N] [--cpus C] [--oxray PATH] [--no-ray]
-"""
+- trivial: N trials that each report one result (wall time of `Tuner.fit()`, trials/s);
+- optuna: N trials suggested by OptunaSearch (optuna installed), each reporting one result;
+- start latency: trials run one after another (max_concurrent_trials=1); the median time
+  between the starts of consecutive trials, which is what starting a trial costs;
+- fast reports: one trial per CPU, each reporting R results as fast as it can; results per
+  second through the driver, all of them accounted for.
+
+Usage: .venv/bin/python bench/tune.py [--trials N] [--optuna-trials N] [--reports R]
+       [--cpus C] [--oxray PATH] [--no-ray] [--only trivial,optuna,latency,reports]
+Targets (spec B10): trial start <= 50 ms; 100 trivial OptunaSearch trials <= 2 s; >= 10x Ray
+on trivial trials."""
 
 import argparse
 import json
@@ -17,41 +24,75 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+WORKLOADS = ("trivial", "optuna", "latency", "reports")
 
 SIDE = textwrap.dedent("""
-    import json, sys, tempfile, time
-    kind, trials, cpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    import json, statistics, sys, tempfile, time
+    kind, workload, count, cpus = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     if kind == "ray":
         import ray
         from ray import tune
+        from ray.tune.search.optuna import OptunaSearch
         ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     else:
         import oxray as ray
         from oxray import tune
+        from oxray.tune.search.optuna import OptunaSearch
         ray.init()
 
     def trivial(config):
         tune.report({"score": config["i"]})
 
-    storage = tempfile.mkdtemp(prefix="tune-bench-")
-    started = time.perf_counter()
-    grid = tune.Tuner(trivial, param_space={"i": tune.grid_search(list(range(trials)))},
-                      tune_config=tune.TuneConfig(metric="score", mode="max"),
-                      run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0)).fit()
-    wall = time.perf_counter() - started
-    assert len(grid) == trials and grid.num_errors == 0, grid
-    print("RESULT " + json.dumps({"wall_s": wall, "trials": trials}))
+    def stamped(config):
+        tune.report({"started": time.time()})
+
+    def chatty(config):
+        for i in range(config["reports"]):
+            tune.report({"i": i})
+
+    def fit(trainable, space, **tune_options):
+        storage = tempfile.mkdtemp(prefix="tune-bench-")
+        started = time.perf_counter()
+        grid = tune.Tuner(trainable, param_space=space, tune_config=tune.TuneConfig(**tune_options),
+                          run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0)).fit()
+        wall = time.perf_counter() - started
+        assert grid.num_errors == 0, [r.error for r in grid if r.error]
+        return grid, wall
+
+    if workload == "trivial":
+        grid, wall = fit(trivial, {"i": tune.grid_search(list(range(count)))}, metric="score", mode="max")
+        out = {"wall_s": wall, "rate": count / wall}
+    elif workload == "optuna":
+        searcher = OptunaSearch(metric="score", mode="max", seed=0)
+        grid, wall = fit(trivial, {"i": tune.uniform(0, 1)}, search_alg=searcher, num_samples=count)
+        assert len(grid) == count
+        out = {"wall_s": wall, "rate": count / wall}
+    elif workload == "latency":
+        grid, wall = fit(stamped, {"i": tune.grid_search(list(range(count)))}, max_concurrent_trials=1)
+        starts = sorted(r.metrics["started"] for r in grid)
+        gap = statistics.median(b - a for a, b in zip(starts, starts[1:]))
+        out = {"wall_s": wall, "rate": gap * 1000}
+    else:
+        grid, wall = fit(chatty, {"reports": count, "i": tune.grid_search(list(range(cpus)))})
+        iterations = sum(r.metrics["training_iteration"] for r in grid)
+        assert iterations == count * cpus, iterations
+        out = {"wall_s": wall, "rate": iterations / wall}
+    print("RESULT " + json.dumps(out))
     ray.shutdown()
 """)
 
+# Per workload: what its figure is, and whether more of it is better.
+FIGURES = {"trivial": ("trials/s", True), "optuna": ("trials/s", True), "latency": ("ms per start", False),
+           "reports": ("results/s", True)}
 
-def run_side(kind, trials, cpus, env):
-    out = subprocess.run([sys.executable, "-c", SIDE, kind, str(trials), str(cpus)], env=env, capture_output=True,
-                         text=True, timeout=3600)
+
+def run_side(kind, workload, count, cpus, env):
+    out = subprocess.run([sys.executable, "-c", SIDE, kind, workload, str(count), str(cpus)], env=env,
+                         capture_output=True, text=True, timeout=3600)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
-    raise RuntimeError(f"{kind} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+    raise RuntimeError(f"{kind} {workload} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
 
 
 def real_ray_tune_importable():
@@ -60,14 +101,11 @@ def real_ray_tune_importable():
     return probe.returncode == 0
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=100)
-    parser.add_argument("--cpus", type=int, default=2)
-    parser.add_argument("--oxray", default=os.environ.get("OXRAY_BIN", str(REPO / "target/debug/oxray")))
-    parser.add_argument("--no-ray", action="store_true")
-    args = parser.parse_args()
+def optuna_importable():
+    return subprocess.run([sys.executable, "-c", "import optuna"], capture_output=True).returncode == 0
 
+
+def oxray_side(args, workloads, counts):
     rows = {}
     with tempfile.TemporaryDirectory(prefix="oxray-tune-bench-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OXRAY_")}
@@ -76,20 +114,54 @@ def main():
                  "--node-ip-address", "127.0.0.1"]
         subprocess.run(start, env=env, check=True, capture_output=True, timeout=60)
         try:
-            rows["oxray"] = run_side("oxray", args.trials, args.cpus, env)
+            for workload in workloads:
+                rows[workload] = run_side("oxray", workload, counts[workload], args.cpus, env)
         finally:
             subprocess.run([args.oxray, "stop", "--force"], env=env, capture_output=True, timeout=60)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=100, help="trivial trials")
+    parser.add_argument("--optuna-trials", type=int, default=100)
+    parser.add_argument("--latency-trials", type=int, default=30)
+    parser.add_argument("--reports", type=int, default=1000, help="results each fast-reporting trial sends")
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--oxray", default=os.environ.get("OXRAY_BIN", str(REPO / "target/debug/oxray")))
+    parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--only", default=",".join(WORKLOADS), help="a comma-separated subset of " + ", ".join(WORKLOADS))
+    args = parser.parse_args()
+    workloads = [w for w in args.only.split(",") if w]
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")
+    if "optuna" in workloads and not optuna_importable():
+        print("(optuna is not installed here: the optuna row is left out)")
+        workloads.remove("optuna")
+    counts = {"trivial": args.trials, "optuna": args.optuna_trials, "latency": args.latency_trials,
+              "reports": args.reports}
+
+    results = {"oxray": oxray_side(args, workloads, counts)}
     if not args.no_ray and real_ray_tune_importable():
         env = {k: v for k, v in os.environ.items() if not k.startswith("OXRAY_")}
         env["RAY_DISABLE_USAGE_STATS"] = "1"
-        rows["ray"] = run_side("ray", args.trials, args.cpus, env)
+        results["ray"] = {w: run_side("ray", w, counts[w], args.cpus, env) for w in workloads}
 
-    print(f"{args.trials} trivial trials on {args.cpus} CPUs")
-    print(f"{'':8}{'wall s':>10}{'trials/s':>10}")
-    for name, row in rows.items():
-        print(f"{name:8}{row['wall_s']:>10.2f}{row['trials'] / row['wall_s']:>10.1f}")
-    if len(rows) == 2:
-        print(f"oxray is {rows['ray']['wall_s'] / rows['oxray']['wall_s']:.1f}x faster")
+    print(f"\non {args.cpus} CPUs; wall s of Tuner.fit() and the workload's figure")
+    print(f"{'workload':44}" + "".join(f"{name + ' wall s':>14}{name:>14}" for name in results) + "   oxray vs Ray")
+    labels = {"trivial": f"{args.trials} trivial trials", "optuna": f"{args.optuna_trials} OptunaSearch trials",
+              "latency": f"start latency, {args.latency_trials} in a row", "reports": f"{args.cpus} x {args.reports} fast reports"}
+    for workload in workloads:
+        unit, more_is_better = FIGURES[workload]
+        line = f"{labels[workload] + ' (' + unit + ')':44}"
+        for side in results.values():
+            line += f"{side[workload]['wall_s']:>14.2f}{side[workload]['rate']:>14.1f}"
+        if "ray" in results:
+            ours, theirs = results["oxray"][workload]["rate"], results["ray"][workload]["rate"]
+            ratio = ours / theirs if more_is_better else theirs / ours
+            line += f"{ratio:>12.1f}x"
+        print(line)
 
 
 if __name__ == "__main__":

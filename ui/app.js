@@ -857,6 +857,54 @@ async function placementGroups() {
   ];
 }
 
+// Serve: each application with its deployments and their replicas, from Serve's REST API
+// (Ray's ServeInstanceDetails).
+async function serveApps() {
+  const details = await api("/api/serve/applications/");
+  const apps = Object.values(details.applications || {}).sort((a, b) => a.name.localeCompare(b.name));
+  const http = details.http_options;
+  return [
+    h("h1", {}, `Serve applications (${apps.length})`),
+    apps.length ? panel("By status", stateCounts(countBy(apps, "status"), "serve-counts"),
+      http?.port ? h("p", { class: "muted" }, `HTTP on port ${http.port}${http.host ? ` (${http.host})` : ""}`) : null)
+      : panel(null, h("p", { class: "muted", id: "serve-empty" }, "Serve runs nothing: deploy with `oxray serve deploy`, `oxray serve run` or `serve.run`.")),
+    ...apps.map(serveApp),
+  ];
+}
+
+function serveApp(app) {
+  const deployments = Object.values(app.deployments || {}).sort((a, b) => a.name.localeCompare(b.name));
+  return h("section", { class: "panel", "data-serve-app": app.name },
+    h("h2", {}, h("span", { class: "name" }, app.name), " ", badge(app.status)),
+    h("dl", { class: "kv" },
+      h("dt", {}, "Route prefix"), h("dd", { class: "mono" }, app.route_prefix ?? h("span", { class: "muted" }, "none: handles only")),
+      h("dt", {}, "Deployed"), h("dd", {}, `${time(app.last_deployed_time_s * 1000)} (${app.source || ""})`),
+      app.deployed_app_config?.import_path ? [h("dt", {}, "Import path"), h("dd", { class: "mono" }, app.deployed_app_config.import_path)] : null),
+    app.message ? h("pre", { class: "log serve-message" }, app.message) : null,
+    table(["Deployment", "Status", "Replicas", "Replica", "State", "Node", "Actor", "PID", "Logs"], deployments.flatMap(serveDeploymentRows),
+      "No deployment yet."));
+}
+
+// A deployment's rows: its first replica beside it, the others below.
+function serveDeploymentRows(d) {
+  const replicas = d.replicas || [];
+  const head = [
+    h("td", { rowspan: Math.max(1, replicas.length) }, d.name, d.message ? h("div", { class: "muted" }, d.message) : null),
+    h("td", { rowspan: Math.max(1, replicas.length) }, badge(d.status)),
+    h("td", { rowspan: Math.max(1, replicas.length) }, `${replicas.filter((r) => r.state === "RUNNING").length} / ${d.target_num_replicas}`),
+  ];
+  const cells = (r) => [
+    h("td", { class: "mono" }, r.replica_id),
+    h("td", {}, badge(r.state)),
+    h("td", { class: "mono" }, nodeLink(r.node_id)),
+    h("td", { class: "mono" }, actorLink(r.actor_id)),
+    h("td", { class: "mono" }, r.pid || ""),
+    h("td", {}, r.actor_id && r.pid ? outErr({ actor_id: r.actor_id }) : ""),
+  ];
+  if (!replicas.length) return [h("tr", { "data-deployment": d.name }, head, h("td", { colspan: 6, class: "muted" }, "no replica"))];
+  return replicas.map((r, i) => h("tr", { "data-deployment": d.name, "data-replica": r.replica_id }, i ? null : head, cells(r)));
+}
+
 // The job page's view of what the job's program started.
 function jobWork(id, actorList, taskList) {
   const shown = taskList.result.sort(newestFirst("creation_time_ms")).slice(0, PAGE_SIZE);
@@ -1012,6 +1060,7 @@ const routes = [
   [/^#\/tasks(?:\?(.*))?$/, "tasks", (m) => tasks(new URLSearchParams(m[1] || ""))],
   [/^#\/tasks\/([0-9a-f]+)$/, "tasks", (m) => task(m[1])],
   [/^#\/placement-groups$/, "placement-groups", () => placementGroups()],
+  [/^#\/serve$/, "serve", () => serveApps()],
   [/^#\/logs(?:\?(.*))?$/, (m) => logsTab(new URLSearchParams(m[1] || "")), (m) => logs(new URLSearchParams(m[1] || ""))],
 ];
 

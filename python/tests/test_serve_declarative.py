@@ -157,6 +157,46 @@ def test_a_bad_config_file_is_refused_with_the_reason(setup, tmp_path):
     assert p.returncode != 0 and "not a valid YAML or JSON config" in p.stderr
 
 
+def test_serve_run_serves_until_interrupted_and_removes_only_its_own_apps(setup, tmp_path):
+    import signal
+
+    cluster, code, port = setup
+    deploy(cluster, tmp_path, config_of(code, port, args={"word": "neighbour"}))
+    wait_for(lambda: fetch(port, "/echo").startswith("neighbour "), "the neighbour app")
+    # The import path's module is in the app directory: its code is uploaded from there.
+    run = subprocess.Popen([OXRAY_BIN, "serve", "run", "echo_app:build", "word=run", "--name", "runner",
+                            "--route-prefix", "/run", "--app-dir", str(code)], env=cluster.env, cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        while not any("is ready at" in line for line in lines):
+            line = run.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        assert f"Application 'runner' is ready at http://127.0.0.1:{port}/run." in "".join(lines)
+        assert fetch(port, "/run").startswith("run ")
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=90)
+        assert run.returncode == 0, "".join(lines) + out
+    finally:
+        run.kill()
+    apps = yaml.safe_load(cli(cluster, "status").stdout)["applications"]
+    assert "runner" not in apps and apps["echo"]["status"] == "RUNNING", apps
+    assert fetch(port, "/echo").startswith("neighbour ")
+
+
+def test_serve_run_of_an_app_that_cannot_deploy_fails_and_leaves_nothing(setup, tmp_path):
+    cluster, code, port = setup
+    p = subprocess.run([OXRAY_BIN, "serve", "run", "no_such_module:app", "--name", "broken", "--non-blocking"],
+                       env=cluster.env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "application 'broken' failed to deploy" in p.stderr, p.stdout + p.stderr
+    assert "No module named 'no_such_module'" in p.stderr
+    assert "broken" not in yaml.safe_load(cli(cluster, "status").stdout)["applications"]
+    p = subprocess.run([OXRAY_BIN, "serve", "run", str(tmp_path / "x.yaml"), "--name", "n"], env=cluster.env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "go with an import path" in p.stderr
+
+
 def test_declarative_apps_survive_a_head_restart(setup, tmp_path):
     # Last in the module: the restarted head is this test's to stop.
     cluster, code, port = setup

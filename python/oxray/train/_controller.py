@@ -97,13 +97,13 @@ class Controller:
                 self._after_exception(error)
                 raise
             return self._finish(return_value)
-        size, attempts = None, 0
+        size, tried = None, False
         while True:
             group, graceful = None, False
             try:
                 size = self._decide_size(size)
-                group = self._start_group(size, first=attempts == 0)
-                attempts += 1
+                first, tried = not tried, True
+                group = self._start_group(size, first)
                 outcome = self._drive(group)
                 graceful = True
                 if outcome[0] == "done":

@@ -5,6 +5,7 @@ pub mod memory;
 pub mod operator;
 pub mod roles;
 pub mod serve;
+pub mod serve_run;
 pub mod start;
 pub mod state;
 pub mod status;

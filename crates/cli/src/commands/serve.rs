@@ -1,5 +1,5 @@
-//! `oxray serve deploy|status|config|shutdown`: Ray's `serve` CLI commands of the same
-//! names, as clients of Serve's REST API on the dashboard port.
+//! `oxray serve deploy|run|status|config|shutdown`: Ray's `serve` CLI commands of the same
+//! names, as clients of Serve's REST API on the dashboard port (`run`: `serve_run.rs`).
 
 use super::job::client::{JobClient, JobTarget};
 use anyhow::{bail, Context, Result};
@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
-const APPS: &str = "/api/serve/applications/";
+pub(crate) const APPS: &str = "/api/serve/applications/";
 
 #[derive(Subcommand, Debug)]
 pub enum ServeCommand {
@@ -16,6 +16,9 @@ pub enum ServeCommand {
     /// from an import path (`module:app`, with `key=value` builder arguments); returns once
     /// the cluster accepted it (`serve status` shows the progress).
     Deploy(DeployArgs),
+    /// Deploy applications (a config file or an import path, whose code is uploaded from
+    /// the app directory), wait until they run, then serve until Ctrl-C and delete them.
+    Run(super::serve_run::RunArgs),
     /// Print the status of Serve's proxies, applications and deployments (YAML).
     Status(NameArgs),
     /// Print the config each declarative application was deployed with (YAML documents).
@@ -59,6 +62,7 @@ pub fn run(command: ServeCommand) -> Result<ExitCode> {
     crate::target::runtime()?.block_on(async {
         match command {
             ServeCommand::Deploy(a) => deploy(a).await,
+            ServeCommand::Run(a) => super::serve_run::run(a).await,
             ServeCommand::Status(a) => status(a).await,
             ServeCommand::Config(a) => config(a).await,
             ServeCommand::Shutdown(a) => shutdown(a).await,
@@ -67,12 +71,12 @@ pub fn run(command: ServeCommand) -> Result<ExitCode> {
 }
 
 /// Whether the argument names a file (else it is an import path, as Ray decides).
-fn is_config_file(arg: &str) -> bool {
+pub(crate) fn is_config_file(arg: &str) -> bool {
     arg.ends_with(".yaml") || arg.ends_with(".yml") || arg.ends_with(".json") || std::path::Path::new(arg).is_file()
 }
 
 /// The config to send for an import path and its `key=value` arguments.
-fn config_of_import_path(import_path: &str, arguments: &[String], name: Option<&str>) -> Result<Value> {
+pub(crate) fn config_of_import_path(import_path: &str, arguments: &[String], name: Option<&str>) -> Result<Value> {
     let mut args = Map::new();
     for a in arguments {
         let Some((k, v)) = a.split_once('=') else { bail!("builder arguments are key=value, got {a:?}") };
@@ -85,7 +89,7 @@ fn config_of_import_path(import_path: &str, arguments: &[String], name: Option<&
     Ok(json!({"applications": [app]}))
 }
 
-fn read_config(path: &str) -> Result<Value> {
+pub(crate) fn read_config(path: &str) -> Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
     // JSON is YAML too.
     serde_norway::from_str(&text).with_context(|| format!("{path} is not a valid YAML or JSON config"))
@@ -108,8 +112,8 @@ async fn deploy(a: DeployArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn details(target: &JobTarget) -> Result<Value> {
-    let client = JobClient::connect(target).await?;
+/// Ray's `ServeInstanceDetails` of the cluster.
+pub(crate) async fn details(client: &JobClient) -> Result<Value> {
     let text = client.text(reqwest::Method::GET, APPS, None).await?;
     serde_json::from_str(&text).context("the cluster's Serve details are not JSON")
 }
@@ -154,7 +158,7 @@ fn status_of(details: &Value, name: Option<&str>) -> Value {
 }
 
 async fn status(a: NameArgs) -> Result<ExitCode> {
-    let details = details(&a.target).await?;
+    let details = details(&JobClient::connect(&a.target).await?).await?;
     print!("{}", serde_norway::to_string(&status_of(&details, a.name.as_deref()))?);
     Ok(ExitCode::SUCCESS)
 }
@@ -173,7 +177,7 @@ fn configs_of(details: &Value, name: Option<&str>) -> Result<Option<String>> {
 }
 
 async fn config(a: NameArgs) -> Result<ExitCode> {
-    let details = details(&a.target).await?;
+    let details = details(&JobClient::connect(&a.target).await?).await?;
     match configs_of(&details, a.name.as_deref())? {
         Some(text) => print!("{text}"),
         None => println!("No config has been deployed."),

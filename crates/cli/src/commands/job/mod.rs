@@ -2,7 +2,7 @@
 
 pub(crate) mod client;
 mod manage;
-mod submit;
+pub(crate) mod submit;
 
 use anyhow::Result;
 use clap::Subcommand;

@@ -49,7 +49,7 @@ pub struct SubmitArgs {
     pub entrypoint: Vec<String>,
 }
 
-fn json_object(flag: &str, text: &str) -> Result<Map<String, Value>> {
+pub(crate) fn json_object(flag: &str, text: &str) -> Result<Map<String, Value>> {
     match serde_json::from_str::<Value>(text).with_context(|| format!("invalid {flag}: not JSON"))? {
         Value::Object(o) => Ok(o),
         _ => bail!("invalid {flag}: expected a JSON object"),
@@ -87,7 +87,7 @@ async fn upload_dir(client: &JobClient, dir: &Path, prefix: Option<&str>, exclud
 }
 
 /// Replaces local paths with uploaded packages, and pip files with their requirements.
-async fn resolve_local(client: &JobClient, env: &mut Map<String, Value>, base: &Path) -> Result<()> {
+pub(crate) async fn resolve_local(client: &JobClient, env: &mut Map<String, Value>, base: &Path) -> Result<()> {
     let excludes: Vec<String> = env
         .get("excludes")
         .and_then(Value::as_array)
