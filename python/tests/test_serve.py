@@ -405,3 +405,67 @@ def test_autoscaling_follows_http_load_up_to_max_and_back_to_min(clean):
         assert time.monotonic() < deadline, serve.status()
         time.sleep(0.2)
     assert get("/busy").status_code == 200
+
+
+@serve.deployment(num_replicas=2, max_ongoing_requests=8)
+class Steady:
+    async def __call__(self, request):
+        await asyncio.sleep(0.05)
+        return str(os.getpid())
+
+
+def _load(seconds, clients, path):
+    """`clients` callers sending requests for `seconds`: each request's status (or the
+    exception's name) and the pid that answered, in the order they ended."""
+    stop = time.monotonic() + seconds
+    outcomes = []
+
+    def caller():
+        while time.monotonic() < stop:
+            try:
+                r = requests.get(URL + path, timeout=30)
+                outcomes.append((r.status_code, r.text if r.status_code == 200 else "", time.monotonic()))
+            except requests.RequestException as e:
+                outcomes.append((type(e).__name__, "", time.monotonic()))
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        for f in [pool.submit(caller) for _ in range(clients)]:
+            f.result()
+    return outcomes
+
+
+def test_a_replica_killed_under_load_costs_only_its_requests_in_flight(clean):
+    import signal
+    import threading
+
+    serve.run(Steady.bind(), name="steady", route_prefix="/steady")
+    pids = {get("/steady").text for _ in range(20)}
+    assert len(pids) == 2, pids
+    victim = int(sorted(pids)[0])
+    killed_at = []
+
+    def kill_soon():
+        time.sleep(2)
+        killed_at.append(time.monotonic())
+        os.kill(victim, signal.SIGKILL)
+
+    threading.Thread(target=kill_soon, daemon=True).start()
+    outcomes = _load(8, 6, "/steady")
+    statuses = [s for s, _, _ in outcomes]
+    failed = [s for s in statuses if s != 200]
+    # Every request ended (none hung past its timeout), and only those the dead replica held
+    # failed, with a 500: at most its max_ongoing_requests, none retried elsewhere.
+    assert len(outcomes) > 100 and set(failed) <= {500}, set(failed)
+    assert len(failed) <= 8, f"{len(failed)} of {len(outcomes)} failed"
+    after = [pid for s, pid, t in outcomes if s == 200 and t > killed_at[0] + 0.5]
+    assert after and str(victim) not in after, "nothing goes to the dead replica once it is known dead"
+    deadline = time.monotonic() + 60
+    while True:
+        replicas = serve.status().applications["steady"].deployments["Steady"].replica_states
+        if replicas == {"RUNNING": 2}:
+            break
+        assert time.monotonic() < deadline, replicas
+        time.sleep(0.2)
+    new = {get("/steady").text for _ in range(30)}
+    assert len(new) == 2 and str(victim) not in new, "a new replica took the dead one's place"
+    print(f"replica SIGKILL under load: {len(failed)} of {len(outcomes)} requests failed")
