@@ -2,8 +2,10 @@
 bad trials early, errors, retries from checkpoints, class trainables, and trial workers
 reused across trials."""
 
+import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -279,10 +281,8 @@ def climbing_by_lr(config):
             Path(d, "step").write_text(str(step))
             Path(d, "value").write_text(str(value))
             Path(d, "owner").write_text(tune.get_context().get_trial_id())
-            tune.report({"value": value, "from": owner or "", "lr": config["lr"]},
+            tune.report({"value": value, "from": owner or "", "lr": config["lr"], "at": time.time()},
                         checkpoint=Checkpoint.from_directory(d))
-        import time
-
         time.sleep(0.05)  # both trials interleave their reports
 
 
@@ -300,6 +300,31 @@ def test_pbt_exploits_a_bad_trial_onto_a_good_checkpoint(tune_cluster, storage):
     assert bad.metrics["from"] == good.metrics["trial_id"], bad.metrics
     assert bad.config["lr"] in (1.0, 2.0) and bad.metrics["value"] > 0
     assert bad.metrics["training_iteration"] == 8
+
+
+def test_synchronous_pbt_runs_the_population_in_step(tune_cluster, storage):
+    from oxray.tune.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2, quantile_fraction=0.5,
+                                  hyperparam_mutations={"lr": [1.0, 2.0]}, synch=True, seed=0)
+    # One trial at a time: each waits at the sync point for the other, giving back its worker.
+    grid = Tuner(climbing_by_lr, param_space={"lr": tune.grid_search([1.0, -1.0])},
+                 tune_config=TuneConfig(metric="value", mode="max", scheduler=pbt, max_concurrent_trials=1),
+                 run_config=RunConfig(name="pbt-synch", storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0
+    good, bad = sorted(grid, key=lambda r: r.metrics["trial_id"])
+    results = {r.metrics["trial_id"]: [json.loads(line) for line in Path(r.path, "result.json").read_text().splitlines()]
+               for r in grid}
+    assert [len(rs) for rs in results.values()] == [8, 8]
+    # In step: with one worker for both, every result up to a sync point comes before any after it.
+    at = {(trial_id, r["training_iteration"]): r["at"] for trial_id, rs in results.items() for r in rs}
+    for point in (2, 4, 6):
+        before = max(t for (_, it), t in at.items() if it <= point)
+        after = min(t for (_, it), t in at.items() if it > point)
+        assert before < after, f"a trial went past iteration {point} before the other reached it"
+    # At the first sync point the bad trial took the good one's checkpoint.
+    third = next(r for r in results[bad.metrics["trial_id"]] if r["training_iteration"] == 3)
+    assert third["from"] == good.metrics["trial_id"] and third["value"] > 0
 
 
 def linear_regression_per_worker(config):

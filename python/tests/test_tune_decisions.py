@@ -427,6 +427,42 @@ def test_pbt_exploits_a_bottom_trial_onto_a_top_trial():
         PopulationBasedTraining()
 
 
+def test_synchronous_pbt_waits_for_every_trial_then_exploits_and_resumes_all():
+    from oxray.tune.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(time_attr="training_iteration", metric="acc", mode="max", perturbation_interval=2,
+                                  quantile_fraction=0.25, hyperparam_mutations={"lr": [0.001, 0.01]}, synch=True,
+                                  seed=0)
+
+    class T:
+        def __init__(self, trial_id):
+            self.trial_id, self.config = trial_id, {"lr": 0.01}
+
+    trials = {name: T(name) for name in ("a", "b", "c", "d")}
+    for trial in trials.values():
+        pbt.on_trial_add(None, trial)
+    result = lambda it, acc: {"training_iteration": it, "acc": acc, "checkpoint_dir_name": f"checkpoint_{it:06d}"}
+    assert pbt.on_trial_result(None, trials["a"], result(1, 0.5)) == CONTINUE, "before the first sync point"
+    accs = {"a": 0.9, "b": 0.5, "c": 0.2, "d": 0.6}
+    for name in ("a", "b", "c"):
+        assert pbt.on_trial_result(None, trials[name], result(2, accs[name])) == TrialScheduler.PAUSE
+        assert pbt.take_paused_decisions() == ([], []), "d has not reached the sync point"
+    assert pbt.on_trial_result(None, trials["d"], result(3, accs["d"])) == TrialScheduler.PAUSE
+    resume, stop = pbt.take_paused_decisions()
+    assert sorted(resume) == ["a", "b", "c", "d"] and stop == []
+    donor, config = pbt.take_exploit("c")
+    assert donor == "a" and config["lr"] in (0.001, 0.01), "the bottom quarter takes the top's checkpoint"
+    assert all(pbt.take_exploit(name) is None for name in ("a", "b", "d"))
+    # The next sync point is after the furthest trial's time (3) and a whole interval on.
+    assert pbt.on_trial_result(None, trials["a"], result(3, 0.9)) == CONTINUE
+    assert pbt.on_trial_result(None, trials["a"], result(4, 0.9)) == TrialScheduler.PAUSE
+    # A trial that ends no longer holds the others back.
+    for name in ("b", "c"):
+        pbt.on_trial_result(None, trials[name], result(4, accs[name]))
+    pbt.on_trial_complete(None, trials["d"], result(3, 0.6))
+    assert sorted(pbt.take_paused_decisions()[0]) == ["a", "b", "c"]
+
+
 # ----- OptunaSearch, against a stand-in for optuna's ask/tell API when optuna is absent
 
 def _fake_optuna():

@@ -29,6 +29,8 @@ from oxray.tune.search import BasicVariantGenerator, Searcher
 from oxray.tune.search.variants import format_vars
 
 POLL_S = 1.0
+# Trials made ahead of free workers for a scheduler that waits for the whole population.
+MAX_AHEAD = 1000
 
 
 def default_concurrency(resources: Dict[str, float]) -> int:
@@ -74,6 +76,9 @@ class TuneController:
     def _next_trial(self) -> Optional[Trial]:
         if self.pending:
             return self.pending.pop(0)
+        return self._new_trial()
+
+    def _new_trial(self) -> Optional[Trial]:
         if self.search_done or self.stop_all:
             return None
         if self.max_trials is not None and len(self.trials) >= self.max_trials:
@@ -125,8 +130,15 @@ class TuneController:
         while len(self.running) < limit:
             trial = self._next_trial()
             if trial is None:
-                return
+                break
             self._start(trial)
+        # A scheduler that waits for the whole population (synchronous PBT) must know it
+        # before the first trials reach its barrier: the rest is made now and waits its turn.
+        while getattr(self.scheduler, "waits_for_population", False) and len(self.pending) < MAX_AHEAD:
+            trial = self._new_trial()
+            if trial is None:
+                break
+            self.pending.append(trial)
 
     # ----- the loop
 
@@ -269,11 +281,8 @@ class TuneController:
     def _let_go(self, trial: Trial) -> None:
         """The worker of a pausing trial has stopped it: it waits, or goes on at once."""
         trial.pausing = False
-        if trial.exploit is not None:
-            adopt(trial)
-            self._requeue(trial)
-        elif trial.after_pause == "resume":
-            self._requeue(trial)
+        if trial.exploit is not None or trial.after_pause == "resume":
+            self._resume(trial)
         elif trial.after_pause == "stop":
             self._complete(trial)
         else:
@@ -281,6 +290,13 @@ class TuneController:
             self.paused[trial.trial_id] = trial
             self.experiment.record(trial)
         trial.after_pause = None
+
+    def _resume(self, trial: Trial) -> None:
+        """A paused trial goes on: from a top trial's checkpoint when the scheduler planned an
+        exploit for it (a synchronous PBT plans them as it resumes its trials), else its own."""
+        if trial.exploit is not None or self._plan_exploit(trial):
+            adopt(trial)
+        self._requeue(trial)
 
     def _requeue(self, trial: Trial) -> None:
         trial.status = PENDING
@@ -300,7 +316,7 @@ class TuneController:
                     if trial is not None and trial.pausing:
                         trial.after_pause = verdict
                 elif verdict == "resume":
-                    self._requeue(trial)
+                    self._resume(trial)
                 else:
                     self._complete(trial)
 

@@ -3,9 +3,14 @@ bottom `quantile_fraction` of the population by its last score takes a copy of a
 trial's newest checkpoint and config (exploit), with the hyperparameters in
 `hyperparam_mutations` perturbed or resampled (explore), and goes on from there.
 
+With `synch=True` every trial waits at each perturbation point (PAUSE: its worker goes
+back to the pool) until every trial still running has reached it; then the bottom trials
+exploit the top ones, and all go on together, as Ray's synchronous PBT does.
+
 Decisions are pure: the scheduler sees trial ids and result dicts (a result carrying
 `checkpoint_dir_name` tells it a trial has a checkpoint to give) and answers PAUSE for a
-trial to exploit; `take_exploit(trial_id)` hands out (donor trial id, new config)."""
+trial to exploit (or, synchronously, to wait); `take_exploit(trial_id)` hands out (donor
+trial id, new config), and `take_paused_decisions()` the trials to resume."""
 
 import copy
 import math
@@ -78,8 +83,6 @@ class PopulationBasedTraining(TrialScheduler):
             raise ValueError(f"quantile_fraction must be in [0, 0.5], got {quantile_fraction}")
         if perturbation_interval <= 0:
             raise ValueError(f"perturbation_interval must be > 0, got {perturbation_interval}")
-        if synch:
-            raise NotImplementedError("PopulationBasedTraining(synch=True) is not supported: use the default")
         self.time_attr, self.perturbation_interval, self.burn_in_period = time_attr, perturbation_interval, burn_in_period
         self.mutations = dict(hyperparam_mutations or {})
         self.quantile_fraction, self.resample_probability = quantile_fraction, resample_probability
@@ -92,11 +95,21 @@ class PopulationBasedTraining(TrialScheduler):
         self.has_checkpoint: set = set()
         self.exploits: Dict[str, Tuple[str, Dict]] = {}
         self.num_perturbations = 0
+        self.synch = synch
+        self.waits_for_population = synch
+        self.live: set = set()  # trials added and not ended
+        self.waiting: Dict[str, Tuple[float, float]] = {}  # at the barrier: (time_attr, score)
+        self.next_sync = max(perturbation_interval, burn_in_period)
+        if synch:
+            # Only a synchronous run pauses trials that then wait to be resumed: the
+            # controller asks this of schedulers that have it.
+            self.take_paused_decisions = self._release_barrier
 
     def on_trial_add(self, tune_controller, trial) -> None:
         self._require_metric()
         trial_id = _id(trial)
         self.last_perturbation.setdefault(trial_id, 0.0)
+        self.live.add(trial_id)
         if hasattr(trial, "config"):
             self.configs[trial_id] = trial.config
 
@@ -115,6 +128,11 @@ class PopulationBasedTraining(TrialScheduler):
                 raise ValueError(f"PopulationBasedTraining needs {self.time_attr!r} and {self._metric!r} in every "
                                  f"result; trial {trial_id} reported {sorted(result)}")
             return TrialScheduler.CONTINUE
+        if self.synch:
+            if t < self.next_sync:
+                return TrialScheduler.CONTINUE
+            self.waiting[trial_id] = (t, value)
+            return TrialScheduler.PAUSE
         if t < self.burn_in_period or t - self.last_perturbation[trial_id] < self.perturbation_interval:
             return TrialScheduler.CONTINUE
         self.last_perturbation[trial_id] = t
@@ -122,16 +140,36 @@ class PopulationBasedTraining(TrialScheduler):
         bottom, top = quantiles(self.scores, self.quantile_fraction)
         if trial_id not in bottom:
             return TrialScheduler.CONTINUE
+        if not self._plan(trial_id, top):
+            return TrialScheduler.CONTINUE  # nothing to copy yet: it goes on as it is
+        return TrialScheduler.PAUSE
+
+    def _plan(self, trial_id: str, top: List[str]) -> bool:
+        """An exploit of one of `top` for the trial; False when none has a checkpoint yet."""
         donors = [d for d in top if d in self.has_checkpoint and d in self.configs]
         if not donors:
-            return TrialScheduler.CONTINUE  # nothing to copy yet: it goes on as it is
+            return False
         donor = self.rng.choice(donors)
         new_config = explore(self.configs[donor], self.mutations, self.rng, self.resample_probability,
                              self.perturbation_factors, self.custom_explore_fn)
         self.exploits[trial_id] = (donor, new_config)
         self.configs[trial_id] = new_config
         self.num_perturbations += 1
-        return TrialScheduler.PAUSE
+        return True
+
+    def _release_barrier(self) -> Tuple[List[str], List[str]]:
+        """(trials to resume, trials to stop): every waiting trial, once all trials still
+        running wait at the barrier, the bottom ones with their exploits planned."""
+        if not self.waiting or not self.live <= set(self.waiting):
+            return [], []
+        scores = {trial_id: value for trial_id, (_, value) in self.waiting.items()}
+        bottom, top = quantiles(scores, self.quantile_fraction)
+        for trial_id in bottom:
+            self._plan(trial_id, top)
+        reached = max(t for t, _ in self.waiting.values())
+        self.next_sync = max(self.next_sync + self.perturbation_interval, reached)
+        resume, self.waiting = list(self.waiting), {}
+        return resume, []
 
     def take_exploit(self, trial_id: str) -> Optional[Tuple[str, Dict]]:
         """(donor trial id, new config) for a trial just answered PAUSE, handed out once."""
@@ -140,6 +178,8 @@ class PopulationBasedTraining(TrialScheduler):
     def _gone(self, trial) -> None:
         trial_id = _id(trial)
         self.exploits.pop(trial_id, None)
+        self.live.discard(trial_id)
+        self.waiting.pop(trial_id, None)
 
     def on_trial_complete(self, tune_controller, trial, result: Dict) -> None:
         self._gone(trial)
