@@ -14,6 +14,8 @@ pub enum ArchiveError {
     Special(String),
     #[error("malformed archive: {0}")]
     Malformed(String),
+    #[error("archive unpacks to more than {0} (a package must stay under it)")]
+    TooLarge(String),
     #[error(transparent)]
     Io(#[from] io::Error),
 }
@@ -49,6 +51,20 @@ impl ArchiveKind {
 /// A package's name without its archive suffix (where it is unpacked).
 pub fn stem(name: &str) -> &str {
     SUFFIXES.iter().find_map(|(suffix, _)| name.strip_suffix(suffix)).unwrap_or(name)
+}
+
+/// What one package may unpack to at most: an archive that decompresses far beyond its
+/// upload (a zip bomb) stops there instead of filling the disk or its inodes.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub bytes: u64,
+    pub entries: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { bytes: 16 << 30, entries: 500_000 }
+    }
 }
 
 /// The tar stream inside a compressed tar file.
@@ -88,7 +104,7 @@ const S_IFLNK: u32 = 0o120000;
 const S_IFREG: u32 = 0o100000;
 const S_IFDIR: u32 = 0o040000;
 
-fn zip_entries(path: &Path) -> Result<(zip::ZipArchive<File>, Vec<Entry>), ArchiveError> {
+fn zip_entries(path: &Path, limits: Limits) -> Result<(zip::ZipArchive<File>, Vec<Entry>), ArchiveError> {
     let mut zip = zip::ZipArchive::new(File::open(path)?).map_err(|e| ArchiveError::Malformed(e.to_string()))?;
     let mut entries = Vec::with_capacity(zip.len());
     for i in 0..zip.len() {
@@ -101,11 +117,12 @@ fn zip_entries(path: &Path) -> Result<(zip::ZipArchive<File>, Vec<Entry>), Archi
             Some(_) => return Err(ArchiveError::Special(name)),
         }
         entries.push(if file.is_dir() { Entry::Dir(rel) } else { Entry::File(rel) });
+        check_count(entries.len(), limits)?;
     }
     Ok((zip, entries))
 }
 
-fn tar_entries(path: &Path, kind: ArchiveKind) -> Result<Vec<Entry>, ArchiveError> {
+fn tar_entries(path: &Path, kind: ArchiveKind, limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
     let mut archive = tar_archive(path, kind)?;
     let mut entries = Vec::new();
     for entry in archive.entries().map_err(|e| ArchiveError::Malformed(e.to_string()))? {
@@ -122,21 +139,28 @@ fn tar_entries(path: &Path, kind: ArchiveKind) -> Result<Vec<Entry>, ArchiveErro
             tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName => continue,
             _ => return Err(ArchiveError::Special(name)),
         });
+        check_count(entries.len(), limits)?;
     }
     Ok(entries)
 }
 
 /// Checks every entry; returns how many there are.
 pub fn validate(path: &Path, kind: ArchiveKind) -> Result<usize, ArchiveError> {
+    let limits = Limits::default();
     match kind {
-        ArchiveKind::Zip | ArchiveKind::Wheel => Ok(zip_entries(path)?.1.len()),
-        ArchiveKind::TarGz | ArchiveKind::TarXz => Ok(tar_entries(path, kind)?.len()),
+        ArchiveKind::Zip | ArchiveKind::Wheel => Ok(zip_entries(path, limits)?.1.len()),
+        ArchiveKind::TarGz | ArchiveKind::TarXz => Ok(tar_entries(path, kind, limits)?.len()),
     }
 }
 
 /// Unpacks into `dest`, which must not exist yet. Everything is checked first and written
 /// into a sibling temporary directory, then renamed, so `dest` is either complete or absent.
 pub fn unpack(path: &Path, kind: ArchiveKind, dest: &Path) -> Result<(), ArchiveError> {
+    unpack_within(path, kind, dest, Limits::default())
+}
+
+/// `unpack`, refusing archives that unpack to more than `limits`.
+pub fn unpack_within(path: &Path, kind: ArchiveKind, dest: &Path, limits: Limits) -> Result<(), ArchiveError> {
     let parent = dest.parent().ok_or_else(|| ArchiveError::Malformed("no parent directory".into()))?;
     fs::create_dir_all(parent)?;
     let tmp = parent.join(format!(
@@ -147,8 +171,8 @@ pub fn unpack(path: &Path, kind: ArchiveKind, dest: &Path) -> Result<(), Archive
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp)?;
     let result = match kind {
-        ArchiveKind::Zip | ArchiveKind::Wheel => unpack_zip(path, &tmp),
-        ArchiveKind::TarGz | ArchiveKind::TarXz => unpack_tar(path, kind, &tmp),
+        ArchiveKind::Zip | ArchiveKind::Wheel => unpack_zip(path, &tmp, limits),
+        ArchiveKind::TarGz | ArchiveKind::TarXz => unpack_tar(path, kind, &tmp, limits),
     };
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&tmp);
@@ -160,24 +184,44 @@ pub fn unpack(path: &Path, kind: ArchiveKind, dest: &Path) -> Result<(), Archive
     Ok(())
 }
 
-fn write_file(dest: &Path, rel: &Path, reader: &mut impl Read) -> Result<(), ArchiveError> {
+fn check_count(entries: usize, limits: Limits) -> Result<(), ArchiveError> {
+    if entries > limits.entries {
+        return Err(ArchiveError::TooLarge(format!("{} entries", limits.entries)));
+    }
+    Ok(())
+}
+
+/// Writes one file, taking its size from `budget` (the bytes the package may still use).
+fn write_file(
+    dest: &Path,
+    rel: &Path,
+    reader: &mut impl Read,
+    budget: &mut u64,
+    limits: Limits,
+) -> Result<(), ArchiveError> {
     let target = dest.join(rel);
     if let Some(dir) = target.parent() {
         fs::create_dir_all(dir)?;
     }
     let mut out = File::create(&target)?;
-    io::copy(reader, &mut out)?;
+    // One byte past the budget tells a file that would not fit from one that just fits.
+    let written = io::copy(&mut reader.take(*budget + 1), &mut out)?;
+    if written > *budget {
+        return Err(ArchiveError::TooLarge(format!("{} bytes", limits.bytes)));
+    }
+    *budget -= written;
     Ok(())
 }
 
-fn unpack_zip(path: &Path, dest: &Path) -> Result<(), ArchiveError> {
-    let (mut zip, entries) = zip_entries(path)?;
+fn unpack_zip(path: &Path, dest: &Path, limits: Limits) -> Result<(), ArchiveError> {
+    let (mut zip, entries) = zip_entries(path, limits)?;
+    let mut budget = limits.bytes;
     for (i, entry) in entries.iter().enumerate() {
         match entry {
             Entry::Dir(rel) => fs::create_dir_all(dest.join(rel))?,
             Entry::File(rel) => {
                 let mut file = zip.by_index(i).map_err(|e| ArchiveError::Malformed(e.to_string()))?;
-                write_file(dest, rel, &mut file)?;
+                write_file(dest, rel, &mut file, &mut budget, limits)?;
                 if let Some(mode) = file.unix_mode() {
                     set_mode(&dest.join(rel), mode)?;
                 }
@@ -187,9 +231,10 @@ fn unpack_zip(path: &Path, dest: &Path) -> Result<(), ArchiveError> {
     Ok(())
 }
 
-fn unpack_tar(path: &Path, kind: ArchiveKind, dest: &Path) -> Result<(), ArchiveError> {
-    tar_entries(path, kind)?;
+fn unpack_tar(path: &Path, kind: ArchiveKind, dest: &Path, limits: Limits) -> Result<(), ArchiveError> {
+    tar_entries(path, kind, limits)?;
     let mut archive = tar_archive(path, kind)?;
+    let mut budget = limits.bytes;
     for entry in archive.entries()? {
         let mut entry = entry?;
         let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
@@ -198,7 +243,7 @@ fn unpack_tar(path: &Path, kind: ArchiveKind, dest: &Path) -> Result<(), Archive
             tar::EntryType::Directory => fs::create_dir_all(dest.join(&rel))?,
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let mode = entry.header().mode().ok();
-                write_file(dest, &rel, &mut entry)?;
+                write_file(dest, &rel, &mut entry, &mut budget, limits)?;
                 if let Some(mode) = mode {
                     set_mode(&dest.join(&rel), mode)?;
                 }

@@ -5,6 +5,6 @@ mod archive;
 mod pack;
 mod spec;
 
-pub use archive::{stem, unpack, validate, ArchiveError, ArchiveKind};
+pub use archive::{stem, unpack, unpack_within, validate, ArchiveError, ArchiveKind, Limits};
 pub use pack::{pack_dir, PackError};
 pub use spec::{package_name, PipSpec, RuntimeEnv, SpecError};
