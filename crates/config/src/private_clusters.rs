@@ -39,6 +39,30 @@ fn read_token(home: &Path) -> Option<String> {
     crate::secret::read_trimmed(&path).ok().flatten()
 }
 
+/// Removes the directories of this user's private clusters that have stopped: those whose
+/// driver was killed outright, so it could not remove its own. Returns how many.
+pub fn sweep_stopped() -> usize {
+    sweep_in(&std::env::temp_dir(), nix::unistd::geteuid().as_raw())
+}
+
+fn sweep_in(temp_dir: &Path, uid: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir(temp_dir) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let mine = entry.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        if !mine || !entry.file_name().to_string_lossy().starts_with(PREFIX) {
+            continue;
+        }
+        let home = entry.path().join("home");
+        // A cluster still starting has no current_cluster.json yet: it is left alone.
+        let started = crate::paths::current_cluster_file(&home).exists();
+        if started && crate::procs::list_running(&home).is_empty() && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// `host:port` of an address given with or without a scheme or a trailing slash.
 fn bare(address: &str) -> &str {
     let rest = address.split_once("://").map_or(address, |(_, rest)| rest);
@@ -71,5 +95,22 @@ mod tests {
         assert_eq!(token_in(temp.path(), "127.0.0.1:7000", uid), None, "only private clusters");
         assert_eq!(token_in(temp.path(), "127.0.0.1:8000", uid), None);
         assert_eq!(token_in(temp.path(), "127.0.0.1:5000", uid + 1), None, "only the user's own");
+    }
+
+    #[test]
+    fn stopped_private_clusters_are_swept_and_running_or_starting_ones_kept() {
+        let temp = tempfile::tempdir().unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        cluster(temp.path(), "oxray-local-gone", "127.0.0.1:5000", "t");
+        cluster(temp.path(), "oxray-local-live", "127.0.0.1:6000", "t");
+        let live = temp.path().join("oxray-local-live/home");
+        crate::procs::register_self(&live, "head", temp.path()).unwrap();
+        std::fs::create_dir_all(temp.path().join("oxray-local-starting/home")).unwrap();
+        cluster(temp.path(), "elsewhere", "127.0.0.1:7000", "t");
+        assert_eq!(sweep_in(temp.path(), uid + 1), 0, "only the user's own");
+        assert_eq!(sweep_in(temp.path(), uid), 1);
+        let left: std::collections::BTreeSet<String> =
+            std::fs::read_dir(temp.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        assert_eq!(left, ["elsewhere", "oxray-local-live", "oxray-local-starting"].map(String::from).into());
     }
 }

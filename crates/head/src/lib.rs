@@ -56,6 +56,8 @@ pub struct HeadConfig {
     pub dead_node_retention: Duration,
     /// How many ended task attempts and dead actors the state API keeps (newest first).
     pub max_ended_tasks: usize,
+    /// Uploaded packages larger than this are refused (HTTP 413).
+    pub max_package_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -256,6 +258,7 @@ impl BoundHead {
             jobs: Arc::new(jobs::Api(jobs)),
             token: config.token.clone(),
             session_name,
+            max_package_bytes: config.max_package_bytes,
         })
         .merge(oxray_http::with_token(serve.router(), config.token.clone()));
         let web = axum::serve(http, api).with_graceful_shutdown(shutdown.clone().cancelled_owned());

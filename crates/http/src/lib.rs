@@ -67,6 +67,8 @@ pub struct ApiState {
     pub jobs: Arc<dyn JobsApi>,
     pub token: Token,
     pub session_name: String,
+    /// Uploaded packages larger than this get 413.
+    pub max_package_bytes: u64,
 }
 
 pub fn router(state: ApiState) -> Router {

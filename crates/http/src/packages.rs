@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use oxray_api_types::ApiError;
 
-/// Ray's dashboard refuses bodies over 100 MiB.
+/// Ray's dashboard refuses bodies over 100 MiB: the head's default.
 pub const MAX_PACKAGE_BYTES: u64 = 100 * 1024 * 1024;
 
 fn checked(protocol: &str, name: &str) -> Result<(), ApiError> {
@@ -45,7 +45,7 @@ pub async fn put(
         return error(e);
     }
     let stream = body.into_data_stream().map(|chunk| chunk.map_err(|e| e.to_string())).boxed();
-    match state.jobs.put_package(&name, stream, MAX_PACKAGE_BYTES).await {
+    match state.jobs.put_package(&name, stream, state.max_package_bytes).await {
         Ok(()) => (StatusCode::OK, format!("Successfully uploaded gcs://{name}")).into_response(),
         Err(e) => error(e),
     }

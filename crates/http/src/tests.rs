@@ -121,6 +121,7 @@ fn app() -> Router {
         jobs: Arc::new(NoJobs),
         token: Token::parse("s3cret").unwrap(),
         session_name: "session_x".into(),
+        max_package_bytes: crate::MAX_PACKAGE_BYTES,
     })
 }
 

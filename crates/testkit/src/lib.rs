@@ -21,9 +21,16 @@ pub struct Builder {
     cpus_per_agent: u32,
     death_timeout: Duration,
     agent_env: Vec<(String, String)>,
+    head_env: Vec<(String, String)>,
 }
 
 impl Builder {
+    /// An environment variable for the head (its flags' `env` fallbacks among them).
+    pub fn head_env(mut self, key: &str, value: &str) -> Self {
+        self.head_env.push((key.to_string(), value.to_string()));
+        self
+    }
+
     /// An environment variable for every agent (and so for the jobs it runs).
     pub fn agent_env(mut self, key: &str, value: &str) -> Self {
         self.agent_env.push((key.to_string(), value.to_string()));
@@ -57,6 +64,7 @@ impl Builder {
             death_timeout: self.death_timeout,
             cpus_per_agent: self.cpus_per_agent,
             agent_env: self.agent_env,
+            head_env: self.head_env,
             head: None,
             ports: (0, 0),
             agents: Vec::new(),
@@ -93,6 +101,7 @@ pub struct LocalCluster {
     death_timeout: Duration,
     cpus_per_agent: u32,
     agent_env: Vec<(String, String)>,
+    head_env: Vec<(String, String)>,
     head: Option<Server>,
     /// Control-plane and dashboard ports, kept so a restarted head comes back on them.
     ports: (u16, u16),
@@ -108,6 +117,7 @@ impl LocalCluster {
             cpus_per_agent: 1,
             death_timeout: Duration::from_secs(2),
             agent_env: Vec::new(),
+            head_env: Vec::new(),
         }
     }
 
@@ -196,7 +206,7 @@ impl LocalCluster {
         ]
         .map(String::from)
         .into();
-        let head = self.spawn(&args, "head.log", self.token.as_str(), &[])?;
+        let head = self.spawn(&args, "head.log", self.token.as_str(), &self.head_env)?;
         let Ready::Head { port, dashboard_port, .. } = head.ready else { bail!("unexpected readiness from the head") };
         self.ports = (port, dashboard_port);
         self.head = Some(head);

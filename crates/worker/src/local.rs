@@ -45,6 +45,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 impl LocalCluster {
     pub fn start(bin: &Path, options: &LocalOptions) -> Result<Self, WorkerError> {
         let fail = |e: &dyn std::fmt::Display| WorkerError::Start(e.to_string());
+        // What drivers killed outright left behind goes first.
+        oxray_config::private_clusters::sweep_stopped();
         let dir =
             tempfile::Builder::new().prefix(oxray_config::private_clusters::PREFIX).tempdir().map_err(|e| fail(&e))?;
         let home = dir.path().join("home");

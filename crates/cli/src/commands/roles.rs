@@ -39,7 +39,8 @@ pub struct HeadArgs {
     pub state: StateArgs,
 }
 
-/// What the head keeps across restarts, shared by `start` and the `head` role.
+/// What the head keeps across restarts, and how much it takes in, shared by `start` and
+/// the `head` role.
 #[derive(Args, Debug, Clone)]
 pub struct StateArgs {
     /// Seconds a dead node's record is kept before it is forgotten
@@ -49,6 +50,11 @@ pub struct StateArgs {
     /// task_events_max_num_task_in_gcs)
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub max_ended_tasks: u64,
+    /// Largest package (working_dir, py_modules) the head takes, in MiB; larger uploads get
+    /// HTTP 413 (Ray's limit is 100)
+    #[arg(long, default_value_t = 100, env = "OXRAY_MAX_PACKAGE_MB",
+          value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub max_package_mb: u64,
     /// Start the head with an empty database; the previous one is kept beside it as
     /// `<storage>.previous`
     #[arg(long)]
@@ -62,6 +68,8 @@ impl StateArgs {
             self.dead_node_retention_s.to_string(),
             "--max-ended-tasks".to_string(),
             self.max_ended_tasks.to_string(),
+            "--max-package-mb".to_string(),
+            self.max_package_mb.to_string(),
         ];
         if self.fresh {
             v.push("--fresh".into());
@@ -220,6 +228,7 @@ pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
             node_death_timeout: Duration::from_secs_f64(args.node_death_timeout_s),
             dead_node_retention: Duration::from_secs_f64(args.state.dead_node_retention_s),
             max_ended_tasks: args.state.max_ended_tasks as usize,
+            max_package_bytes: args.state.max_package_mb << 20,
         })
     };
     let config = match setup() {

@@ -222,7 +222,12 @@ fn zip_bytes(entries: &[(&str, &str)]) -> Vec<u8> {
 
 #[tokio::test]
 async fn bad_input_gets_plain_4xx_and_the_head_keeps_serving() {
-    let c = cluster(1, 1);
+    // Packages over 1 MiB are refused here (100 MiB by default).
+    let c = LocalCluster::builder(BIN)
+        .agents(1)
+        .head_env("OXRAY_MAX_PACKAGE_MB", "1")
+        .start()
+        .expect("local cluster starts");
     ready(&c, 1).await;
     let api = Api::new(&c);
     let cases = [
@@ -265,7 +270,7 @@ async fn bad_input_gets_plain_4xx_and_the_head_keeps_serving() {
 
     // The head answers 413 without reading the rest, so the client may see the connection
     // close before it has sent everything: either is a refusal.
-    let huge = vec![0u8; 101 * 1024 * 1024];
+    let huge = vec![0u8; 2 * 1024 * 1024];
     let url = format!("{}/api/packages/gcs/_ray_pkg_huge.zip", api.base);
     match api.http.put(url).bearer_auth(&api.token).body(huge).send().await {
         Ok(resp) => assert_eq!(resp.status().as_u16(), 413),
