@@ -203,6 +203,43 @@ def test_restore_resumes_errored_trials_from_checkpoints(tune_cluster, storage, 
     assert by_id[0].metrics["step"] == 2
 
 
+def scored(config):
+    tune.report({"score": -((config["x"] - 0.3) ** 2)})
+
+
+class StopAfterThree(tune.Stopper):
+    def __init__(self):
+        self.results = 0
+
+    def __call__(self, trial_id, result):
+        self.results += 1
+        return False
+
+    def stop_all(self):
+        return self.results >= 3
+
+
+def test_restore_gives_the_searcher_back_what_it_learnt(tune_cluster, storage):
+    pytest.importorskip("optuna")
+    from oxray.tune.search.optuna import OptunaSearch
+
+    config = TuneConfig(metric="score", mode="max", num_samples=6, max_concurrent_trials=1,
+                        search_alg=OptunaSearch(seed=0))
+    first = Tuner(scored, param_space={"x": tune.uniform(0, 1)}, tune_config=config,
+                  run_config=RunConfig(name="optuna-restore", storage_path=storage, verbose=0,
+                                       stop=StopAfterThree())).fit()
+    assert len(first) == 3, "the run was stopped after three trials"
+    path = os.path.join(storage, "optuna-restore")
+    assert len(list(Path(path).glob("searcher-state-*.pkl"))) == 1
+    tuner = Tuner.restore(path, scored)
+    grid = tuner.fit()
+    assert len(grid) == 6 and grid.num_errors == 0
+    # The study the restored searcher asks has the first run's three trials and the three new ones.
+    study = tuner.tune_config.search_alg.study
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 6
+    assert sorted(t.params["x"] for t in study.trials) == sorted(r.config["x"] for r in grid)
+
+
 def with_data(config, data=None):
     tune.report({"total": sum(data) * config["k"], "ctx": tune.get_context().get_trial_id()})
 

@@ -29,6 +29,8 @@ from oxray.tune.search import BasicVariantGenerator, Searcher
 from oxray.tune.search.variants import format_vars
 
 POLL_S = 1.0
+# The searcher's state is saved at most this often while trials end, and at the end.
+SEARCHER_SAVE_S = 5.0
 # Trials made ahead of free workers for a scheduler that waits for the whole population.
 MAX_AHEAD = 1000
 
@@ -69,6 +71,8 @@ class TuneController:
         inner = getattr(searcher, "searcher", searcher)
         # A searcher other than the variant generator suggests forever: num_samples bounds it.
         counts_itself = isinstance(inner, BasicVariantGenerator)
+        # The variant generator is rebuilt from the trials on restore; others from their state.
+        self.searcher_saved_at = None if counts_itself else 0.0
         self.max_trials = None if counts_itself or tune_config.num_samples == -1 else tune_config.num_samples
 
     # ----- trials
@@ -166,10 +170,21 @@ class TuneController:
                 self.reporter.maybe_print(self.trials, resources=self._usage)
         finally:
             self.pool.shutdown()
+            self._save_searcher(force=True)
         self.reporter.maybe_print(self.trials, final=True, resources=self._usage)
         for callback in self.run_config.callbacks:
             callback.on_experiment_end(self.trials)
         return self.trials
+
+    def _save_searcher(self, force: bool = False) -> None:
+        if self.searcher_saved_at is None or not (force or time.monotonic() - self.searcher_saved_at >= SEARCHER_SAVE_S):
+            return
+        self.searcher_saved_at = time.monotonic()
+        try:
+            self.experiment.save_searcher(self.searcher)
+        except Exception as error:  # a searcher whose state does not pickle cannot be restored
+            print(f"(tune) the searcher's state was not saved: {error!r}", flush=True)
+            self.searcher_saved_at = None
 
     def _usage(self) -> str:
         """What the running trials hold, against the cluster's totals, as Ray's status says it."""
@@ -340,6 +355,7 @@ class TuneController:
         self.searcher.on_trial_complete(trial.trial_id, flatten(trial.last_result))
         self.experiment.record(trial)
         self.reporter.ended(trial)
+        self._save_searcher()
         for callback in self.run_config.callbacks:
             callback.on_trial_complete(self.iteration, self.trials, trial)
 
@@ -358,6 +374,7 @@ class TuneController:
         self.searcher.on_trial_complete(trial.trial_id, None, error=True)
         self.experiment.record(trial)
         self.reporter.ended(trial)
+        self._save_searcher()
         for callback in self.run_config.callbacks:
             callback.on_trial_error(self.iteration, self.trials, trial)
         if self.run_config.failure_config.fail_fast:

@@ -23,6 +23,7 @@ class Experiment:
         self.name = name
         self.root = os.path.join(root, name)
         self.state_file: Optional[str] = None
+        self.searcher_file: Optional[str] = None
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -35,6 +36,15 @@ class Experiment:
             f.write(tuner_state)
         os.replace(temporary, self.path(TUNER_PKL))
 
+    def save_searcher(self, searcher) -> None:
+        """The searcher's state (`Searcher.save`), replaced whole, for `Tuner.restore`."""
+        if self.searcher_file is None:
+            date = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+            self.searcher_file = newest_searcher_state(self.root) or self.path(SEARCHER_STATE.format(date=date))
+        temporary = self.searcher_file + ".tmp"
+        searcher.save(temporary)
+        os.replace(temporary, self.searcher_file)
+
     def record(self, trial) -> None:
         if self.state_file is None:
             existing = sorted(glob.glob(self.path("experiment_state-*.json")))
@@ -44,6 +54,14 @@ class Experiment:
         state["config"] = trial.config
         with open(self.state_file, "a", encoding="utf-8") as f:
             f.write(to_json(state) + "\n")
+
+
+SEARCHER_STATE = "searcher-state-{date}.pkl"
+
+
+def newest_searcher_state(root: str) -> Optional[str]:
+    found = sorted(glob.glob(os.path.join(root, SEARCHER_STATE.format(date="*"))))
+    return found[-1] if found else None
 
 
 def load_states(root: str) -> List[Dict[str, Any]]:

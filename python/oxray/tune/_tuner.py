@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 from oxray.tune._config import RunConfig, TuneConfig, default_storage_path
 from oxray.tune._controller import TuneController
 from oxray.tune._errors import TuneError
-from oxray.tune._experiment import TUNER_PKL, Experiment, load_states
+from oxray.tune._experiment import TUNER_PKL, Experiment, load_states, newest_searcher_state
 from oxray.tune._result import ResultGrid, load_trial
 from oxray.tune._trainable import check_picklable, trainable_name
 from oxray.tune._trial import ERROR, PENDING, TERMINATED, Trial
@@ -156,6 +156,11 @@ class Tuner:
             trials.append(trial)
         if isinstance(searcher, BasicVariantGenerator):
             searcher._taken = len(trials)  # the variants those trials had are not drawn again
+        else:
+            saved = newest_searcher_state(experiment.root)
+            if saved is not None:
+                # What it learnt from the finished trials, and the trials it still waits for.
+                searcher.restore(saved)
         return trials
 
 

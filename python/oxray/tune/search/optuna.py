@@ -162,4 +162,5 @@ class OptunaSearch(Searcher):
             self.study.tell(trial, values if len(values) > 1 else values[0])
 
     def get_state(self):
-        return {"study": self.study, "space": self.space}
+        # The asked trials still running go too: a restored run tells the study their results.
+        return {"study": self.study, "space": self.space, "trials": self.trials}
