@@ -4,7 +4,7 @@
 //! on the cluster are left as they were.
 
 use super::job::client::{JobClient, JobTarget};
-use super::job::submit::{json_object, resolve_local};
+use super::job::submit::{resolve_local, runtime_env_of_flags};
 use super::serve::{config_of_import_path, details, is_config_file, read_config, APPS};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -121,24 +121,17 @@ fn holds_module(dir: &Path, import_path: &str) -> bool {
     !module.is_empty() && (dir.join(format!("{module}.py")).is_file() || dir.join(module).is_dir())
 }
 
-/// The applications' runtime_env from the flags, for an import path.
-fn runtime_env_of(a: &RunArgs) -> Result<Map<String, Value>> {
-    let mut env = Map::new();
-    if let Some(file) = &a.runtime_env {
-        let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-        let value: Value =
-            serde_norway::from_str(&text).with_context(|| format!("invalid YAML in {}", file.display()))?;
-        env = value.as_object().cloned().with_context(|| format!("{} must hold a mapping", file.display()))?;
-    }
-    if let Some(text) = &a.runtime_env_json {
-        env.extend(json_object("--runtime-env-json", text)?);
-    }
+/// The application's runtime_env from the flags, for an import path, and the directory its
+/// relative paths are relative to.
+fn runtime_env_of(a: &RunArgs) -> Result<(Map<String, Value>, PathBuf)> {
+    let (mut env, base) = runtime_env_of_flags(a.runtime_env.as_deref(), a.runtime_env_json.as_deref())?;
     if let Some(dir) = &a.working_dir {
         env.insert("working_dir".into(), Value::String(dir.clone()));
     } else if !env.contains_key("working_dir") && holds_module(&a.app_dir, &a.config_or_import_path) {
-        env.insert("working_dir".into(), Value::String(a.app_dir.display().to_string()));
+        let app_dir = std::env::current_dir()?.join(&a.app_dir);
+        env.insert("working_dir".into(), Value::String(app_dir.display().to_string()));
     }
-    Ok(env)
+    Ok((env, base))
 }
 
 /// The config to deploy, and the directory its relative paths are relative to.
@@ -157,11 +150,11 @@ fn config_of(a: &RunArgs) -> Result<(Value, PathBuf)> {
     if let Some(prefix) = &a.route_prefix {
         config["applications"][0]["route_prefix"] = Value::String(prefix.clone());
     }
-    let env = runtime_env_of(a)?;
+    let (env, base) = runtime_env_of(a)?;
     if !env.is_empty() {
         config["applications"][0]["runtime_env"] = Value::Object(env);
     }
-    Ok((config, cwd))
+    Ok((config, base))
 }
 
 pub async fn run(a: RunArgs) -> Result<ExitCode> {

@@ -49,7 +49,7 @@ pub struct SubmitArgs {
     pub entrypoint: Vec<String>,
 }
 
-pub(crate) fn json_object(flag: &str, text: &str) -> Result<Map<String, Value>> {
+fn json_object(flag: &str, text: &str) -> Result<Map<String, Value>> {
     match serde_json::from_str::<Value>(text).with_context(|| format!("invalid {flag}: not JSON"))? {
         Value::Object(o) => Ok(o),
         _ => bail!("invalid {flag}: expected a JSON object"),
@@ -141,22 +141,28 @@ pub(crate) async fn resolve_local(client: &JobClient, env: &mut Map<String, Valu
     Ok(())
 }
 
-pub async fn run(args: SubmitArgs) -> Result<ExitCode> {
+/// The runtime_env of `--runtime-env FILE` and `--runtime-env-json`, and the directory its
+/// relative paths are relative to: the file's, as in Ray, else the current one.
+pub(crate) fn runtime_env_of_flags(file: Option<&Path>, json: Option<&str>) -> Result<(Map<String, Value>, PathBuf)> {
     let mut env = Map::new();
     let mut base = std::env::current_dir()?;
-    if let Some(file) = &args.runtime_env {
+    if let Some(file) = file {
         let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
         let value: Value =
             serde_norway::from_str(&text).with_context(|| format!("invalid YAML in {}", file.display()))?;
         env = value.as_object().cloned().with_context(|| format!("{} must hold a mapping", file.display()))?;
-        // Relative paths in the file are relative to the file, as in Ray.
         if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
             base = base.join(dir);
         }
     }
-    if let Some(text) = &args.runtime_env_json {
+    if let Some(text) = json {
         env.extend(json_object("--runtime-env-json", text)?);
     }
+    Ok((env, base))
+}
+
+pub async fn run(args: SubmitArgs) -> Result<ExitCode> {
+    let (mut env, base) = runtime_env_of_flags(args.runtime_env.as_deref(), args.runtime_env_json.as_deref())?;
     if let Some(dir) = &args.working_dir {
         env.insert("working_dir".into(), Value::String(dir.display().to_string()));
     }
