@@ -3,7 +3,6 @@ from the replica that remains, only the dead node's requests in flight fail, and
 replica is started again on the node that is left."""
 
 import asyncio
-import concurrent.futures
 import json
 import os
 import signal
@@ -18,6 +17,7 @@ import requests
 from oxray import serve
 
 from conftest import Cluster, agent_pid, driver_of
+from test_serve import _load
 
 URL = "http://127.0.0.1:8000"
 
@@ -63,21 +63,8 @@ def test_a_node_killed_under_load_costs_only_its_requests_in_flight(two_nodes):
         killed_at.append(time.monotonic())
         os.kill(agent_pid(two_nodes, "doomed"), signal.SIGKILL)
 
-    stop = time.monotonic() + 10
-    outcomes = []
-
-    def caller():
-        while time.monotonic() < stop:
-            try:
-                r = requests.get(URL + "/where", timeout=30)
-                outcomes.append((r.status_code, r.text, time.monotonic()))
-            except requests.RequestException as e:
-                outcomes.append((type(e).__name__, "", time.monotonic()))
-
     threading.Thread(target=kill_soon, daemon=True).start()
-    with concurrent.futures.ThreadPoolExecutor(6) as pool:
-        for f in [pool.submit(caller) for _ in range(6)]:
-            f.result()
+    outcomes = _load(10, 6, "/where")
     failed = [s for s, _, _ in outcomes if s != 200]
     assert len(outcomes) > 100 and set(failed) <= {500}, set(failed)
     assert len(failed) <= 8, f"{len(failed)} of {len(outcomes)} failed"

@@ -15,15 +15,21 @@ pub fn token_for(address: &str) -> Option<String> {
     token_in(&std::env::temp_dir(), address, nix::unistd::geteuid().as_raw())
 }
 
+/// The directories of the private clusters of user `uid` under `temp_dir`.
+fn private_dirs(temp_dir: &Path, uid: u32) -> impl Iterator<Item = PathBuf> {
+    let entries = std::fs::read_dir(temp_dir).into_iter().flatten().flatten();
+    entries
+        .filter(move |entry| {
+            let mine = entry.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
+            mine && entry.file_name().to_string_lossy().starts_with(PREFIX)
+        })
+        .map(|entry| entry.path())
+}
+
 fn token_in(temp_dir: &Path, address: &str, uid: u32) -> Option<String> {
     let wanted = bare(address);
-    std::fs::read_dir(temp_dir).ok()?.flatten().find_map(|entry| {
-        let name = entry.file_name();
-        let mine = entry.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
-        if !mine || !name.to_string_lossy().starts_with(PREFIX) {
-            return None;
-        }
-        let home = entry.path().join("home");
+    private_dirs(temp_dir, uid).find_map(|dir| {
+        let home = dir.join("home");
         serves(&home, wanted).then(|| read_token(&home)).flatten()
     })
 }
@@ -46,17 +52,12 @@ pub fn sweep_stopped() -> usize {
 }
 
 fn sweep_in(temp_dir: &Path, uid: u32) -> usize {
-    let Ok(entries) = std::fs::read_dir(temp_dir) else { return 0 };
     let mut removed = 0;
-    for entry in entries.flatten() {
-        let mine = entry.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
-        if !mine || !entry.file_name().to_string_lossy().starts_with(PREFIX) {
-            continue;
-        }
-        let home = entry.path().join("home");
+    for dir in private_dirs(temp_dir, uid) {
+        let home = dir.join("home");
         // A cluster still starting has no current_cluster.json yet: it is left alone.
         let started = crate::paths::current_cluster_file(&home).exists();
-        if started && crate::procs::list_running(&home).is_empty() && std::fs::remove_dir_all(entry.path()).is_ok() {
+        if started && crate::procs::list_running(&home).is_empty() && std::fs::remove_dir_all(&dir).is_ok() {
             removed += 1;
         }
     }
