@@ -185,6 +185,38 @@ def test_serve_run_serves_until_interrupted_and_removes_only_its_own_apps(setup,
     assert fetch(port, "/echo").startswith("neighbour ")
 
 
+def test_serve_run_with_no_cluster_starts_one_for_the_run(setup, tmp_path):
+    import os
+    import signal
+
+    _, code, _ = setup
+    port = free_port()
+    (code / "local.yaml").write_text(yaml.safe_dump({
+        "http_options": {"host": "127.0.0.1", "port": port},
+        "applications": [{"name": "local", "route_prefix": "/local", "import_path": "echo_app:build",
+                          "args": {"word": "alone"}, "runtime_env": {"working_dir": "."}}]}))
+    # A home with no cluster in it, and no address: nothing to join.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OXRAY_", "RAY_"))}
+    env.update(OXRAY_HOME=str(tmp_path / "home"), OXRAY_PYTHON=sys.executable)
+    run = subprocess.Popen([OXRAY_BIN, "serve", "run", str(code / "local.yaml")], env=env, cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        while not any("is ready at" in line for line in lines):
+            line = run.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        assert "starting a local one for this run" in "".join(lines)
+        assert fetch(port, "/local").startswith("alone ")
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=90)
+        assert run.returncode == 0, "".join(lines) + out
+    finally:
+        run.kill()
+    with pytest.raises(OSError):
+        fetch(port, "/local")  # the cluster went with the run
+
+
 def test_serve_run_of_an_app_that_cannot_deploy_fails_and_leaves_nothing(setup, tmp_path):
     cluster, code, port = setup
     p = subprocess.run([OXRAY_BIN, "serve", "run", "no_such_module:app", "--name", "broken", "--non-blocking"],

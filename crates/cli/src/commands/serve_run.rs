@@ -1,9 +1,10 @@
 //! `oxray serve run`: Ray's `serve run`. Deploys a config file or an import path (its code
 //! uploaded from the app directory, as a job's working_dir is), waits until the applications
 //! run, then serves until Ctrl-C or SIGTERM and deletes what it deployed. Other applications
-//! on the cluster are left as they were.
+//! on the cluster are left as they were. With no cluster to talk to, it starts a local one
+//! for the run, as Ray's `serve run` does.
 
-use super::job::client::{JobClient, JobTarget};
+use super::job::client::{names_a_cluster, JobClient, JobTarget};
 use super::job::submit::{resolve_local, runtime_env_of_flags};
 use super::serve::{config_of_import_path, details, is_config_file, read_config, APPS};
 use anyhow::{bail, Context, Result};
@@ -163,7 +164,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     if names.is_empty() {
         bail!("the config names no applications");
     }
-    let client = JobClient::connect(&a.target).await?;
+    let (client, local) = connect_or_start(&a.target).await?;
     for app in config["applications"].as_array_mut().into_iter().flatten() {
         if let Some(env) = app.get_mut("runtime_env").and_then(Value::as_object_mut) {
             resolve_local(&client, env, &base).await?;
@@ -197,13 +198,35 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
         println!("{line}");
     }
     if a.non_blocking {
+        if local.is_some() {
+            println!("(the local cluster started for this run stops now: --non-blocking needs a running cluster)");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     println!("Serving until Ctrl-C.");
     stop_signal().await;
     println!("Shutting down: deleting {}.", names.join(", "));
     remove(&client, &names).await?;
+    if let Some(local) = local {
+        // Stopping it waits for its processes: not on the runtime's threads.
+        tokio::task::spawn_blocking(move || drop(local)).await?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The cluster named by the target, else a local one started for this run (stopped when
+/// it is dropped).
+async fn connect_or_start(target: &JobTarget) -> Result<(JobClient, Option<oxray_worker::LocalCluster>)> {
+    if names_a_cluster(target) {
+        return Ok((JobClient::connect(target).await?, None));
+    }
+    println!("No cluster is running here: starting a local one for this run (it stops when the run ends).");
+    let bin = std::env::current_exe().context("cannot find the oxray executable")?;
+    let local = tokio::task::spawn_blocking(move || oxray_worker::LocalCluster::start(&bin, &Default::default()))
+        .await?
+        .context("cannot start a local cluster")?;
+    let local_target = JobTarget { address: Some(local.address.clone()), token: Some(local.token.clone()) };
+    Ok((JobClient::connect(&local_target).await?, Some(local)))
 }
 
 async fn stop_signal() {

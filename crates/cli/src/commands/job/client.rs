@@ -35,14 +35,23 @@ fn api_error(status: reqwest::StatusCode, body: &str) -> anyhow::Error {
     }
 }
 
+/// The address given (flag, $OXRAY_ADDRESS, $RAY_ADDRESS); "auto" names none.
+fn given_address(target: &JobTarget) -> Option<String> {
+    target
+        .address
+        .clone()
+        .filter(|a| !a.is_empty() && a != "auto")
+        .or_else(|| std::env::var("RAY_ADDRESS").ok().filter(|a| !a.is_empty() && a != "auto"))
+}
+
+/// Whether `connect` has a cluster to talk to: one given, or one started on this machine.
+pub fn names_a_cluster(target: &JobTarget) -> bool {
+    given_address(target).is_some() || read_current().and_then(|c| c.dashboard_url).is_some()
+}
+
 impl JobClient {
     pub async fn connect(target: &JobTarget) -> Result<Self> {
-        let address = target
-            .address
-            .clone()
-            .filter(|a| !a.is_empty() && a != "auto")
-            .or_else(|| std::env::var("RAY_ADDRESS").ok().filter(|a| !a.is_empty() && a != "auto"));
-        let base = match address {
+        let base = match given_address(target) {
             Some(a) if a.starts_with("http://") || a.starts_with("https://") => a.trim_end_matches('/').to_string(),
             Some(a) => dashboard_of(&a, target).await?,
             None => read_current().and_then(|c| c.dashboard_url).ok_or_else(|| {
