@@ -1060,6 +1060,8 @@ impl TaskExecutor {
             let runtime = oxray_worker::SharedDriver::new().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
             let executor =
                 runtime.block_on(Executor::start(&agent, &worker_id, token)).map_err(PyConnectionError::new_err)?;
+            // The worker's stdout and stderr are its log files: they rotate at their size cap.
+            oxray_config::log_rotation::watch_stdout_and_stderr();
             // SIGINT to the thread that runs tasks (this one, the worker's main thread): Python
             // raises KeyboardInterrupt there, even out of a blocking sleep or read.
             let main = nix::sys::pthread::pthread_self();

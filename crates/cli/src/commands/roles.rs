@@ -154,7 +154,9 @@ pub fn positive_seconds(text: &str) -> Result<f64, String> {
     }
 }
 
+/// Logs to stderr (the daemon's log file, which rotates at its size cap).
 pub fn init_logging() {
+    oxray_config::log_rotation::watch_stdout_and_stderr();
     let filter = tracing_subscriber::EnvFilter::try_from_env("OXRAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,h2=warn,tower=warn,hyper=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
