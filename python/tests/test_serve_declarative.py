@@ -3,6 +3,8 @@ cluster in the application's runtime_env, beside apps of `serve.run`, kept acros
 restart, and `oxray serve status/config/shutdown`."""
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -157,38 +159,43 @@ def test_a_bad_config_file_is_refused_with_the_reason(setup, tmp_path):
     assert p.returncode != 0 and "not a valid YAML or JSON config" in p.stderr
 
 
-def test_serve_run_serves_until_interrupted_and_removes_only_its_own_apps(setup, tmp_path):
-    import signal
-
-    cluster, code, port = setup
-    deploy(cluster, tmp_path, config_of(code, port, args={"word": "neighbour"}))
-    wait_for(lambda: fetch(port, "/echo").startswith("neighbour "), "the neighbour app")
-    # The import path's module is in the app directory: its code is uploaded from there.
-    run = subprocess.Popen([OXRAY_BIN, "serve", "run", "echo_app:build", "word=run", "--name", "runner",
-                            "--route-prefix", "/run", "--app-dir", str(code)], env=cluster.env, cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def serve_run(args, env, cwd, while_ready):
+    """`oxray serve run ARGS` until it says its applications are ready; then
+    `while_ready(printed)`, Ctrl-C, and a clean exit."""
+    run = subprocess.Popen([OXRAY_BIN, "serve", "run", *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
     try:
         lines = []
         while not any("is ready at" in line for line in lines):
             line = run.stdout.readline()
             assert line, "".join(lines)
             lines.append(line)
-        assert f"Application 'runner' is ready at http://127.0.0.1:{port}/run." in "".join(lines)
-        assert fetch(port, "/run").startswith("run ")
+        while_ready("".join(lines))
         run.send_signal(signal.SIGINT)
         out, _ = run.communicate(timeout=90)
         assert run.returncode == 0, "".join(lines) + out
     finally:
         run.kill()
+
+
+def test_serve_run_serves_until_interrupted_and_removes_only_its_own_apps(setup, tmp_path):
+    cluster, code, port = setup
+    deploy(cluster, tmp_path, config_of(code, port, args={"word": "neighbour"}))
+    wait_for(lambda: fetch(port, "/echo").startswith("neighbour "), "the neighbour app")
+
+    def while_ready(printed):
+        assert f"Application 'runner' is ready at http://127.0.0.1:{port}/run." in printed
+        assert fetch(port, "/run").startswith("run ")
+
+    # The import path's module is in the app directory: its code is uploaded from there.
+    serve_run(["echo_app:build", "word=run", "--name", "runner", "--route-prefix", "/run", "--app-dir", str(code)],
+              cluster.env, tmp_path, while_ready)
     apps = yaml.safe_load(cli(cluster, "status").stdout)["applications"]
     assert "runner" not in apps and apps["echo"]["status"] == "RUNNING", apps
     assert fetch(port, "/echo").startswith("neighbour ")
 
 
 def test_serve_run_with_no_cluster_starts_one_for_the_run(setup, tmp_path):
-    import os
-    import signal
-
     _, code, _ = setup
     port = free_port()
     (code / "local.yaml").write_text(yaml.safe_dump({
@@ -198,21 +205,12 @@ def test_serve_run_with_no_cluster_starts_one_for_the_run(setup, tmp_path):
     # A home with no cluster in it, and no address: nothing to join.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OXRAY_", "RAY_"))}
     env.update(OXRAY_HOME=str(tmp_path / "home"), OXRAY_PYTHON=sys.executable)
-    run = subprocess.Popen([OXRAY_BIN, "serve", "run", str(code / "local.yaml")], env=env, cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        lines = []
-        while not any("is ready at" in line for line in lines):
-            line = run.stdout.readline()
-            assert line, "".join(lines)
-            lines.append(line)
-        assert "starting a local one for this run" in "".join(lines)
+
+    def while_ready(printed):
+        assert "starting a local one for this run" in printed
         assert fetch(port, "/local").startswith("alone ")
-        run.send_signal(signal.SIGINT)
-        out, _ = run.communicate(timeout=90)
-        assert run.returncode == 0, "".join(lines) + out
-    finally:
-        run.kill()
+
+    serve_run([str(code / "local.yaml")], env, tmp_path, while_ready)
     with pytest.raises(OSError):
         fetch(port, "/local")  # the cluster went with the run
 
