@@ -51,13 +51,14 @@ SIDE = textwrap.dedent("""
             tune.report({"i": i})
 
     def fit(trainable, space, **tune_options):
-        storage = tempfile.mkdtemp(prefix="tune-bench-")
-        started = time.perf_counter()
-        grid = tune.Tuner(trainable, param_space=space, tune_config=tune.TuneConfig(**tune_options),
-                          run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0)).fit()
-        wall = time.perf_counter() - started
-        assert grid.num_errors == 0, [r.error for r in grid if r.error]
-        return grid, wall
+        with tempfile.TemporaryDirectory(prefix="tune-bench-") as storage:
+            started = time.perf_counter()
+            grid = tune.Tuner(trainable, param_space=space, tune_config=tune.TuneConfig(**tune_options),
+                              run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0)).fit()
+            wall = time.perf_counter() - started
+            results = [r for r in grid]  # read while the results are there
+        assert grid.num_errors == 0, [r.error for r in results if r.error]
+        return results, wall
 
     if workload == "trivial":
         grid, wall = fit(trivial, {"i": tune.grid_search(list(range(count)))}, metric="score", mode="max")
