@@ -414,6 +414,17 @@ class Steady:
         return str(os.getpid())
 
 
+def _wait_running(app, deployment, replicas, timeout=60):
+    """Until exactly `replicas` replicas of the deployment run, and no other."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = serve.status().applications[app].deployments[deployment].replica_states
+        if states == {"RUNNING": replicas}:
+            return
+        assert time.monotonic() < deadline, states
+        time.sleep(0.2)
+
+
 def _load(seconds, clients, path):
     """`clients` callers sending requests for `seconds`: each request's status (or the
     exception's name) and the pid that answered, in the order they ended."""
@@ -459,13 +470,7 @@ def test_a_replica_killed_under_load_costs_only_its_requests_in_flight(clean):
     assert len(failed) <= 8, f"{len(failed)} of {len(outcomes)} failed"
     after = [pid for s, pid, t in outcomes if s == 200 and t > killed_at[0] + 0.5]
     assert after and str(victim) not in after, "nothing goes to the dead replica once it is known dead"
-    deadline = time.monotonic() + 60
-    while True:
-        replicas = serve.status().applications["steady"].deployments["Steady"].replica_states
-        if replicas == {"RUNNING": 2}:
-            break
-        assert time.monotonic() < deadline, replicas
-        time.sleep(0.2)
+    _wait_running("steady", "Steady", 2)
     new = {get("/steady").text for _ in range(30)}
     assert len(new) == 2 and str(victim) not in new, "a new replica took the dead one's place"
     print(f"replica SIGKILL under load: {len(failed)} of {len(outcomes)} requests failed")

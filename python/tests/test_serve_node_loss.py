@@ -17,7 +17,7 @@ import requests
 from oxray import serve
 
 from conftest import Cluster, agent_pid, driver_of
-from test_serve import _load
+from test_serve import _load, _wait_running
 
 URL = "http://127.0.0.1:8000"
 
@@ -70,12 +70,6 @@ def test_a_node_killed_under_load_costs_only_its_requests_in_flight(two_nodes):
     assert len(failed) <= 8, f"{len(failed)} of {len(outcomes)} failed"
     late = {text for s, text, t in outcomes if s == 200 and t > killed_at[0] + 1}
     assert late == {nodes[next(n for n in nodes if n != "doomed")]}, "the node that is left serves"
-    deadline = time.monotonic() + 60
-    while True:
-        replicas = serve.status().applications["where"].deployments["Where"].replica_states
-        if replicas == {"RUNNING": 2}:
-            break
-        assert time.monotonic() < deadline, replicas
-        time.sleep(0.2)
+    _wait_running("where", "Where", 2)
     assert {requests.get(URL + "/where", timeout=30).text for _ in range(10)} == late
     print(f"agent SIGKILL under load: {len(failed)} of {len(outcomes)} requests failed")

@@ -227,6 +227,13 @@ fn private_cluster_token(address: &str) -> Option<String> {
     oxray_config::private_clusters::token_for(address)
 }
 
+/// Whether a node with `labels` meets a label selector: the core's rule, for what the
+/// driver decides itself (how many Train workers fit).
+#[pyfunction]
+fn selector_matches(selector: oxray_types::Selector, labels: HashMap<String, String>) -> bool {
+    oxray_types::selector_matches(&selector, |key| labels.get(key).map(String::as_str))
+}
+
 fn parse_token(text: &str) -> PyResult<oxray_worker::Token> {
     oxray_worker::Token::parse(text).map_err(|e| PyValueError::new_err(format!("invalid cluster token: {e}")))
 }
@@ -1163,6 +1170,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TaskExecutor>()?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add_function(wrap_pyfunction!(private_cluster_token, m)?)?;
+    m.add_function(wrap_pyfunction!(selector_matches, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -37,6 +37,14 @@ mod tests {
     }
 
     #[test]
+    fn values_match_as_ray_reads_them() {
+        assert!(value_matches("a", Some("a")) && !value_matches("a", Some("b")) && !value_matches("a", None));
+        assert!(value_matches("!a", Some("b")) && value_matches("!a", None) && !value_matches("!a", Some("a")));
+        assert!(value_matches("in(a, b)", Some("b")) && !value_matches("in(a,b)", Some("c")));
+        assert!(value_matches("!in(a,b)", Some("c")) && value_matches("!in(a,b)", None));
+    }
+
+    #[test]
     fn equality_negation_and_sets() {
         let gpu = node(&[("accelerator", "A100"), ("zone", "b")]);
         assert!(selector_matches(&selector(&[]), &gpu));

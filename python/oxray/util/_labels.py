@@ -19,19 +19,11 @@ def check_selector(selector, where: str = "label_selector") -> Dict[str, str]:
 
 
 def matches(selector: Dict[str, str], labels: Dict[str, str]) -> bool:
-    """Whether a node with `labels` meets the selector, as the core decides it
+    """Whether a node with `labels` meets the selector: the core's own rule
     (`oxray_types::selector_matches`); the driver uses it to count what fits."""
-    for key, wanted in selector.items():
-        negated = wanted.startswith("!")
-        wanted = wanted[1:] if negated else wanted
-        actual = labels.get(key)
-        if wanted.startswith("in(") and wanted.endswith(")"):
-            hit = actual is not None and actual in [v.strip() for v in wanted[3:-1].split(",")]
-        else:
-            hit = actual == wanted
-        if hit == negated:
-            return False
-    return True
+    from oxray import _native
+
+    return _native.selector_matches(dict(selector), dict(labels))
 
 
 def check_fallback(fallback) -> List[Dict[str, str]]:
