@@ -55,15 +55,11 @@ def workers_that_fit(per_worker: Dict[str, float], nodes: Sequence[Dict], cap: i
     """How many whole workers the nodes' free resources hold, at most `cap`. `nodes`: per
     node, `{"free": resources, "labels": labels}`; worker i goes only to a node that
     `selectors[i]` matches, when selectors are given."""
-    if selectors is None:
-        total = 0
-        for node in nodes:
-            counts = [math.floor((node["free"].get(k, 0.0) + 1e-9) / v) for k, v in per_worker.items() if v > 0]
-            total += min(counts) if counts else cap
-        return min(total, cap)
+    # Workers are alike: placing them one by one on the first node with room counts as many
+    # as the nodes hold, and lets each have a selector of its own.
     free = [dict(node["free"]) for node in nodes]
     placed = 0
-    for selector in selectors[:cap]:
+    for selector in (selectors if selectors is not None else [{}] * cap)[:cap]:
         spot = next((i for i, node in enumerate(nodes) if matches(selector, node.get("labels", {}))
                      and all(free[i].get(k, 0.0) + 1e-9 >= v for k, v in per_worker.items())), None)
         if spot is None:

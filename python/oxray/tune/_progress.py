@@ -22,6 +22,10 @@ ROWS_PER_STATUS = 5
 MAX_PARAMS, MAX_METRICS = 6, 4
 
 
+def _status_rank(status: str) -> int:
+    return STATUS_ORDER.index(status) if status in STATUS_ORDER else len(STATUS_ORDER)
+
+
 def duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds < 60:
@@ -67,7 +71,7 @@ def shown_rows(trials: Sequence) -> List[Any]:
     for trial in trials:
         by_status[trial.status].append(trial)
     rows: List[Any] = []
-    for status in sorted(by_status, key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER)):
+    for status in sorted(by_status, key=_status_rank):
         group = by_status[status]
         if len(trials) > ALL_ROWS_UP_TO and len(group) > ROWS_PER_STATUS:
             rows += group[:ROWS_PER_STATUS] + [f"... {len(group) - ROWS_PER_STATUS} more {status}"]
@@ -89,7 +93,7 @@ def best(trials: Sequence, metric: Optional[str], mode: Optional[str]):
 def status_block(trials: Sequence, metric: Optional[str], mode: Optional[str], elapsed_s: float,
                  resources: Optional[str] = None, now: Optional[datetime.datetime] = None) -> str:
     counts = collections.Counter(t.status for t in trials)
-    order = sorted(counts, key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER))
+    order = sorted(counts, key=_status_rank)
     lines = ["Trial status: " + " | ".join(f"{counts[s]} {s}" for s in order),
              f"Current time: {(now or datetime.datetime.now()).strftime('%Y-%m-%d %H:%M:%S')}. "
              f"Total running time: {duration(elapsed_s)}"]
