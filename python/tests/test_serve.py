@@ -465,9 +465,12 @@ def test_a_replica_killed_under_load_costs_only_its_requests_in_flight(clean):
     statuses = [s for s, _, _ in outcomes]
     failed = [s for s in statuses if s != 200]
     # Every request ended (none hung past its timeout), and only those the dead replica held
-    # failed, with a 500: at most its max_ongoing_requests, none retried elsewhere.
+    # or was sent failed, with a 500, none retried elsewhere.
     assert len(outcomes) > 100 and set(failed) <= {500}, set(failed)
-    assert len(failed) <= 8, f"{len(failed)} of {len(outcomes)} failed"
+    # Failures are the requests it held or was sent before the proxy saw it gone: all within
+    # a few seconds of the kill (on a loaded machine the news takes longer than the 8 it held).
+    late_failures = [t - killed_at[0] for s, _, t in outcomes if s != 200 and t > killed_at[0] + 5]
+    assert not late_failures and len(failed) <= len(outcomes) // 20, f"{len(failed)} of {len(outcomes)} failed"
     after = [pid for s, pid, t in outcomes if s == 200 and t > killed_at[0] + 0.5]
     assert after and str(victim) not in after, "nothing goes to the dead replica once it is known dead"
     _wait_running("steady", "Steady", 2)

@@ -67,7 +67,10 @@ def test_a_node_killed_under_load_costs_only_its_requests_in_flight(two_nodes):
     outcomes = _load(10, 6, "/where")
     failed = [s for s, _, _ in outcomes if s != 200]
     assert len(outcomes) > 100 and set(failed) <= {500}, set(failed)
-    assert len(failed) <= 8, f"{len(failed)} of {len(outcomes)} failed"
+    # Failures are the requests it held or was sent before the proxy saw it gone: all within
+    # a few seconds of the kill (on a loaded machine the news takes longer than the 8 it held).
+    late_failures = [t - killed_at[0] for s, _, t in outcomes if s != 200 and t > killed_at[0] + 5]
+    assert not late_failures and len(failed) <= len(outcomes) // 20, f"{len(failed)} of {len(outcomes)} failed"
     late = {text for s, text, t in outcomes if s == 200 and t > killed_at[0] + 1}
     assert late == {nodes[next(n for n in nodes if n != "doomed")]}, "the node that is left serves"
     _wait_running("where", "Where", 2)
