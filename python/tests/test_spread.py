@@ -91,3 +91,32 @@ def test_work_never_waits_behind_cpus_held_for_long_while_other_nodes_have_room(
     finally:
         for h in holders:
             oxray.kill(h)
+
+
+def _head_pid():
+    for record in Path(os.environ["OXRAY_HOME"], "procs").glob("*.json"):
+        info = json.loads(record.read_text())
+        if info.get("role") == "head" and Path(f"/proc/{info['pid']}").exists():
+            return info["pid"]
+    raise AssertionError("no head process record")
+
+
+def test_tasks_are_placed_without_the_head(four_nodes):
+    """Leases are placed by the agents from their pushed view of the cluster: with the head
+    stopped, SPREAD, node-affine and spilled tasks still run on every node."""
+    import signal
+
+    from oxray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # Workers started while the head answers; the run below needs none new.
+    oxray.get([where.remote() for _ in range(8)], timeout=60)
+    head = _head_pid()
+    os.kill(head, signal.SIGSTOP)
+    try:
+        spread = oxray.get([where.remote() for _ in range(8)], timeout=20)
+        assert set(spread) == set(four_nodes)
+        pinned = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+                  for n in four_nodes]
+        assert oxray.get(pinned, timeout=20) == four_nodes
+    finally:
+        os.kill(head, signal.SIGCONT)

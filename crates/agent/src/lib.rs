@@ -1,8 +1,10 @@
 //! The node agent: joins this machine to a cluster and keeps it there with heartbeats,
 //! rejoining on its own when the head restarts or declared it dead.
 
+mod cluster_view;
 pub mod detect;
 mod jobs;
+mod leases;
 mod logs;
 pub mod memory;
 mod store_dirs;
@@ -212,8 +214,15 @@ impl JoinedAgent {
             jobs::AgentService::new(self.runner.clone(), self.pool.clone(), self.config.session_dir.join("logs")),
             oxray_rpc::ServerAuth(self.config.token.clone()),
         );
+        let view = Arc::new(cluster_view::SharedView::default());
+        tokio::spawn(cluster_view::follow(self.client.clone(), view.clone(), shutdown.clone()));
+        let local = leases::LocalNode {
+            node_id: self.node_id.clone(),
+            agent: format!("{}:{}", self.node.node_ip, self.node.agent_port),
+            labels: self.config.labels.clone(),
+        };
         let leases = oxray_proto::v1::lease_service_server::LeaseServiceServer::with_interceptor(
-            workers::LeaseService(self.pool.clone()),
+            leases::LeaseService::new(self.pool.clone(), view, local),
             oxray_rpc::ServerAuth(self.config.token.clone()),
         );
         let server = tokio::spawn(oxray_rpc::serve_until(

@@ -3,14 +3,15 @@
 
 use crate::memory;
 use crate::worker_records::{self, ExitType, WorkerRecord, WorkerRecords};
-use oxray_proto::v1::{self, lease_service_server};
+use oxray_proto::v1;
+use oxray_scheduler::{BundleKey, BundleRefusal, BundleWant, Ledger};
 use oxray_types::ResourceSet;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The variable by which a library (Train) names the modules its workers load at start.
@@ -88,7 +89,7 @@ impl Lease {
     /// What the lease holds of the node (or its bundle) now.
     fn holding(&self) -> ResourceSet {
         if self.blocked {
-            minus(&self.resources, &cpus_of(&self.resources))
+            self.resources.minus(&cpus_of(&self.resources))
         } else {
             self.resources.clone()
         }
@@ -100,20 +101,10 @@ fn cpus_of(resources: &ResourceSet) -> ResourceSet {
     resources.iter().filter(|(name, _)| *name == "CPU").map(|(k, v)| (k.to_string(), v)).collect()
 }
 
-/// A placement group's bundle: `(group id, bundle index)`.
-type BundleKey = (String, u32);
-
-/// Resources reserved for a placement group's bundle, and what its leases use of them.
-struct Bundle {
-    total: ResourceSet,
-    used: ResourceSet,
-}
-
 #[derive(Default)]
 struct State {
-    /// Leased out, plus everything reserved for bundles.
-    used: ResourceSet,
-    bundles: HashMap<BundleKey, Bundle>,
+    /// What leases and bundles hold of the node.
+    ledger: Ledger,
     idle: Vec<Worker>,
     leases: HashMap<String, Lease>,
     starting: HashMap<String, oneshot::Sender<(u16, u32)>>,
@@ -145,7 +136,6 @@ pub fn log_name(worker: &WorkerRecord, suffix: &str) -> String {
 }
 
 pub struct WorkerPool {
-    total: ResourceSet,
     state: Mutex<State>,
     freed: Notify,
     /// The node's free resources changed: the heartbeat reports them early.
@@ -156,18 +146,10 @@ pub struct WorkerPool {
     gpus: crate::jobs::SharedGpus,
 }
 
-fn fits(request: &ResourceSet, free: impl Fn(&str) -> f64) -> bool {
-    request.iter().all(|(name, amount)| amount <= 0.0 || free(name) + 1e-9 >= amount)
-}
-
 /// The refusal of a lease that waited its time for this node's free resources: the asker
 /// looks for room elsewhere (how a lease queued behind a long-held resource is not stuck here).
 fn busy(resources: &ResourceSet, waited: Duration) -> Status {
-    Status::resource_exhausted(format!("this node had no room for {:?} within {waited:?}", resources.as_map()))
-}
-
-fn minus(a: &ResourceSet, b: &ResourceSet) -> ResourceSet {
-    a.iter().map(|(k, v)| (k.to_string(), (v - b.get(k)).max(0.0))).collect()
+    Status::resource_exhausted(format!("this node had no room for {} within {waited:?}", resources.describe()))
 }
 
 /// Where a lease's resources come from: the node's free resources, or a bundle.
@@ -192,8 +174,7 @@ impl WorkerPool {
         gpus: crate::jobs::SharedGpus,
     ) -> Self {
         Self {
-            total,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State { ledger: Ledger::new(total), ..Default::default() }),
             freed: Notify::new(),
             changed: Notify::new(),
             env,
@@ -235,9 +216,14 @@ impl WorkerPool {
         self.lock().records.by_pid(pid).cloned()
     }
 
+    /// What the node has for leases.
+    pub fn total(&self) -> ResourceSet {
+        self.lock().ledger.total().clone()
+    }
+
     /// What is not leased out or reserved now, for the heartbeat.
     pub fn available(&self) -> ResourceSet {
-        minus(&self.total, &self.lock().used)
+        self.lock().ledger.free()
     }
 
     /// Resolves once the free resources changed since the last call (a stored permit when
@@ -282,7 +268,7 @@ impl WorkerPool {
 
     /// Waits for the resources, then hands out an idle worker of the same interpreter or a
     /// new one.
-    async fn lease(
+    pub(crate) async fn lease(
         self: &Arc<Self>,
         resources: ResourceSet,
         kind: WorkerKind,
@@ -327,6 +313,7 @@ impl WorkerPool {
             gpu_ids: gpu_ids.clone(),
             node_id: self.env.node_id.lock().expect("node id lock").clone(),
             worker_pid: worker.child.id().unwrap_or(0),
+            retry_at: String::new(),
         };
         let (notify, actor_id) = match notify {
             Some((owner, actor)) => (Some(owner), actor),
@@ -356,22 +343,19 @@ impl WorkerPool {
 
     /// Waits until the node's free resources hold the request, and takes them.
     async fn take_free(&self, resources: &ResourceSet) -> Result<(), Status> {
-        if !fits(resources, |r| self.total.get(r)) {
+        let total = self.total();
+        if !resources.fits_in(&total) {
             return Err(Status::invalid_argument(format!(
-                "this node can never hold the task's resources {:?}; it has {:?}",
-                resources.as_map(),
-                self.total.as_map()
+                "this node can never hold the task's resources {}; it has {}",
+                resources.describe(),
+                total.describe()
             )));
         }
         loop {
             let freed = self.freed.notified();
-            {
-                let mut state = self.lock();
-                if fits(resources, |r| self.total.get(r) - state.used.get(r)) {
-                    state.used.add(resources);
-                    self.changed.notify_one();
-                    return Ok(());
-                }
+            if self.lock().ledger.take(resources) {
+                self.changed.notify_one();
+                return Ok(());
             }
             freed.await;
         }
@@ -380,35 +364,26 @@ impl WorkerPool {
     /// Waits until a bundle of the group on this node holds the request, and takes it from
     /// there. Fails when the group has no such bundle here (or it goes away meanwhile).
     async fn take_from_bundle(&self, resources: &ResourceSet, want: &InBundle) -> Result<BundleKey, Status> {
+        let index = u32::try_from(want.index).ok();
+        let bundles = BundleWant { group: &want.group, index };
         loop {
             let freed = self.freed.notified();
-            {
-                let mut state = self.lock();
-                let mut ours: Vec<(&BundleKey, &mut Bundle)> = state
-                    .bundles
-                    .iter_mut()
-                    .filter(|(k, _)| k.0 == want.group && (want.index < 0 || k.1 == want.index as u32))
-                    .collect();
-                if ours.is_empty() {
+            match self.lock().ledger.take_from_bundle(resources, &bundles) {
+                Ok(Some(key)) => return Ok(key),
+                Ok(None) => {}
+                Err(BundleRefusal::NotHere) => {
                     return Err(Status::failed_precondition(format!(
                         "placement group {} has no bundle{} on this node (removed, or placed elsewhere)",
                         want.group,
-                        if want.index < 0 { String::new() } else { format!(" {}", want.index) }
-                    )));
+                        index.map(|i| format!(" {i}")).unwrap_or_default()
+                    )))
                 }
-                if !ours.iter().any(|(_, b)| fits(resources, |r| b.total.get(r))) {
+                Err(BundleRefusal::NeverFits) => {
                     return Err(Status::invalid_argument(format!(
-                        "the bundle of placement group {} can never hold {:?}",
+                        "the bundle of placement group {} can never hold {}",
                         want.group,
-                        resources.as_map()
-                    )));
-                }
-                ours.sort_by_key(|(k, _)| k.1);
-                if let Some((key, b)) =
-                    ours.into_iter().find(|(_, b)| fits(resources, |r| b.total.get(r) - b.used.get(r)))
-                {
-                    b.used.add(resources);
-                    return Ok(key.clone());
+                        resources.describe()
+                    )))
                 }
             }
             freed.await;
@@ -429,57 +404,27 @@ impl WorkerPool {
         lease.blocked = blocked;
         let cpus = cpus_of(&lease.resources);
         let bundle = lease.bundle.clone();
-        let used = match &bundle {
-            Some(key) => match state.bundles.get_mut(key) {
-                Some(b) => &mut b.used,
-                None => return,
-            },
-            None => &mut state.used,
-        };
         if blocked {
-            *used = minus(used, &cpus);
+            state.ledger.release(&cpus, bundle.as_ref());
             drop(state);
             self.freed.notify_waiters();
         } else {
-            used.add(&cpus);
+            state.ledger.retake(&cpus, bundle.as_ref());
         }
         self.changed.notify_one();
     }
 
     fn release(&self, resources: &ResourceSet, bundle: Option<&BundleKey>) {
-        let mut state = self.lock();
-        match bundle {
-            Some(key) => {
-                if let Some(b) = state.bundles.get_mut(key) {
-                    b.used = minus(&b.used, resources);
-                }
-            }
-            None => state.used = minus(&state.used, resources),
-        }
-        drop(state);
+        self.lock().ledger.release(resources, bundle);
         self.freed.notify_waiters();
         self.changed.notify_one();
     }
 
     /// Reserves a group's bundles here, all or none, if the free resources hold them now.
     pub fn reserve_bundles(&self, group: &str, bundles: Vec<(u32, ResourceSet)>) -> Result<(), Status> {
-        let mut state = self.lock();
-        let new: Vec<(u32, ResourceSet)> =
-            bundles.into_iter().filter(|(i, _)| !state.bundles.contains_key(&(group.to_string(), *i))).collect();
-        let mut sum = ResourceSet::new();
-        for (_, r) in &new {
-            sum.add(r);
-        }
-        if !fits(&sum, |r| self.total.get(r) - state.used.get(r)) {
-            return Err(Status::failed_precondition(format!(
-                "the free resources of this node do not hold {:?} now",
-                sum.as_map()
-            )));
-        }
-        state.used.add(&sum);
-        for (index, total) in new {
-            state.bundles.insert((group.to_string(), index), Bundle { total, used: ResourceSet::new() });
-        }
+        self.lock().ledger.reserve(group, bundles).map_err(|sum| {
+            Status::failed_precondition(format!("the free resources of this node do not hold {} now", sum.describe()))
+        })?;
         self.changed.notify_one();
         Ok(())
     }
@@ -490,11 +435,7 @@ impl WorkerPool {
         let chosen = |k: &BundleKey| k.0 == group && (indexes.is_empty() || indexes.contains(&k.1));
         let leases: Vec<String> = {
             let mut state = self.lock();
-            let keys: Vec<BundleKey> = state.bundles.keys().filter(|k| chosen(k)).cloned().collect();
-            for key in &keys {
-                let b = state.bundles.remove(key).expect("present");
-                state.used = minus(&state.used, &b.total);
-            }
+            state.ledger.unreserve(group, indexes);
             state
                 .leases
                 .iter()
@@ -603,7 +544,7 @@ impl WorkerPool {
 
     /// Takes a lease back; returns why the agent ended its worker, if it did.
     /// `why`: why the worker ends if it is still running and `disconnect` ends it.
-    fn give_back(&self, lease_id: &str, disconnect: bool, why: (ExitType, &str)) -> Option<String> {
+    pub(crate) fn give_back(&self, lease_id: &str, disconnect: bool, why: (ExitType, &str)) -> Option<String> {
         let mut lease = self.lock().leases.remove(lease_id)?;
         let holding = lease.holding();
         self.gpus.lock().expect("gpu lock").give_back_amount(lease.resources.get("GPU"), &lease.gpu_ids);
@@ -714,6 +655,15 @@ impl WorkerPool {
     }
 }
 
+impl WorkerPool {
+    /// A worker this pool started has told where it listens; false when none by that id is
+    /// starting.
+    pub(crate) fn worker_registered(&self, worker_id: &str, port: u16, pid: u32) -> bool {
+        let waiting = self.lock().starting.remove(worker_id);
+        waiting.map(|tx| tx.send((port, pid))).is_some()
+    }
+}
+
 /// Tells an actor's owner that its worker died (the owner restarts it, or records it dead).
 async fn tell_owner(owner: &str, token: &str, actor_id: String, address: String) -> Result<(), String> {
     let token = oxray_rpc::Token::parse(token).map_err(|e| e.to_string())?;
@@ -750,89 +700,6 @@ pub fn reap_periodically(pool: &Arc<WorkerPool>) {
             }
         }
     });
-}
-
-/// The lease service, on the agent's port.
-pub struct LeaseService(pub Arc<WorkerPool>);
-
-#[tonic::async_trait]
-impl lease_service_server::LeaseService for LeaseService {
-    async fn request_worker_lease(
-        &self,
-        request: Request<v1::LeaseRequest>,
-    ) -> Result<Response<v1::LeaseReply>, Status> {
-        let request = request.into_inner();
-        let resources = oxray_proto::convert::resources_from_proto(request.resources)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let python = if request.python.is_empty() { crate::detect::default_python() } else { request.python };
-        let mut env_vars: Vec<(String, String)> = request.env_vars.into_iter().collect();
-        env_vars.sort();
-        let owner = request.owner.filter(|_| !request.detached);
-        let bundle = (!request.placement_group_id.is_empty())
-            .then_some(InBundle { group: request.placement_group_id, index: request.bundle_index });
-        let notify = Some(request.notify_on_exit).filter(|n| !n.is_empty()).map(|n| (n, request.actor_id));
-        let kind = WorkerKind { python, env_vars, runtime_env: request.runtime_env_json };
-        let wait = (request.wait_ms > 0).then(|| Duration::from_millis(request.wait_ms.into()));
-        self.0.lease(resources, kind, owner, bundle, notify, wait).await.map(Response::new)
-    }
-
-    async fn reserve_bundles(
-        &self,
-        request: Request<v1::ReserveBundlesRequest>,
-    ) -> Result<Response<v1::ReserveBundlesReply>, Status> {
-        let request = request.into_inner();
-        let mut bundles = Vec::with_capacity(request.bundles.len());
-        for (index, bundle) in request.bundles {
-            let resources = oxray_proto::convert::resources_from_proto(bundle.resources)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
-            bundles.push((index, resources));
-        }
-        self.0.reserve_bundles(&request.placement_group_id, bundles)?;
-        Ok(Response::new(v1::ReserveBundlesReply {}))
-    }
-
-    async fn release_bundles(
-        &self,
-        request: Request<v1::ReleaseBundlesRequest>,
-    ) -> Result<Response<v1::ReleaseBundlesReply>, Status> {
-        let request = request.into_inner();
-        self.0.release_bundles(&request.placement_group_id, &request.bundle_indexes);
-        Ok(Response::new(v1::ReleaseBundlesReply {}))
-    }
-
-    async fn return_worker(
-        &self,
-        request: Request<v1::ReturnWorkerRequest>,
-    ) -> Result<Response<v1::ReturnWorkerReply>, Status> {
-        let request = request.into_inner();
-        let why = (ExitType::IntendedSystemExit, "the owner of its lease ended it");
-        let exit_reason = self.0.give_back(&request.lease_id, request.disconnect, why).unwrap_or_default();
-        Ok(Response::new(v1::ReturnWorkerReply { exit_reason }))
-    }
-
-    async fn worker_blocked(
-        &self,
-        request: Request<v1::WorkerBlockedRequest>,
-    ) -> Result<Response<v1::WorkerBlockedReply>, Status> {
-        let request = request.into_inner();
-        self.0.worker_blocked(&request.worker_id, request.blocked);
-        Ok(Response::new(v1::WorkerBlockedReply {}))
-    }
-
-    async fn register_worker(
-        &self,
-        request: Request<v1::RegisterWorkerRequest>,
-    ) -> Result<Response<v1::RegisterWorkerReply>, Status> {
-        let request = request.into_inner();
-        let waiting = self.0.lock().starting.remove(&request.worker_id);
-        match waiting {
-            Some(tx) => {
-                let _ = tx.send((request.port as u16, request.pid));
-                Ok(Response::new(v1::RegisterWorkerReply {}))
-            }
-            None => Err(Status::not_found(format!("no worker {} is starting here", request.worker_id))),
-        }
-    }
 }
 
 #[cfg(test)]

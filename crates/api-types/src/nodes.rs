@@ -32,7 +32,7 @@ impl NodeRow {
             state: node.state.as_str().to_string(),
             state_message: node.state_message.clone(),
             node_name: node.node_name.clone(),
-            resources_total: node.resources_total.as_map().clone(),
+            resources_total: node.resources_total.to_map(),
             labels: node.labels.clone(),
             start_time_ms: detail.then_some(node.start_time_ms),
             end_time_ms: detail.then_some(node.end_time_ms),

@@ -3,12 +3,10 @@
 
 mod actors;
 mod agents;
-mod bundles;
 mod events;
 mod jobs;
 mod membership;
 mod packages;
-mod placement;
 mod placement_groups;
 mod processes;
 mod ray_gcs;

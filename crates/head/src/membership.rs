@@ -26,6 +26,8 @@ pub enum MembershipError {
 struct Entry {
     info: NodeInfo,
     last_seen: Instant,
+    /// The change count when this node last changed, for the agents' views.
+    changed: u64,
 }
 
 pub struct Membership {
@@ -35,6 +37,9 @@ pub struct Membership {
     death_timeout: Duration,
     /// What the nodes use, from their heartbeats.
     usage: crate::usage_history::UsageHistory,
+    /// Counts the changes of any node (joins, deaths, free resources): the agents' views
+    /// follow it (`changes_since`).
+    version: tokio::sync::watch::Sender<u64>,
 }
 
 impl Membership {
@@ -49,9 +54,33 @@ impl Membership {
         let nodes = store
             .load_nodes()?
             .into_iter()
-            .map(|info| (info.node_id.clone(), Entry { info, last_seen: now }))
+            .map(|info| (info.node_id.clone(), Entry { info, last_seen: now, changed: 0 }))
             .collect();
-        Ok(Self { nodes: Mutex::new(nodes), store, events, death_timeout, usage: Default::default() })
+        let version = tokio::sync::watch::Sender::new(0);
+        Ok(Self { nodes: Mutex::new(nodes), store, events, death_timeout, usage: Default::default(), version })
+    }
+
+    /// The next change count (called under the nodes' lock, so counts follow the changes).
+    fn bump(&self) -> u64 {
+        let mut now = 0;
+        self.version.send_modify(|v| {
+            *v += 1;
+            now = *v;
+        });
+        now
+    }
+
+    /// Resolves on the next change once `changes_since` was read.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    /// The change count now and the nodes changed after `since` (every node for None).
+    pub fn changes_since(&self, since: Option<u64>) -> (u64, Vec<NodeInfo>) {
+        let nodes = self.nodes.lock().expect("membership lock");
+        let version = *self.version.borrow();
+        let changed = nodes.values().filter(|e| since.is_none_or(|s| e.changed > s)).map(|e| e.info.clone()).collect();
+        (version, changed)
     }
 
     pub fn death_timeout(&self) -> Duration {
@@ -78,7 +107,8 @@ impl Membership {
             "node_joined",
             format!("Node {} ({}{name}) joined", info.node_id.short(), info.node_ip),
         );
-        nodes.insert(info.node_id.clone(), Entry { info, last_seen: Instant::now() });
+        let changed = self.bump();
+        nodes.insert(info.node_id.clone(), Entry { info, last_seen: Instant::now(), changed });
         Ok(())
     }
 
@@ -89,7 +119,10 @@ impl Membership {
             Some(entry) if !entry.info.is_alive() => Verdict::NodeDead,
             Some(entry) => {
                 entry.last_seen = Instant::now();
-                entry.info.resources_available = available;
+                if entry.info.resources_available != available {
+                    entry.info.resources_available = available;
+                    entry.changed = self.bump();
+                }
                 Verdict::Ok
             }
         }
@@ -105,6 +138,7 @@ impl Membership {
             tracing::info!(node_id = %id, reason, "node left");
             self.events.record("INFO", "node_left", format!("Node {} ({}) left: {reason}", id.short(), info.node_ip));
             entry.info = info;
+            entry.changed = self.bump();
         }
         Ok(())
     }
@@ -133,6 +167,7 @@ impl Membership {
             self.events.record("WARNING", "node_dead", message);
             if let Some(entry) = nodes.get_mut(&info.node_id) {
                 entry.info = info;
+                entry.changed = self.bump();
             }
         }
         Ok(ids)
@@ -224,6 +259,27 @@ pub(crate) mod tests {
         assert!(dead.state_message.unwrap().contains("no heartbeat"));
         assert_eq!(m.heartbeat(&b.node_id, ResourceSet::new()), Verdict::NodeDead);
         assert!(matches!(m.register(b), Err(MembershipError::NodeDead(_))));
+    }
+
+    #[test]
+    fn changes_count_and_name_only_the_nodes_that_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = membership(&dir);
+        let (a, b) = (sample_node("a"), sample_node("b"));
+        m.register(a.clone()).unwrap();
+        m.register(b.clone()).unwrap();
+        let (joined, all) = m.changes_since(None);
+        assert_eq!((joined, all.len()), (2, 2));
+        assert_eq!(m.heartbeat(&a.node_id, a.resources_total.clone()), Verdict::Ok);
+        assert_eq!(m.changes_since(Some(joined)), (2, vec![]), "the same free resources are no change");
+        assert_eq!(m.heartbeat(&a.node_id, ResourceSet::new()), Verdict::Ok);
+        m.unregister(&b.node_id, "stopped").unwrap();
+        let (now, changed) = m.changes_since(Some(joined));
+        assert_eq!(now, 4);
+        let mut names: Vec<&str> = changed.iter().map(|n| n.node_name.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        assert!(changed.iter().any(|n| n.node_name == "b" && !n.is_alive()));
     }
 
     #[test]

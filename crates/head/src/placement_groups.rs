@@ -2,12 +2,12 @@
 //! nodes by strategy and has those nodes' agents reserve them, all of a round's bundles on
 //! a node at once. A group whose node dies gets those bundles placed again.
 
-use crate::bundles::{self, Candidate, Strategy};
 use crate::membership::Membership;
 use crate::store::{Store, StoreError};
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, PlacementGroupState as State};
 use oxray_rpc::{connect_leases_lazy, LeaseClient, Token};
+use oxray_scheduler::bundles::{self, Candidate, Strategy};
 use oxray_types::{NodeInfo, ResourceSet, Selector};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

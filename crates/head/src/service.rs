@@ -66,6 +66,37 @@ const PACKAGE_CHUNK: usize = 1 << 20;
 #[tonic::async_trait]
 impl head_service_server::HeadService for HeadService {
     type GetPackageStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<v1::DataChunk, Status>> + Send>>;
+    type WatchNodesStream = tokio_stream::wrappers::ReceiverStream<Result<v1::NodesChange, Status>>;
+
+    async fn watch_nodes(
+        &self,
+        _request: Request<v1::WatchNodesRequest>,
+    ) -> Result<Response<Self::WatchNodesStream>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let membership = self.membership.clone();
+        // Ends when the agent goes or the server stops: either drops the stream.
+        tokio::spawn(async move {
+            let mut changed = membership.subscribe();
+            let mut since = None;
+            loop {
+                changed.borrow_and_update();
+                let (version, nodes) = membership.changes_since(since);
+                if since.is_none() || !nodes.is_empty() {
+                    let nodes = nodes.iter().map(v1::Node::from).collect();
+                    let change = v1::NodesChange { version, full: since.is_none(), nodes };
+                    if tx.send(Ok(change)).await.is_err() {
+                        return;
+                    }
+                }
+                since = Some(version);
+                tokio::select! {
+                    moved = changed.changed() => if moved.is_err() { return },
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
 
     async fn report_events(
         &self,

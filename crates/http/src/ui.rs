@@ -61,7 +61,7 @@ pub async fn node(State(state): State<ApiState>, Path(id): Path<String>) -> Resp
         })
         .collect();
     let mut row = serde_json::to_value(NodeRow::new(&node, true)).expect("rows serialize");
-    row["resources_available"] = serde_json::to_value(node.resources_available.as_map()).expect("maps serialize");
+    row["resources_available"] = serde_json::to_value(node.resources_available.to_map()).expect("maps serialize");
     Json(serde_json::json!({ "node": row, "workers": workers })).into_response()
 }
 

@@ -2,7 +2,6 @@
 //! that worker, record the result as an object this process owns, give the lease back.
 
 use crate::objects::{ObjectTable, Outcome};
-use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, lease_service_client::LeaseServiceClient, worker_service_client::WorkerServiceClient};
 use oxray_rpc::{ClientAuth, Token};
 use oxray_types::ResourceSet;
@@ -13,10 +12,11 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 mod actor_calls;
-mod labels;
+mod leasing;
 mod states;
 
-pub use labels::Selector;
+pub use leasing::{Lease, LeaseFor};
+pub use oxray_types::Selector;
 
 pub(crate) type Authed = InterceptedService<Channel, ClientAuth>;
 
@@ -124,14 +124,17 @@ pub struct ActorCall {
 pub struct Submitter {
     objects: Arc<ObjectTable>,
     leases: LeaseServiceClient<Authed>,
-    /// The cluster's view, to find another node when this one can never hold a task.
+    /// Where placement groups' bundles are, asked when not known.
     head: Option<oxray_rpc::HeadClient>,
+    /// The agents holding each placement group's bundles, by group, once the head said.
+    bundle_places: Mutex<HashMap<String, Vec<String>>>,
     /// Placement groups this process is creating: a lease in one waits until the head has it.
     groups: Arc<crate::placement_groups::Creations>,
     /// Other processes' object servers (actor owners among them).
     pub(crate) links: Arc<crate::OwnerLinks>,
     local_agent: String,
     remote_agents: Mutex<HashMap<String, LeaseServiceClient<Authed>>>,
+    /// Turns over the agents of a placement group's bundles.
     spread_turn: std::sync::atomic::AtomicU64,
     /// Sent with every lease request, so an agent on this machine can take leases back if
     /// this process dies without returning them.
@@ -247,6 +250,7 @@ impl Submitter {
             links,
             local_agent: agent.to_string(),
             remote_agents: Mutex::new(HashMap::new()),
+            bundle_places: Mutex::new(HashMap::new()),
             spread_turn: std::sync::atomic::AtomicU64::new(0),
             owner: {
                 let me = oxray_config::procs::identity();
@@ -504,7 +508,7 @@ impl Submitter {
     }
 
     fn enqueue(self: &Arc<Self>, resources: ResourceSet, env: Env, strategy: Strategy, queued: Queued) {
-        let key = format!("{:?} {:?} {:?}", resources.as_map(), env, strategy);
+        let key = format!("{:?} {:?} {:?}", resources.to_map(), env, strategy);
         let (request, wake) = {
             let mut shapes = self.shapes();
             let shape = shapes.entry(key.clone()).or_default();
@@ -526,29 +530,6 @@ impl Submitter {
     /// A plain function between the spawns keeps the recursive future's type nameable.
     fn spawn_drive(self: &Arc<Self>, key: String, want: Want) {
         tokio::spawn(self.clone().drive(key, want));
-    }
-
-    /// A lease, asked for again (choosing anew) for up to `LEASE_PATIENCE` while agents
-    /// cannot be reached (a node that just died may still look alive for a moment), and
-    /// with `refusals` also while no node can hold it (one may come back).
-    pub(crate) async fn lease_patiently(
-        &self,
-        resources: &ResourceSet,
-        env: &Env,
-        strategy: &Strategy,
-        holder: LeaseFor,
-        refusals: bool,
-    ) -> Result<Lease, LeaseError> {
-        let give_up = tokio::time::Instant::now() + LEASE_PATIENCE;
-        loop {
-            match self.lease_with(resources.clone(), env.clone(), strategy, holder.clone()).await {
-                Err(e) if (e.transient || refusals) && tokio::time::Instant::now() < give_up => {
-                    tracing::debug!("no lease yet: {e}");
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                other => return other,
-            }
-        }
     }
 
     /// Gets a lease and runs waiting tasks of the shape on it until none is left.
@@ -770,232 +751,6 @@ impl Submitter {
     pub fn set_object_address(&self, address: String) {
         let _ = self.object_address.set(address);
     }
-
-    fn request(&self, resources: &ResourceSet, mut env: Env, holder: LeaseFor) -> v1::LeaseRequest {
-        let runtime_env_json = env.remove(RUNTIME_ENV_KEY).unwrap_or_default();
-        let (detached, notify_on_exit) = match holder {
-            LeaseFor::Task => (false, String::new()),
-            LeaseFor::Actor { detached, .. } => (detached, self.object_address.get().cloned().unwrap_or_default()),
-        };
-        let actor_id = match holder {
-            LeaseFor::Actor { actor_id, .. } => actor_id,
-            LeaseFor::Task => String::new(),
-        };
-        v1::LeaseRequest {
-            resources: resources_to_proto(resources),
-            python: self.python.clone(),
-            env_vars: env.into_iter().collect(),
-            owner: Some(self.owner.clone()),
-            detached,
-            notify_on_exit,
-            actor_id,
-            runtime_env_json,
-            ..Default::default()
-        }
-    }
-
-    /// A lease inside a placement group's bundle: waits until the group is created, then
-    /// asks the agent of the bundle's node (in turn among the group's nodes for any bundle).
-    async fn lease_in_bundle(
-        &self,
-        mut request: v1::LeaseRequest,
-        group: &str,
-        index: i32,
-    ) -> Result<Lease, LeaseError> {
-        let Some(head) = &self.head else { return Err("placement groups need the cluster's head".to_string().into()) };
-        request.placement_group_id = group.to_string();
-        request.bundle_index = index;
-        self.groups.settled(group).await.map_err(LeaseError::from)?;
-        loop {
-            let wait = v1::WaitPlacementGroupRequest { placement_group_id: group.to_string(), timeout_s: 5.0 };
-            let pg = head.clone().wait_placement_group(wait).await.map_err(LeaseError::from)?.into_inner();
-            if pg.state == v1::PlacementGroupState::Removed as i32 {
-                return Err(format!("placement group {group} was removed").into());
-            }
-            if index >= 0 && index as usize >= pg.bundles.len() {
-                let count = pg.bundles.len();
-                return Err(format!(
-                    "bundle index {index} is out of range: placement group {group} has {count} bundles"
-                )
-                .into());
-            }
-            let mut agents: Vec<String> = match index {
-                i if i >= 0 => vec![pg.bundle_agents[i as usize].clone()],
-                _ => pg.bundle_agents.clone(),
-            };
-            agents.retain(|a| !a.is_empty());
-            agents.dedup();
-            if agents.is_empty() {
-                continue;
-            }
-            let turn = self.spread_turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize;
-            let address = agents[turn % agents.len()].clone();
-            let agent = self.agent(&address)?;
-            match agent.clone().request_worker_lease(request.clone()).await {
-                Ok(reply) => return Ok(Lease { reply: reply.into_inner(), agent, agent_address: address }),
-                // The bundle moved (its node died) or the group went: ask the head again.
-                Err(s) if s.code() == tonic::Code::FailedPrecondition => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(s) => return Err(s.into()),
-            }
-        }
-    }
-
-    /// A lease placed by a scheduling strategy.
-    /// `detached`: the lease outlives this process (a detached actor's).
-    ///
-    /// DEFAULT and SPREAD never wait long at a node without room: each ask waits there at
-    /// most `BUSY_WAIT`, then the choice is made again (as Ray's raylets spill queued leases
-    /// back), so a lease queued behind resources held for long (a training worker's CPU)
-    /// goes where room is instead of waiting for them.
-    pub async fn lease_with(
-        &self,
-        resources: ResourceSet,
-        env: Env,
-        strategy: &Strategy,
-        holder: LeaseFor,
-    ) -> Result<Lease, LeaseError> {
-        let mut request = self.request(&resources, env, holder.clone());
-        match strategy {
-            Strategy::Bundle { group, index } => return self.lease_in_bundle(request, group, *index).await,
-            Strategy::Node { node_id, soft } => match self.node_agent(node_id).await? {
-                Some(address) => return self.ask(&address, &request).await.map(|l| l.expect("an unbounded ask")),
-                None if *soft => {}
-                None => return Err(format!("node {node_id} of the NodeAffinitySchedulingStrategy is not alive").into()),
-            },
-            Strategy::Labels(selectors) => {
-                request.wait_ms = BUSY_WAIT.as_millis() as u32;
-                return self.lease_by_labels(&request, &resources, selectors, &holder).await;
-            }
-            Strategy::Default | Strategy::Spread => {}
-        }
-        request.wait_ms = BUSY_WAIT.as_millis() as u32;
-        loop {
-            if *strategy == Strategy::Spread {
-                if let Some(address) = self.spread_target(&resources).await? {
-                    if let Some(lease) = self.ask(&address, &request).await? {
-                        return Ok(lease);
-                    }
-                    continue;
-                }
-            }
-            // Why this node can never hold it, if it cannot.
-            let never_here = match self.ask(&self.local_agent, &request).await {
-                Ok(Some(lease)) => return Ok(lease),
-                Ok(None) => None,
-                Err(e) if e.never_fits => Some(e.message),
-                Err(e) => return Err(e),
-            };
-            let Some(address) = self.spill_target(&resources, never_here.is_some()).await? else {
-                match never_here {
-                    None => continue,
-                    Some(why) => {
-                        return Err(format!("no node of the cluster can hold {:?} ({why})", resources.as_map()).into())
-                    }
-                }
-            };
-            if let Some(lease) = self.ask(&address, &request).await? {
-                return Ok(lease);
-            }
-        }
-    }
-
-    /// A lease from the agent at `address`; None when it had no room within the request's
-    /// `wait_ms`.
-    async fn ask(&self, address: &str, request: &v1::LeaseRequest) -> Result<Option<Lease>, LeaseError> {
-        let agent = self.agent(address)?;
-        match agent.clone().request_worker_lease(request.clone()).await {
-            Ok(reply) => Ok(Some(Lease { reply: reply.into_inner(), agent, agent_address: address.to_string() })),
-            Err(s) if s.code() == tonic::Code::ResourceExhausted => Ok(None),
-            Err(s) => Err(s.into()),
-        }
-    }
-
-    async fn alive_nodes(&self) -> Result<Vec<v1::Node>, String> {
-        let Some(head) = &self.head else { return Ok(Vec::new()) };
-        let nodes = head.clone().list_nodes(v1::ListNodesRequest {}).await.map_err(|s| s.message().to_string())?;
-        Ok(nodes
-            .into_inner()
-            .nodes
-            .into_iter()
-            .filter(|n| n.state == v1::NodeState::Alive as i32 && n.agent_port != 0)
-            .collect())
-    }
-
-    async fn node_agent(&self, node_id: &str) -> Result<Option<String>, String> {
-        let nodes = self.alive_nodes().await?;
-        Ok(nodes.iter().find(|n| n.node_id == node_id).map(agent_address))
-    }
-
-    /// The next of the alive nodes that could hold the request, in turn.
-    /// The next node in turn, as Ray's SPREAD picks it: the first from the turn's place in
-    /// the ring of nodes that could hold the request that has room for it now (as its last
-    /// heartbeat said), else the turn's own. A node whose resources are held for long (a
-    /// training worker's) is passed over while others have room.
-    async fn spread_target(&self, resources: &ResourceSet) -> Result<Option<String>, String> {
-        let mut nodes: Vec<v1::Node> = self.alive_nodes().await?.into_iter().filter(|n| fits(n, resources)).collect();
-        if nodes.is_empty() {
-            return Ok(None);
-        }
-        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        let turn = self.spread_turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize;
-        Ok(Some(agent_address(&nodes[spread_pick(&nodes, resources, turn)])))
-    }
-
-    /// Another alive node's agent for the request: the first in turn with room now (as its
-    /// last heartbeat said), else with `any` the first in turn whose resources could hold it.
-    async fn spill_target(&self, resources: &ResourceSet, any: bool) -> Result<Option<String>, String> {
-        let mut nodes: Vec<v1::Node> = self
-            .alive_nodes()
-            .await?
-            .into_iter()
-            .filter(|n| fits(n, resources) && agent_address(n) != self.local_agent)
-            .collect();
-        if nodes.is_empty() {
-            return Ok(None);
-        }
-        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        let turn = self.spread_turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize;
-        let pick = spread_pick(&nodes, resources, turn);
-        let roomy = fits_in(&nodes[pick].resources_available, resources);
-        Ok((roomy || any).then(|| agent_address(&nodes[pick])))
-    }
-
-    fn agent(&self, address: &str) -> Result<LeaseServiceClient<Authed>, String> {
-        if address == self.local_agent {
-            return Ok(self.leases.clone());
-        }
-        let mut agents = self.remote_agents.lock().expect("agents lock");
-        if let Some(client) = agents.get(address) {
-            return Ok(client.clone());
-        }
-        let client = LeaseServiceClient::with_interceptor(channel(address)?, ClientAuth::new(&self.token));
-        agents.insert(address.to_string(), client.clone());
-        Ok(client)
-    }
-
-    /// Retires a worker by its lease, from any process: how a named actor is killed.
-    pub async fn retire(&self, agent_address: &str, lease_id: &str) -> Result<(), String> {
-        let request = v1::ReturnWorkerRequest { lease_id: lease_id.to_string(), disconnect: true };
-        self.agent(agent_address)?.return_worker(request).await.map(|_| ()).map_err(|s| s.message().to_string())
-    }
-
-    /// Gives a worker back; `disconnect` retires it (its process is killed). Returns why the
-    /// agent ended the worker, if it did (empty when it did not).
-    pub async fn give_back(&self, lease: &Lease, disconnect: bool) -> Result<String, String> {
-        let request = v1::ReturnWorkerRequest { lease_id: lease.reply.lease_id.clone(), disconnect };
-        let reply = lease.agent.clone().return_worker(request).await.map_err(|s| s.message().to_string())?;
-        Ok(reply.into_inner().exit_reason)
-    }
-}
-
-/// A worker lease and the agent that granted it.
-#[derive(Clone)]
-pub struct Lease {
-    pub reply: v1::LeaseReply,
-    agent: LeaseServiceClient<Authed>,
-    pub agent_address: String,
 }
 
 /// A task's output, already prefixed by its worker, in this process's output.
@@ -1016,79 +771,8 @@ struct Want {
     strategy: Strategy,
 }
 
-fn agent_address(node: &v1::Node) -> String {
-    format!("{}:{}", node.node_ip, node.agent_port)
-}
-
-/// Whether a node's total resources could hold the request.
-fn fits(node: &v1::Node, resources: &ResourceSet) -> bool {
-    fits_in(&node.resources_total, resources)
-}
-
-fn fits_in(amounts: &HashMap<String, f64>, resources: &ResourceSet) -> bool {
-    resources.iter().all(|(k, v)| v <= 0.0 || amounts.get(k).copied().unwrap_or(0.0) >= v)
-}
-
-/// Which of `ring` (nodes that could hold the request, in a stable order) SPREAD takes on
-/// `turn`: the first from the turn's place with room now, else the turn's own.
-fn spread_pick(ring: &[v1::Node], resources: &ResourceSet, turn: usize) -> usize {
-    (0..ring.len())
-        .map(|step| (turn + step) % ring.len())
-        .find(|&i| fits_in(&ring[i].resources_available, resources))
-        .unwrap_or(turn % ring.len())
-}
-
-/// What a lease is for: a task (returned when the shape's queue is empty) or an actor's life.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseFor {
-    Task,
-    /// `detached`: the lease outlives this process.
-    Actor {
-        detached: bool,
-        actor_id: String,
-    },
-}
-
 /// How long a lease with nothing left to run is kept for the next task of its shape.
 const LEASE_LINGER: Duration = Duration::from_millis(10);
-
-/// How long a DEFAULT or SPREAD lease waits at a node without room before it is placed anew.
-const BUSY_WAIT: Duration = Duration::from_millis(200);
-
-/// How long a lease is asked for again while agents cannot be reached.
-const LEASE_PATIENCE: Duration = Duration::from_secs(30);
-
-/// Why no lease was granted; `transient` when the agent (or head) could not be reached,
-/// as opposed to a refusal.
-#[derive(Debug)]
-pub struct LeaseError {
-    pub message: String,
-    pub transient: bool,
-    /// The agent's node can never hold the request (another may).
-    pub never_fits: bool,
-}
-
-impl std::fmt::Display for LeaseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl From<String> for LeaseError {
-    fn from(message: String) -> Self {
-        Self { message, transient: false, never_fits: false }
-    }
-}
-
-impl From<tonic::Status> for LeaseError {
-    fn from(status: tonic::Status) -> Self {
-        use tonic::Code;
-        let transient =
-            matches!(status.code(), Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded);
-        let message = if transient { oxray_rpc::root_cause(&status) } else { status.message().to_string() };
-        Self { message, transient, never_fits: status.code() == Code::InvalidArgument }
-    }
-}
 
 /// The failure message of a task cancelled before it ran (the Python side names the error).
 pub const CANCELLED: &str = "the task was cancelled";
@@ -1098,34 +782,4 @@ enum Failure {
     System(String),
     /// Its worker was ended to free the node's memory.
     OutOfMemory(String),
-}
-
-#[cfg(test)]
-mod spread_tests {
-    use super::*;
-
-    fn node(id: &str, total: f64, available: f64) -> v1::Node {
-        v1::Node {
-            node_id: id.into(),
-            resources_total: HashMap::from([("CPU".to_string(), total)]),
-            resources_available: HashMap::from([("CPU".to_string(), available)]),
-            ..Default::default()
-        }
-    }
-
-    fn picks(ring: &[v1::Node], turns: usize) -> Vec<usize> {
-        let mut one_cpu = ResourceSet::new();
-        one_cpu.set("CPU", 1.0).unwrap();
-        (0..turns).map(|turn| spread_pick(ring, &one_cpu, turn)).collect()
-    }
-
-    #[test]
-    fn spread_takes_turns_and_passes_over_nodes_without_room() {
-        let free = [node("a", 1.0, 1.0), node("b", 1.0, 1.0)];
-        assert_eq!(picks(&free, 4), [0, 1, 0, 1]);
-        let ring = [node("a", 1.0, 0.0), node("b", 2.0, 1.0), node("c", 2.0, 2.0)];
-        assert_eq!(picks(&ring, 4), [1, 1, 2, 1], "a has no room: its turns go to the next with room");
-        let busy = [node("a", 1.0, 0.0), node("b", 1.0, 0.0)];
-        assert_eq!(picks(&busy, 3), [0, 1, 0], "none has room: turns as they come");
-    }
 }

@@ -1,4 +1,4 @@
-//! Where a job's entrypoint runs: a pure decision over the cluster view.
+//! Where a job's entrypoint runs.
 
 use oxray_types::{NodeId, NodeInfo, ResourceSet};
 use std::collections::HashMap;
@@ -12,16 +12,6 @@ pub enum Placement {
     Never(String),
 }
 
-fn fits(request: &ResourceSet, offer: impl Fn(&str) -> f64) -> bool {
-    request.iter().all(|(name, amount)| amount <= 0.0 || offer(name) + 1e-9 >= amount)
-}
-
-fn describe(set: &ResourceSet) -> String {
-    let parts: Vec<String> =
-        set.iter().filter(|(k, v)| *v > 0.0 && !k.starts_with("node:")).map(|(k, v)| format!("{k}: {v}")).collect();
-    format!("{{{}}}", parts.join(", "))
-}
-
 /// Jobs without resources run on the head's node, as Ray runs them; others on the first
 /// node, head first, whose free resources (total less what running jobs reserved) fit.
 pub fn place(request: &ResourceSet, nodes: &[NodeInfo], reserved: &HashMap<NodeId, ResourceSet>) -> Placement {
@@ -30,13 +20,12 @@ pub fn place(request: &ResourceSet, nodes: &[NodeInfo], reserved: &HashMap<NodeI
         return Placement::Wait;
     }
     candidates.sort_by_key(|n| (!n.is_head_node, n.node_id.clone()));
-    let capable: Vec<&NodeInfo> =
-        candidates.iter().copied().filter(|n| fits(request, |r| n.resources_total.get(r))).collect();
+    let capable: Vec<&NodeInfo> = candidates.iter().copied().filter(|n| request.fits_in(&n.resources_total)).collect();
     if capable.is_empty() {
-        let largest: Vec<String> = candidates.iter().map(|n| describe(&n.resources_total)).collect();
+        let largest: Vec<String> = candidates.iter().map(|n| n.resources_total.describe()).collect();
         return Placement::Never(format!(
             "no node in the cluster has the resources this job asks for ({}); the nodes offer {}",
-            describe(request),
+            request.describe(),
             largest.join(", ")
         ));
     }
@@ -45,7 +34,7 @@ pub fn place(request: &ResourceSet, nodes: &[NodeInfo], reserved: &HashMap<NodeI
         .into_iter()
         .find(|n| {
             let taken = reserved.get(&n.node_id).unwrap_or(&empty);
-            fits(request, |r| n.resources_total.get(r) - taken.get(r))
+            request.fits_in(&n.resources_total.minus(taken))
         })
         .map(|n| Placement::Node(n.node_id.clone()))
         .unwrap_or(Placement::Wait)
@@ -54,10 +43,9 @@ pub fn place(request: &ResourceSet, nodes: &[NodeInfo], reserved: &HashMap<NodeI
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::membership::tests::sample_node;
 
     fn node(head: bool, cpus: f64, gpus: f64) -> NodeInfo {
-        let mut n = sample_node("n");
+        let mut n = crate::tests::sample_node("n");
         n.is_head_node = head;
         n.agent_port = 1;
         n.resources_total.set("CPU", cpus).unwrap();

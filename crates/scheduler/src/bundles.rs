@@ -30,14 +30,6 @@ impl Candidate {
     }
 }
 
-fn fits(request: &ResourceSet, free: &ResourceSet) -> bool {
-    request.iter().all(|(k, v)| v <= 0.0 || free.get(k) + 1e-9 >= v)
-}
-
-fn take(free: &mut ResourceSet, request: &ResourceSet) {
-    *free = free.iter().map(|(k, v)| (k.to_string(), v - request.get(k))).collect();
-}
-
 /// A node for every bundle not placed yet (`placed[i]` is `None`), keeping the placed ones
 /// where they are; `None` when the strategy cannot be met with these nodes now. A bundle
 /// goes only to a node its selector (`selectors[i]`, when given) matches.
@@ -61,7 +53,7 @@ pub fn place(
             let target = placed.iter().flatten().next().cloned();
             let node = nodes.iter().find(|n| {
                 target.as_ref().is_none_or(|t| *t == n.node)
-                    && fits(&sum, &n.free)
+                    && sum.fits_in(&n.free)
                     && todo.iter().all(|i| n.suits(selectors, *i))
             })?;
             for i in todo {
@@ -76,16 +68,16 @@ pub fn place(
             // One node for all when one can hold them, preferring one already in use.
             let whole = nodes
                 .iter()
-                .filter(|n| fits(&sum, &n.free) && todo.iter().all(|i| n.suits(selectors, *i)))
+                .filter(|n| sum.fits_in(&n.free) && todo.iter().all(|i| n.suits(selectors, *i)))
                 .min_by_key(|n| std::cmp::Reverse(used(&out, &n.node)))
                 .map(|n| n.node.clone());
             for i in todo {
                 let node = match &whole {
                     Some(node) => node.clone(),
                     None => {
-                        let fitting = nodes.iter_mut().filter(|n| fits(&bundles[i], &n.free) && n.suits(selectors, i));
+                        let fitting = nodes.iter_mut().filter(|n| bundles[i].fits_in(&n.free) && n.suits(selectors, i));
                         let best = fitting.min_by_key(|n| std::cmp::Reverse(used(&out, &n.node)))?;
-                        take(&mut best.free, &bundles[i]);
+                        best.free.take(&bundles[i]);
                         best.node.clone()
                     }
                 };
@@ -95,11 +87,11 @@ pub fn place(
         Strategy::Spread | Strategy::StrictSpread => {
             for i in todo {
                 let strict = strategy == Strategy::StrictSpread;
-                let fitting = nodes.iter_mut().filter(|n| fits(&bundles[i], &n.free) && n.suits(selectors, i));
+                let fitting = nodes.iter_mut().filter(|n| bundles[i].fits_in(&n.free) && n.suits(selectors, i));
                 let fitting = fitting.filter(|n| !strict || used(&out, &n.node) == 0);
                 // Fewest bundles of this group first; ties keep the nodes' order.
                 let best = fitting.min_by_key(|n| used(&out, &n.node))?;
-                take(&mut best.free, &bundles[i]);
+                best.free.take(&bundles[i]);
                 out[i] = Some(best.node.clone());
             }
         }
