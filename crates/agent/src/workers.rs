@@ -13,6 +13,11 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use tonic::Status;
 
+mod processes;
+mod reaping;
+
+pub use reaping::reap_periodically;
+
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The variable by which a library (Train) names the modules its workers load at start.
 const PRELOAD: &str = "OXRAY_WORKER_PRELOAD";
@@ -181,25 +186,6 @@ impl WorkerPool {
             envs,
             gpus,
         }
-    }
-
-    /// The runtime_env of a kind of worker, ready on this node.
-    async fn prepare(&self, kind: &WorkerKind) -> Result<Option<crate::jobs::Prepared>, Status> {
-        if kind.runtime_env.is_empty() {
-            return Ok(None);
-        }
-        let fail = |e: String| Status::failed_precondition(format!("runtime_env setup failed: {e}"));
-        let map: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&kind.runtime_env).map_err(|e| fail(format!("not a JSON object: {e}")))?;
-        let spec = oxray_runtime_env::RuntimeEnv::parse(&map).map_err(|e| fail(e.to_string()))?;
-        let log_path = self.env.logs.join("runtime_env_setup.log");
-        let mut log = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .await
-            .map_err(|e| fail(format!("cannot open {}: {e}", log_path.display())))?;
-        self.envs.prepare(&spec, &kind.python, &mut log).await.map(Some).map_err(fail)
     }
 
     /// Workers leased out now.
@@ -451,97 +437,6 @@ impl WorkerPool {
         self.changed.notify_one();
     }
 
-    /// Takes back the leases of actors whose worker died, and tells their owners.
-    fn reap_dead_actors(&self) {
-        let dead: Vec<(String, String, String, String)> = self
-            .lock()
-            .leases
-            .iter_mut()
-            .filter_map(|(id, l)| {
-                let owner = l.notify.clone()?;
-                let exited = !matches!(l.worker.child.try_wait(), Ok(None));
-                exited.then(|| (id.clone(), l.actor_id.clone(), l.worker.address.clone(), owner))
-            })
-            .collect();
-        for (lease_id, actor_id, address, owner) in dead {
-            tracing::info!(actor = %actor_id, lease = %lease_id, "an actor's worker died; telling its owner");
-            self.give_back(&lease_id, true, (ExitType::SystemError, "the actor's worker died"));
-            let token = self.env.token.clone();
-            tokio::spawn(async move {
-                if let Err(e) = tell_owner(&owner, &token, actor_id, address).await {
-                    tracing::debug!(owner, "the actor's owner was not told: {e}");
-                }
-            });
-        }
-    }
-
-    /// Takes back the leases whose owner on this machine has died, and retires warm workers
-    /// that waited too long (and idle ones that died).
-    pub fn reap(&self) {
-        self.reap_dead_actors();
-        let now = worker_records::now_ms();
-        let mut state = self.lock();
-        let State { idle, records, .. } = &mut *state;
-        idle.retain_mut(|w| {
-            let exit = exited(&mut w.child).or_else(|| {
-                let stale = w.kind.keeps_warm() && w.since.elapsed() > WARM_IDLE;
-                stale.then(|| (ExitType::IntendedSystemExit, "an idle warm worker was retired".to_string()))
-            });
-            let keep = exit.is_none();
-            if let Some(exit) = exit {
-                records.ended(&w.id, exit, now);
-            }
-            keep
-        });
-        drop(state);
-        let here = oxray_config::procs::identity();
-        let orphaned: Vec<String> = self
-            .lock()
-            .leases
-            .iter()
-            .filter(|(_, l)| l.owner.as_ref().is_some_and(|o| owner_is_gone(o, &here)))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in orphaned {
-            tracing::info!(lease = %id, "the lease's owner died; taking the worker back");
-            self.give_back(&id, true, (ExitType::IntendedSystemExit, "the process that held its lease died"));
-        }
-    }
-
-    /// Ends the worker of the newest task lease (else actor lease) when `over` (read now)
-    /// says why the node's memory is short, unless a worker ended so is still exiting: its
-    /// memory is not free yet, and the reading would blame the next worker for it.
-    pub fn end_one_for_memory(&self, over: impl FnOnce() -> Option<String>) {
-        let mut state = self.lock();
-        state.ending.retain_mut(|child| matches!(child.try_wait(), Ok(None)));
-        let exiting = !state.ending.is_empty()
-            || state
-                .leases
-                .values_mut()
-                .any(|l| l.ended_for.is_some() && matches!(l.worker.child.try_wait(), Ok(None)));
-        if exiting {
-            return;
-        }
-        // Read under the lock, after the exits above: a reading taken before them may count
-        // a worker that has since gone, and end the retry that took its place.
-        let Some(why) = over() else { return };
-        let candidates: Vec<memory::Candidate> = state
-            .leases
-            .iter()
-            .filter(|(_, l)| l.ended_for.is_none())
-            .map(|(id, l)| memory::Candidate { lease_id: id.clone(), is_actor: l.notify.is_some(), granted: l.granted })
-            .collect();
-        let Some(victim) = memory::pick(&candidates).map(|c| c.lease_id.clone()) else { return };
-        let Some(lease) = state.leases.get_mut(&victim) else { return };
-        let what = if lease.notify.is_some() { format!("actor {}", lease.actor_id) } else { "task".to_string() };
-        tracing::warn!(worker = %lease.worker.id, "ending the worker of a {what}: {why}");
-        let _ = lease.worker.child.start_kill();
-        lease.ended_for = Some(format!(
-            "the worker running the {what} (at {}) was ended to free memory: {why}",
-            lease.worker.address
-        ));
-    }
-
     /// Takes a lease back; returns why the agent ended its worker, if it did.
     /// `why`: why the worker ends if it is still running and `disconnect` ends it.
     pub(crate) fn give_back(&self, lease_id: &str, disconnect: bool, why: (ExitType, &str)) -> Option<String> {
@@ -566,140 +461,6 @@ impl WorkerPool {
         self.release(&holding, lease.bundle.as_ref());
         lease.ended_for
     }
-
-    /// Starts a worker process; a `warm` one loads its modules only once the machine's CPUs
-    /// have room, so it does not slow the work it stands in for.
-    async fn spawn(&self, kind: &WorkerKind, warm: bool) -> Result<Worker, Status> {
-        let prepared = self.prepare(kind).await?;
-        let id = random_id();
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut state = self.lock();
-            state.starting.insert(id.clone(), tx);
-            state.records.launched(&id, worker_records::now_ms());
-        }
-        let started = self.start_process(kind, warm, &id, prepared.as_ref(), rx).await;
-        let mut state = self.lock();
-        state.starting.remove(&id);
-        match &started {
-            Ok(w) => state.records.started(&id, w.child.id().unwrap_or(0), worker_records::now_ms()),
-            Err(e) => {
-                state.records.ended(&id, (ExitType::SystemError, e.message().to_string()), worker_records::now_ms())
-            }
-        }
-        started
-    }
-
-    async fn start_process(
-        &self,
-        kind: &WorkerKind,
-        warm: bool,
-        id: &str,
-        prepared: Option<&crate::jobs::Prepared>,
-        rx: oneshot::Receiver<(u16, u32)>,
-    ) -> Result<Worker, Status> {
-        // A runtime_env with `pip` runs the worker with its virtualenv's interpreter.
-        let venv_python = prepared.and_then(|p| p.venv.as_ref()).map(|v| v.join("bin/python").display().to_string());
-        let python = venv_python.as_deref().unwrap_or(&kind.python);
-        let out_path = self.env.logs.join(format!("worker-{id}.out"));
-        let err_path = self.env.logs.join(format!("worker-{id}.err"));
-        let create = |path: &std::path::Path| {
-            std::fs::File::create(path).map_err(|e| Status::internal(format!("cannot create {}: {e}", path.display())))
-        };
-        let (log, err) = (create(&out_path)?, create(&err_path)?);
-        let agent_address = self.env.agent_address.lock().expect("agent address lock").clone();
-        let node_id = self.env.node_id.lock().expect("node id lock").clone();
-        let mut command = tokio::process::Command::new(python);
-        command
-            .args(["-m", "oxray._private.worker_main"])
-            .env("OXRAY_WORKER_ID", id)
-            .env("OXRAY_AGENT_ADDRESS", agent_address)
-            .env("OXRAY_ADDRESS", &self.env.head_address)
-            .env("OXRAY_AUTH_TOKEN", &self.env.token)
-            .env("OXRAY_NODE_ID", node_id)
-            .env("OXRAY_NODE_IP", &self.env.node_ip)
-            .env("PYTHONUNBUFFERED", "1")
-            .env("OXRAY_WORKER_WARM", if warm { "1" } else { "" })
-            .envs(kind.env_vars.iter().map(|(k, v)| (k, v)))
-            .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .kill_on_drop(true);
-        if let Some(prepared) = prepared {
-            prepared.apply(&mut command);
-        }
-        // A worker dies with its agent, as it would with its machine: callers then see the
-        // node's loss and run the work elsewhere, instead of talking to orphans.
-        // SAFETY: the closure runs in the child between fork and exec and only makes one
-        // async-signal-safe system call.
-        unsafe {
-            command.pre_exec(|| nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(Into::into));
-        }
-        let mut child = command
-            .spawn()
-            .map_err(|e| Status::failed_precondition(format!("cannot start a worker with {python}: {e}")))?;
-        self.lock().records.spawned(id, child.id().unwrap_or(0));
-        let registered = tokio::select! {
-            r = tokio::time::timeout(REGISTER_TIMEOUT, rx) => r.ok().and_then(Result::ok),
-            _ = child.wait() => None,
-        };
-        let Some((port, _pid)) = registered else {
-            let log = std::fs::read_to_string(&err_path).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            return Err(Status::failed_precondition(format!("the worker process did not start: {}", tail.join(" | "))));
-        };
-        tracing::info!(worker = %id, port, "worker started");
-        let address = format!("{}:{port}", self.env.node_ip);
-        Ok(Worker { id: id.to_string(), kind: kind.clone(), address, child, since: std::time::Instant::now() })
-    }
-}
-
-impl WorkerPool {
-    /// A worker this pool started has told where it listens; false when none by that id is
-    /// starting.
-    pub(crate) fn worker_registered(&self, worker_id: &str, port: u16, pid: u32) -> bool {
-        let waiting = self.lock().starting.remove(worker_id);
-        waiting.map(|tx| tx.send((port, pid))).is_some()
-    }
-}
-
-/// Tells an actor's owner that its worker died (the owner restarts it, or records it dead).
-async fn tell_owner(owner: &str, token: &str, actor_id: String, address: String) -> Result<(), String> {
-    let token = oxray_rpc::Token::parse(token).map_err(|e| e.to_string())?;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{owner}"))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(3))
-        .connect()
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut client =
-        v1::object_service_client::ObjectServiceClient::with_interceptor(channel, oxray_rpc::ClientAuth::new(&token));
-    client.actor_failed(v1::ActorFailedRequest { actor_id, address }).await.map_err(|s| s.message().to_string())?;
-    Ok(())
-}
-
-/// Whether `owner` ran on this machine, in this pid space, and is no more.
-fn owner_is_gone(owner: &v1::ProcessIdentity, here: &oxray_config::procs::Identity) -> bool {
-    if owner.boot_id != here.boot_id || owner.pid_namespace != here.pid_namespace || owner.pid == 0 {
-        return false;
-    }
-    oxray_config::procs::start_ticks(owner.pid) != Some(owner.start_ticks)
-}
-
-/// Checks for dead lease owners until the pool is dropped.
-pub fn reap_periodically(pool: &Arc<WorkerPool>) {
-    let pool = Arc::downgrade(pool);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            match pool.upgrade() {
-                Some(p) => p.reap(),
-                None => return,
-            }
-        }
-    });
 }
 
 #[cfg(test)]

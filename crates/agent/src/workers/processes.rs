@@ -1,0 +1,118 @@
+//! Starting worker processes in their runtime_env, and their registration.
+
+use super::*;
+
+impl WorkerPool {
+    /// The runtime_env of a kind of worker, ready on this node.
+    pub(super) async fn prepare(&self, kind: &WorkerKind) -> Result<Option<crate::jobs::Prepared>, Status> {
+        if kind.runtime_env.is_empty() {
+            return Ok(None);
+        }
+        let fail = |e: String| Status::failed_precondition(format!("runtime_env setup failed: {e}"));
+        let map: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&kind.runtime_env).map_err(|e| fail(format!("not a JSON object: {e}")))?;
+        let spec = oxray_runtime_env::RuntimeEnv::parse(&map).map_err(|e| fail(e.to_string()))?;
+        let log_path = self.env.logs.join("runtime_env_setup.log");
+        let mut log = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .await
+            .map_err(|e| fail(format!("cannot open {}: {e}", log_path.display())))?;
+        self.envs.prepare(&spec, &kind.python, &mut log).await.map(Some).map_err(fail)
+    }
+
+    /// Starts a worker process; a `warm` one loads its modules only once the machine's CPUs
+    /// have room, so it does not slow the work it stands in for.
+    pub(super) async fn spawn(&self, kind: &WorkerKind, warm: bool) -> Result<Worker, Status> {
+        let prepared = self.prepare(kind).await?;
+        let id = random_id();
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = self.lock();
+            state.starting.insert(id.clone(), tx);
+            state.records.launched(&id, worker_records::now_ms());
+        }
+        let started = self.start_process(kind, warm, &id, prepared.as_ref(), rx).await;
+        let mut state = self.lock();
+        state.starting.remove(&id);
+        match &started {
+            Ok(w) => state.records.started(&id, w.child.id().unwrap_or(0), worker_records::now_ms()),
+            Err(e) => {
+                state.records.ended(&id, (ExitType::SystemError, e.message().to_string()), worker_records::now_ms())
+            }
+        }
+        started
+    }
+
+    pub(super) async fn start_process(
+        &self,
+        kind: &WorkerKind,
+        warm: bool,
+        id: &str,
+        prepared: Option<&crate::jobs::Prepared>,
+        rx: oneshot::Receiver<(u16, u32)>,
+    ) -> Result<Worker, Status> {
+        // A runtime_env with `pip` runs the worker with its virtualenv's interpreter.
+        let venv_python = prepared.and_then(|p| p.venv.as_ref()).map(|v| v.join("bin/python").display().to_string());
+        let python = venv_python.as_deref().unwrap_or(&kind.python);
+        let out_path = self.env.logs.join(format!("worker-{id}.out"));
+        let err_path = self.env.logs.join(format!("worker-{id}.err"));
+        let create = |path: &std::path::Path| {
+            std::fs::File::create(path).map_err(|e| Status::internal(format!("cannot create {}: {e}", path.display())))
+        };
+        let (log, err) = (create(&out_path)?, create(&err_path)?);
+        let agent_address = self.env.agent_address.lock().expect("agent address lock").clone();
+        let node_id = self.env.node_id.lock().expect("node id lock").clone();
+        let mut command = tokio::process::Command::new(python);
+        command
+            .args(["-m", "oxray._private.worker_main"])
+            .env("OXRAY_WORKER_ID", id)
+            .env("OXRAY_AGENT_ADDRESS", agent_address)
+            .env("OXRAY_ADDRESS", &self.env.head_address)
+            .env("OXRAY_AUTH_TOKEN", &self.env.token)
+            .env("OXRAY_NODE_ID", node_id)
+            .env("OXRAY_NODE_IP", &self.env.node_ip)
+            .env("PYTHONUNBUFFERED", "1")
+            .env("OXRAY_WORKER_WARM", if warm { "1" } else { "" })
+            .envs(kind.env_vars.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .kill_on_drop(true);
+        if let Some(prepared) = prepared {
+            prepared.apply(&mut command);
+        }
+        // A worker dies with its agent, as it would with its machine: callers then see the
+        // node's loss and run the work elsewhere, instead of talking to orphans.
+        // SAFETY: the closure runs in the child between fork and exec and only makes one
+        // async-signal-safe system call.
+        unsafe {
+            command.pre_exec(|| nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(Into::into));
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| Status::failed_precondition(format!("cannot start a worker with {python}: {e}")))?;
+        self.lock().records.spawned(id, child.id().unwrap_or(0));
+        let registered = tokio::select! {
+            r = tokio::time::timeout(REGISTER_TIMEOUT, rx) => r.ok().and_then(Result::ok),
+            _ = child.wait() => None,
+        };
+        let Some((port, _pid)) = registered else {
+            let log = std::fs::read_to_string(&err_path).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(Status::failed_precondition(format!("the worker process did not start: {}", tail.join(" | "))));
+        };
+        tracing::info!(worker = %id, port, "worker started");
+        let address = format!("{}:{port}", self.env.node_ip);
+        Ok(Worker { id: id.to_string(), kind: kind.clone(), address, child, since: std::time::Instant::now() })
+    }
+
+    /// A worker this pool started has told where it listens; false when none by that id is
+    /// starting.
+    pub(crate) fn worker_registered(&self, worker_id: &str, port: u16, pid: u32) -> bool {
+        let waiting = self.lock().starting.remove(worker_id);
+        waiting.map(|tx| tx.send((port, pid))).is_some()
+    }
+}
