@@ -7,7 +7,6 @@ mod jobs;
 mod leases;
 mod logs;
 pub mod memory;
-mod store_dirs;
 mod usage;
 mod worker_records;
 mod workers;
@@ -95,7 +94,8 @@ fn is_refusal(code: Code) -> bool {
     matches!(code, Code::Unauthenticated | Code::PermissionDenied | Code::InvalidArgument)
 }
 
-pub use store_dirs::STORE_NODE_FILE;
+use oxray_object_store::dirs as store_dirs;
+pub use oxray_object_store::dirs::STORE_NODE_FILE;
 
 /// Registers this machine. A refused token fails at once; an unreachable head is retried
 /// until the join timeout.
@@ -234,7 +234,7 @@ impl JoinedAgent {
         ));
         let pool = self.pool.clone();
         let has_gpus = self.config.resources.get(oxray_types::resource_names::GPU) > 0.0;
-        let store = oxray_config::paths::object_store_dirs(self.node.agent_port);
+        let store = store_dirs::object_store_dirs(self.node.agent_port);
         let usage = usage::sample_periodically(store, has_gpus, move || pool.leased(), shutdown.clone());
         self.heartbeat(&shutdown, &usage).await;
         self.runner.stop_all().await;

@@ -104,8 +104,8 @@ pub fn sample_periodically(
                 let memory = crate::memory::read_usage();
                 let gpus = if has_gpus { read_gpus() } else { Vec::new() };
                 // The store counts its shared memory itself; what spilled is only on disk.
-                let usage = std::fs::read(store.0.join(oxray_config::paths::STORE_USAGE_FILE)).unwrap_or_default();
-                let in_memory = oxray_config::paths::store_objects_bytes(&usage);
+                let usage = std::fs::read(store.0.join(oxray_object_store::USAGE_FILE)).unwrap_or_default();
+                let in_memory = oxray_object_store::objects_bytes(&usage);
                 (cpu, memory, in_memory, dir_bytes(&store.1), gpus)
             });
             let Ok((cpu, memory, in_memory, spilled, gpus)) = read.await else { continue };

@@ -35,25 +35,6 @@ pub fn current_cluster_file(home: &std::path::Path) -> PathBuf {
     home.join("current_cluster.json")
 }
 
-/// Where the node agent listening on `agent_port` keeps large objects: a directory in
-/// shared memory (/dev/shm), and one on disk for what does not fit there.
-pub fn object_store_dirs(agent_port: u16) -> (PathBuf, PathBuf) {
-    let shm = std::path::Path::new("/dev/shm");
-    let memory = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-    (memory.join(format!("oxray-objects-{agent_port}")), std::env::temp_dir().join(format!("oxray-spill-{agent_port}")))
-}
-
-/// The file in a store's shared-memory directory that every process of the node counts its
-/// bytes in: two native-endian u64, the bytes taken and, of those, the bytes in freed files
-/// kept for reuse.
-pub const STORE_USAGE_FILE: &str = ".usage";
-
-/// Bytes of objects in a store, from the content of its usage file.
-pub fn store_objects_bytes(usage: &[u8]) -> u64 {
-    let word = |at: usize| usage.get(at..at + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
-    word(0).saturating_sub(word(8))
-}
-
 /// Creates `dir` (and its missing parents) readable by this user alone, and makes it so if
 /// it was there: object stores, spill and session directories hold other jobs' data.
 pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
@@ -64,14 +45,6 @@ pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_stores_objects_are_its_bytes_less_its_kept_files() {
-        let usage: Vec<u8> = [100u64, 30].iter().flat_map(|w| w.to_ne_bytes()).collect();
-        assert_eq!(super::store_objects_bytes(&usage), 70);
-        assert_eq!(super::store_objects_bytes(&usage[..8]), 100);
-        assert_eq!(super::store_objects_bytes(&[]), 0);
-    }
-
     use super::*;
     use std::path::Path;
 

@@ -343,7 +343,7 @@ impl Client {
         let nodes = self.cluster.nodes().ok()?;
         let agent = self.local_node().ok()?.agent;
         let node = nodes.iter().find(|n| format!("{}:{}", n.node_ip, n.agent_port) == agent)?;
-        let (memory, spill) = oxray_config::paths::object_store_dirs(node.agent_port);
+        let (memory, spill) = oxray_worker::object_store_dirs(node.agent_port);
         let owner = std::fs::read_to_string(memory.join("node")).ok()?;
         if owner.trim() != node.node_id.hex() {
             return None;

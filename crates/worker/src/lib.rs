@@ -15,7 +15,7 @@ mod objects;
 pub mod placement_groups;
 mod push;
 mod state_events;
-mod store;
+
 mod streams;
 mod tasks;
 
@@ -29,9 +29,9 @@ pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
 pub use object_links::OwnerLinks;
 pub use object_server::serve as serve_objects;
 pub use objects::{new_id, GetError, Hold, ObjectTable, Outcome, Owners, Ready};
+pub use oxray_object_store::{dirs::object_store_dirs, NodeStore, StoredFile};
 pub use oxray_proto::v1::{ContainedRef, MetricSample, NamedActor, PlacementGroupState, PushTaskReply};
 pub use oxray_rpc::Token;
-pub use store::{NodeStore, StoredFile};
 pub use tasks::{ActorCall, Env, Lease, LeaseFor, Route, Selector, Strategy, Submitter, TaskSpec, CANCELLED};
 
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 //! memory until freed) and those it borrows (references to objects other processes own,
 //! fetched from the owner on first use).
 
-use crate::store::{NodeStore, StoredFile};
+use oxray_object_store::{NodeStore, StoredFile};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;

@@ -499,7 +499,7 @@ impl Submitter {
 
     /// The file of this node's store a worker wrote a result to, when `data` says so, and
     /// where the marker says it is.
-    fn result_file(&self, data: &[u8]) -> Option<(crate::store::StoredFile, serde_json::Value)> {
+    fn result_file(&self, data: &[u8]) -> Option<(oxray_object_store::StoredFile, serde_json::Value)> {
         let marker = data.strip_prefix(STORED_AT)?;
         let place: serde_json::Value = serde_json::from_slice(marker).ok()?;
         let path = std::path::Path::new(place.get("path")?.as_str()?);

@@ -15,10 +15,10 @@ use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use oxray_config::paths::STORE_USAGE_FILE as USAGE_FILE;
+use crate::usage::Usage;
 /// Freed files a process keeps for reuse, and their total size as a share of the capacity.
 const KEPT_FILES: usize = 4;
 const KEPT_SHARE: u64 = 4;
@@ -36,7 +36,7 @@ pub struct NodeStore {
     dir: PathBuf,
     spill: PathBuf,
     capacity: u64,
-    usage: memmap2::MmapMut,
+    usage: Usage,
     /// Freed files in shared memory, no longer mapped, kept for reuse (still counted).
     kept: Mutex<Vec<StoredFile>>,
 }
@@ -47,33 +47,18 @@ impl NodeStore {
     pub fn open(dir: &Path, spill: &Path, capacity: u64) -> io::Result<Self> {
         oxray_config::paths::private_dir(dir)?;
         oxray_config::paths::private_dir(spill)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(dir.join(USAGE_FILE))?;
-        if file.metadata()?.len() < 16 {
-            file.set_len(16)?;
-        }
-        // SAFETY: the mapping is 8 bytes of a file only this store's code writes, and only
-        // through the atomic below.
-        let usage = unsafe { memmap2::MmapMut::map_mut(&file)? };
+        let usage = Usage::open(dir)?;
         Ok(Self { dir: dir.to_path_buf(), spill: spill.to_path_buf(), capacity, usage, kept: Mutex::new(Vec::new()) })
     }
 
     /// Bytes of shared memory taken, objects and kept files both.
-    fn counter(&self) -> &AtomicU64 {
-        // SAFETY: the mapping is page-aligned, at least 16 bytes long, lives as long as
-        // `self`, and is only accessed atomically (by every process that maps it).
-        unsafe { &*(self.usage.as_ptr() as *const AtomicU64) }
+    fn counter(&self) -> &std::sync::atomic::AtomicU64 {
+        self.usage.taken()
     }
 
     /// Bytes of shared memory in kept files.
-    fn kept_counter(&self) -> &AtomicU64 {
-        // SAFETY: as above, the second 8 bytes.
-        unsafe { &*(self.usage.as_ptr().add(8) as *const AtomicU64) }
+    fn kept_counter(&self) -> &std::sync::atomic::AtomicU64 {
+        self.usage.kept()
     }
 
     /// The shared-memory directory: it names the store.

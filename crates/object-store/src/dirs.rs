@@ -2,9 +2,16 @@
 //! marked when the agent joins, removed when it leaves. An agent killed outright cannot
 //! remove them, so each agent that starts removes those whose agent is gone.
 
-use oxray_config::paths::object_store_dirs;
 use oxray_config::procs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Where the node agent listening on `agent_port` keeps large objects: a directory in
+/// shared memory (/dev/shm), and one on disk for what does not fit there.
+pub fn object_store_dirs(agent_port: u16) -> (PathBuf, PathBuf) {
+    let shm = Path::new("/dev/shm");
+    let memory = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    (memory.join(format!("{PREFIX}{agent_port}")), std::env::temp_dir().join(format!("oxray-spill-{agent_port}")))
+}
 
 /// The file in the object store directory that names the node it belongs to.
 pub const STORE_NODE_FILE: &str = "node";
