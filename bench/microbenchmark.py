@@ -186,11 +186,34 @@ def workloads(rt, seconds):
     yield "placement group create/removal", rate(placement_group_create_removal, seconds, 100)
 
 
+def _oxray_head_cpu():
+    """CPU seconds the oxray head processes of this machine have used so far (None: none
+    runs): the head is to stay idle while tasks and actors run."""
+    total, found = 0.0, False
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            if len(argv) < 2 or not argv[0].endswith(b"oxray") or argv[1] != b"head":
+                continue
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        found = True
+    return total if found else None
+
+
 def run(module, seconds, init_kwargs):
     rt = importlib.import_module(module)
     rt.init(**init_kwargs)
     try:
-        return dict(workloads(rt, seconds))
+        head_before, began = _oxray_head_cpu(), time.perf_counter()
+        rows = dict(workloads(rt, seconds))
+        head_after = _oxray_head_cpu()
+        if head_before is not None and head_after is not None:
+            wall = time.perf_counter() - began
+            print(f"{module} head CPU during the workloads: {head_after - head_before:.2f} s in {wall:.0f} s")
+        return rows
     finally:
         rt.shutdown()
 

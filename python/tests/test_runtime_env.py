@@ -107,6 +107,21 @@ def test_a_task_or_actor_gets_its_own_pip_packages(private_cluster, tmp_path):
         oxray.get(failing.remote("x"), timeout=180)
 
 
+def test_an_environment_that_cannot_be_made_fails_its_task_with_its_own_error(private_cluster, tmp_path):
+    """RuntimeEnvSetupError comes from the core's outcome code, not from the message's
+    words, and a task with retries left is not run again for it."""
+    from oxray.exceptions import RuntimeEnvSetupError
+
+    missing = str(tmp_path / "absent-1.0-py3-none-any.whl")
+
+    @oxray.remote(max_retries=3, runtime_env={"pip": [missing]})
+    def never():
+        return 1
+
+    with pytest.raises(RuntimeEnvSetupError, match="runtime_env setup failed"):
+        oxray.get(never.remote(), timeout=180)
+
+
 def test_setup_timeout_seconds_bounds_preparing_an_environment(tmp_path):
     """A pip index that never answers: with config.setup_timeout_seconds the task fails with
     RuntimeEnvSetupError when the time is up, rather than waiting on pip."""

@@ -56,6 +56,11 @@ impl LeaseService {
     }
 
     fn route(&self, strategy: &Strategy, resources: &ResourceSet, busy_here: bool) -> Decision {
+        // The common case, decided as `route` would without copying the view: a DEFAULT
+        // lease this node could hold is tried here first.
+        if *strategy == Strategy::Default && !busy_here && resources.fits_in(&self.pool.total()) {
+            return Decision::Here;
+        }
         let (local, nodes) = self.snapshot();
         let turn = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
         route(strategy, resources, &local, &nodes, turn, busy_here)

@@ -11,4 +11,8 @@ pub mod ray_rpc {
 
 pub mod convert;
 
+/// The details of an agent's refusal of a lease whose runtime_env could not be prepared:
+/// how the asker tells that failure (RuntimeEnvSetupError) from the others, not by its words.
+pub const RUNTIME_ENV_SETUP_FAILED: &[u8] = b"oxray.runtime_env_setup_failed";
+
 pub use convert::ConvertError;

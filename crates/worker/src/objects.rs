@@ -26,6 +26,10 @@ pub enum Outcome {
     OwnerDied = 5,
     /// The task's worker was ended to free its node's memory: the data is a message.
     OutOfMemory = 6,
+    /// The task was cancelled before it gave a value: the data is a message.
+    Cancelled = 7,
+    /// The task's runtime_env could not be prepared: the data is a message.
+    RuntimeEnvSetup = 8,
 }
 
 impl Outcome {
@@ -37,6 +41,8 @@ impl Outcome {
             3 => Self::ActorDied,
             5 => Self::OwnerDied,
             6 => Self::OutOfMemory,
+            7 => Self::Cancelled,
+            8 => Self::RuntimeEnvSetup,
             _ => Self::Lost,
         }
     }

@@ -175,6 +175,10 @@ enum NoReply {
     Failed(String),
     /// The agent ended the worker to free the node's memory: the message is its reason.
     OutOfMemory(String),
+    /// The task was cancelled while it waited for a worker.
+    Cancelled,
+    /// No worker could start in the task's runtime_env: the message says why.
+    RuntimeEnv(String),
 }
 
 impl From<String> for NoReply {
@@ -366,6 +370,8 @@ impl Submitter {
             Err(Failure::System(message)) if actor => (message.into_bytes(), Outcome::ActorDied),
             Err(Failure::System(message)) => (message.into_bytes(), Outcome::SystemError),
             Err(Failure::OutOfMemory(message)) => (message.into_bytes(), Outcome::OutOfMemory),
+            Err(Failure::Cancelled(message)) => (message.into_bytes(), Outcome::Cancelled),
+            Err(Failure::RuntimeEnv(message)) => (message.into_bytes(), Outcome::RuntimeEnvSetup),
         };
         // Every return value of a failed task carries the failure.
         for id in ids {
@@ -430,7 +436,7 @@ impl Submitter {
         loop {
             // Cancelled while it waited for its arguments or for a retry.
             if self.is_cancelled(task_id) {
-                return Err(Failure::System(format!("task {} failed: {CANCELLED}", spec.name)));
+                return Err(Failure::Cancelled(format!("task {} failed: {CANCELLED}", spec.name)));
             }
             let (tx, rx) = tokio::sync::oneshot::channel();
             let queued = Queued { push: push.clone(), reply: tx };
@@ -439,6 +445,7 @@ impl Submitter {
             let cancelled = self.is_cancelled(task_id);
             let retry = !cancelled
                 && match &reply {
+                    Err(NoReply::RuntimeEnv(_)) => false,
                     Err(_) => true,
                     Ok(r) => r.is_error && spec.retry_exceptions,
                 };
@@ -446,8 +453,10 @@ impl Submitter {
                 // A worker ended by a forced cancel broke the call: that is the cancel.
                 let name = &spec.name;
                 return reply.map_err(|e| match e {
-                    _ if cancelled => Failure::System(format!("task {name} failed: {CANCELLED}")),
+                    NoReply::Cancelled => Failure::Cancelled(format!("task {name} failed: {CANCELLED}")),
+                    _ if cancelled => Failure::Cancelled(format!("task {name} failed: {CANCELLED}")),
                     NoReply::OutOfMemory(why) => Failure::OutOfMemory(format!("task {name} failed: {why}")),
+                    NoReply::RuntimeEnv(why) => Failure::RuntimeEnv(format!("task {name} failed: {why}")),
                     NoReply::Failed(why) => Failure::System(format!("task {name} failed: {why}")),
                 });
             }
@@ -542,4 +551,7 @@ enum Failure {
     System(String),
     /// Its worker was ended to free the node's memory.
     OutOfMemory(String),
+    Cancelled(String),
+    /// Its runtime_env could not be prepared (never retried).
+    RuntimeEnv(String),
 }

@@ -313,28 +313,25 @@ def get(refs, *, timeout: Optional[float] = None):
         elif outcome == 1:
             error = serialization.loads(data)
             raise error.as_instanceof_cause() if isinstance(error, exceptions.RayTaskError) else error
-        elif outcome == 3:
-            raise exceptions.ActorDiedError(data.decode(errors="replace"))
-        elif outcome == 4:
-            raise exceptions.ObjectLostError(data.decode(errors="replace"))
-        elif outcome == 5:
-            raise exceptions.OwnerDiedError(data.decode(errors="replace"))
-        elif outcome == 6:
-            raise exceptions.OutOfMemoryError(data.decode(errors="replace"))
         else:
-            raise system_error(data.decode(errors="replace"))
+            raise _system_error(outcome, data.decode(errors="replace"))
     return values[0] if single else values
 
 
-def system_error(message: str) -> Exception:
-    """The exception for a task the system failed, by what the core says of it."""
+def _system_error(outcome: int, message: str) -> Exception:
+    """The exception for work that ended without a value of its own, by the core's outcome
+    code (crates/worker/src/objects.rs `Outcome`); any other is the system's failure to run it."""
     from oxray import exceptions
 
-    if message.endswith("the task was cancelled"):
-        return exceptions.TaskCancelledError(message)
-    if "runtime_env setup failed" in message:  # the agent's words for an environment it could not prepare
-        return exceptions.RuntimeEnvSetupError(message)
-    return exceptions.WorkerCrashedError(message)
+    kinds = {
+        3: exceptions.ActorDiedError,
+        4: exceptions.ObjectLostError,
+        5: exceptions.OwnerDiedError,
+        6: exceptions.OutOfMemoryError,
+        7: exceptions.TaskCancelledError,
+        8: exceptions.RuntimeEnvSetupError,
+    }
+    return kinds.get(outcome, exceptions.WorkerCrashedError)(message)
 
 
 _ID = operator.attrgetter("_id")

@@ -8,7 +8,11 @@ impl WorkerPool {
         if kind.runtime_env.is_empty() {
             return Ok(None);
         }
-        let fail = |e: String| Status::failed_precondition(format!("runtime_env setup failed: {e}"));
+        let fail = |e: String| {
+            let message = format!("runtime_env setup failed: {e}");
+            let details = tonic::codegen::Bytes::from_static(oxray_proto::RUNTIME_ENV_SETUP_FAILED);
+            Status::with_details(tonic::Code::FailedPrecondition, message, details)
+        };
         let map: serde_json::Map<String, serde_json::Value> =
             serde_json::from_str(&kind.runtime_env).map_err(|e| fail(format!("not a JSON object: {e}")))?;
         let spec = oxray_runtime_env::RuntimeEnv::parse(&map).map_err(|e| fail(e.to_string()))?;

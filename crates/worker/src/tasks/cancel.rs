@@ -27,7 +27,7 @@ impl Submitter {
         self.objects.fulfil(
             task_id,
             format!("the task {task_id} failed: {CANCELLED}").into_bytes(),
-            Outcome::SystemError,
+            Outcome::Cancelled,
             Vec::new(),
         );
         let waiting = {
@@ -38,7 +38,7 @@ impl Submitter {
             })
         };
         if let Some(q) = waiting {
-            let _ = q.reply.send(Err(CANCELLED.into()));
+            let _ = q.reply.send(Err(NoReply::Cancelled));
             return true;
         }
         let worker = self.running.lock().expect("running lock").get(task_id).cloned();

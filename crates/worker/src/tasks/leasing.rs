@@ -37,6 +37,8 @@ pub struct LeaseError {
     pub transient: bool,
     /// No node can hold the request (or the one it must run on cannot).
     pub never_fits: bool,
+    /// The agent could not prepare the lease's runtime_env.
+    pub runtime_env: bool,
 }
 
 impl std::fmt::Display for LeaseError {
@@ -47,7 +49,7 @@ impl std::fmt::Display for LeaseError {
 
 impl From<String> for LeaseError {
     fn from(message: String) -> Self {
-        Self { message, transient: false, never_fits: false }
+        Self { message, transient: false, never_fits: false, runtime_env: false }
     }
 }
 
@@ -57,7 +59,8 @@ impl From<tonic::Status> for LeaseError {
         let transient =
             matches!(status.code(), Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded);
         let message = if transient { oxray_rpc::root_cause(&status) } else { status.message().to_string() };
-        Self { message, transient, never_fits: status.code() == Code::InvalidArgument }
+        let runtime_env = status.details() == oxray_proto::RUNTIME_ENV_SETUP_FAILED;
+        Self { message, transient, never_fits: status.code() == Code::InvalidArgument, runtime_env }
     }
 }
 

@@ -46,7 +46,9 @@ impl Submitter {
                     shape.waiting.drain(..).collect()
                 };
                 for q in waiting {
-                    let _ = q.reply.send(Err(format!("no worker: {e}").into()));
+                    let why = format!("no worker: {e}");
+                    let _ =
+                        q.reply.send(Err(if e.runtime_env { NoReply::RuntimeEnv(why) } else { NoReply::Failed(why) }));
                 }
                 return;
             }

@@ -1,7 +1,7 @@
 //! What the submitter tells the state API about the tasks and actors it owns (see
 //! `state_events`): every hook is a no-op when reporting is off.
 
-use super::{Failure, Reply, Route, Strategy, Submitter, TaskSpec, CANCELLED};
+use super::{Failure, NoReply, Reply, Route, Strategy, Submitter, TaskSpec, CANCELLED};
 use crate::state_events::{State, FAILED, FINISHED};
 use oxray_proto::v1;
 
@@ -10,7 +10,8 @@ fn error_type(failure: &Failure, actor: bool) -> &'static str {
     match failure {
         Failure::Dependency(_) => "DEPENDENCY_RESOLUTION_FAILED",
         Failure::OutOfMemory(_) => "OUT_OF_MEMORY",
-        Failure::System(m) if m.contains(CANCELLED) => "TASK_CANCELLED",
+        Failure::Cancelled(_) => "TASK_CANCELLED",
+        Failure::RuntimeEnv(_) => "RUNTIME_ENV_SETUP_FAILED",
         Failure::System(_) if actor => "ACTOR_DIED",
         Failure::System(_) => "WORKER_DIED",
     }
@@ -19,7 +20,7 @@ fn error_type(failure: &Failure, actor: bool) -> &'static str {
 fn failure_message(failure: &Failure) -> String {
     match failure {
         Failure::Dependency(_) => "an argument of the task failed".to_string(),
-        Failure::OutOfMemory(m) | Failure::System(m) => m.clone(),
+        Failure::OutOfMemory(m) | Failure::System(m) | Failure::Cancelled(m) | Failure::RuntimeEnv(m) => m.clone(),
     }
 }
 
@@ -100,8 +101,10 @@ impl Submitter {
         let Some(events) = &self.events else { return };
         let (kind, message) = match reply {
             Ok(reply) => ("TASK_EXECUTION_EXCEPTION", raised(reply)),
-            Err(super::NoReply::OutOfMemory(m)) => ("OUT_OF_MEMORY", m.clone()),
-            Err(super::NoReply::Failed(m)) => ("WORKER_DIED", m.clone()),
+            Err(NoReply::OutOfMemory(m)) => ("OUT_OF_MEMORY", m.clone()),
+            Err(NoReply::RuntimeEnv(m)) => ("RUNTIME_ENV_SETUP_FAILED", m.clone()),
+            Err(NoReply::Cancelled) => ("TASK_CANCELLED", CANCELLED.to_string()),
+            Err(NoReply::Failed(m)) => ("WORKER_DIED", m.clone()),
         };
         events.retry(task_id, kind, message);
     }
