@@ -14,7 +14,7 @@ mod workers;
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1;
 use oxray_rpc::{connect_head_lazy, explain, HeadClient, Token};
-use oxray_types::{now_ms, NodeId, NodeInfo, NodeState, ResourceSet};
+use oxray_types::{NodeId, NodeInfo, ResourceSet};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -71,23 +71,12 @@ pub struct JoinedAgent {
 }
 
 fn describe(config: &AgentConfig, node_id: NodeId, agent_port: u16) -> NodeInfo {
-    let mut labels = config.labels.clone();
-    labels.insert("ray.io/node_id".into(), node_id.hex());
-    NodeInfo {
-        node_id,
-        node_ip: config.node_ip.clone(),
-        node_name: config.node_name.clone(),
-        is_head_node: config.is_head_node,
-        state: NodeState::Alive,
-        state_message: None,
-        resources_total: config.resources.clone(),
-        resources_available: config.resources.clone(),
-        labels,
-        start_time_ms: now_ms(),
-        end_time_ms: 0,
-        pid: std::process::id(),
-        agent_port,
-    }
+    let mut node = NodeInfo::joining(node_id, &config.node_ip, &config.node_name, config.resources.clone());
+    node.labels = config.labels.clone();
+    node.labels.insert("ray.io/node_id".into(), node.node_id.hex());
+    node.is_head_node = config.is_head_node;
+    node.agent_port = agent_port;
+    node
 }
 
 fn is_refusal(code: Code) -> bool {

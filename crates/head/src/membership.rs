@@ -216,21 +216,7 @@ pub(crate) mod tests {
     pub fn sample_node(name: &str) -> NodeInfo {
         let mut total = ResourceSet::new();
         total.set("CPU", 2.0).unwrap();
-        NodeInfo {
-            node_id: NodeId::random(),
-            node_ip: "127.0.0.1".into(),
-            node_name: name.into(),
-            is_head_node: false,
-            state: NodeState::Alive,
-            state_message: None,
-            resources_available: total.clone(),
-            resources_total: total,
-            labels: Default::default(),
-            start_time_ms: 1,
-            end_time_ms: 0,
-            pid: 7,
-            agent_port: 0,
-        }
+        NodeInfo::joining(NodeId::random(), "127.0.0.1", name, total)
     }
 
     fn membership(dir: &tempfile::TempDir) -> Membership {

@@ -45,7 +45,7 @@ mod tests {
     use super::*;
 
     fn node(head: bool, cpus: f64, gpus: f64) -> NodeInfo {
-        let mut n = crate::tests::sample_node("n");
+        let mut n = NodeInfo::joining(oxray_types::NodeId::random(), "127.0.0.1", "n", ResourceSet::new());
         n.is_head_node = head;
         n.agent_port = 1;
         n.resources_total.set("CPU", cpus).unwrap();

@@ -42,6 +42,25 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
+    /// A node as its agent (this process) joins: alive, all of `resources` free, started now.
+    pub fn joining(node_id: NodeId, node_ip: &str, node_name: &str, resources: ResourceSet) -> Self {
+        NodeInfo {
+            node_id,
+            node_ip: node_ip.to_string(),
+            node_name: node_name.to_string(),
+            is_head_node: false,
+            state: NodeState::Alive,
+            state_message: None,
+            resources_available: resources.clone(),
+            resources_total: resources,
+            labels: BTreeMap::new(),
+            start_time_ms: crate::now_ms(),
+            end_time_ms: 0,
+            pid: std::process::id(),
+            agent_port: 0,
+        }
+    }
+
     pub fn is_alive(&self) -> bool {
         self.state == NodeState::Alive
     }
