@@ -17,12 +17,18 @@ const RECONNECT: Duration = Duration::from_millis(500);
 pub struct SharedView {
     view: Mutex<ClusterView>,
     changed: Notify,
+    /// The head's whole list has arrived once: until then the view knows only this node.
+    synced: std::sync::atomic::AtomicBool,
 }
 
 impl SharedView {
     /// The alive nodes, with `local` (this node as it is now) among them.
     pub fn snapshot(&self, local: NodeView) -> Vec<NodeView> {
         self.view.lock().expect("view lock").snapshot(local)
+    }
+
+    pub fn synced(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Resolves on the next change of the view.
@@ -33,6 +39,9 @@ impl SharedView {
     fn apply(&self, change: v1::NodesChange) {
         let changes = change.nodes.into_iter().filter_map(change_of).collect();
         self.view.lock().expect("view lock").apply(change.version, change.full, changes);
+        if change.full {
+            self.synced.store(true, std::sync::atomic::Ordering::Release);
+        }
         self.changed.notify_waiters();
     }
 }
@@ -102,7 +111,9 @@ mod tests {
         assert_eq!((view.agent.as_str(), view.total.get("CPU")), ("10.0.0.1:7", 2.0));
         assert_eq!(change_of(node("a", false)), Some(Change::Gone("a".into())));
         let shared = SharedView::default();
+        assert!(!shared.synced(), "nothing from the head yet");
         shared.apply(v1::NodesChange { version: 1, full: true, nodes: vec![node("a", true), node("b", true)] });
+        assert!(shared.synced());
         shared.apply(v1::NodesChange { version: 2, full: false, nodes: vec![node("a", false)] });
         let ids: Vec<String> = shared.snapshot(view_of("me")).into_iter().map(|n| n.node_id).collect();
         assert_eq!(ids, ["b", "me"]);

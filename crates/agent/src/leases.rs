@@ -19,6 +19,10 @@ use tonic::{Request, Response, Status};
 /// hears so (and asks again), when it did not say how long it waits.
 const NOTHING_YET: Duration = Duration::from_millis(500);
 
+/// How long a lease pinned to a node this agent's view lacks waits for the view to show it:
+/// the driver may have learnt of a node that just joined before the head's push got here.
+const JOIN_GRACE: Duration = Duration::from_secs(1);
+
 /// This node as the cluster view shows it.
 pub struct LocalNode {
     /// Changes when the node rejoins under a new id.
@@ -61,6 +65,9 @@ impl LeaseService {
         if *strategy == Strategy::Default && !busy_here && resources.fits_in(&self.pool.total()) {
             return Decision::Here;
         }
+        if !self.view.synced() {
+            return Decision::Wait;
+        }
         let (local, nodes) = self.snapshot();
         let turn = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
         route(strategy, resources, &local, &nodes, turn, busy_here)
@@ -75,7 +82,16 @@ impl LeaseService {
         grant: Grant,
         wait: Option<Duration>,
     ) -> Result<v1::LeaseReply, Status> {
-        match self.route(&strategy, &resources, false) {
+        let mut decision = self.route(&strategy, &resources, false);
+        let grace = tokio::time::Instant::now() + JOIN_GRACE;
+        while matches!(decision, Decision::Never(_))
+            && matches!(strategy, Strategy::Node { soft: false, .. })
+            && tokio::time::Instant::now() < grace
+        {
+            let _ = tokio::time::timeout_at(grace, self.view.changed()).await;
+            decision = self.route(&strategy, &resources, false);
+        }
+        match decision {
             Decision::Here => {}
             Decision::There(agent) => return Ok(retry_at(agent)),
             Decision::Never(why) => return Err(Status::invalid_argument(why)),

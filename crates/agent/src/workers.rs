@@ -358,7 +358,7 @@ impl WorkerPool {
                 Ok(Some(key)) => return Ok(key),
                 Ok(None) => {}
                 Err(BundleRefusal::NotHere) => {
-                    return Err(Status::failed_precondition(format!(
+                    return Err(Status::not_found(format!(
                         "placement group {} has no bundle{} on this node (removed, or placed elsewhere)",
                         want.group,
                         index.map(|i| format!(" {i}")).unwrap_or_default()

@@ -28,8 +28,14 @@ pub struct ClusterStatus {
 
 impl ClusterStatus {
     pub fn from_nodes(nodes: &[NodeInfo], pending: Vec<String>) -> Self {
-        let mut total = ResourceSet::new();
-        let mut available = ResourceSet::new();
+        // Numbers rather than resource sets: a cluster's sum may pass what one node can hold.
+        let mut total: BTreeMap<String, f64> = BTreeMap::new();
+        let mut available: BTreeMap<String, f64> = BTreeMap::new();
+        let add = |sum: &mut BTreeMap<String, f64>, set: &ResourceSet| {
+            for (k, v) in set.iter() {
+                *sum.entry(k.to_string()).or_default() += v;
+            }
+        };
         let (mut alive, mut dead) = (Vec::new(), Vec::new());
         for node in nodes {
             let summary = NodeSummary {
@@ -41,18 +47,17 @@ impl ClusterStatus {
                 resources_used: used(node),
             };
             if node.is_alive() {
-                total.add(&node.resources_total);
-                available.add(&node.resources_available);
+                add(&mut total, &node.resources_total);
+                add(&mut available, &node.resources_available);
                 alive.push(summary);
             } else {
                 dead.push(summary);
             }
         }
         let visible = |name: &str| !name.starts_with("node:");
-        let resources_total: BTreeMap<String, f64> =
-            total.iter().filter(|(k, _)| visible(k)).map(|(k, v)| (k.to_string(), v)).collect();
-        let resources_used =
-            resources_total.iter().map(|(k, v)| (k.clone(), (v - available.get(k)).max(0.0))).collect();
+        let resources_total: BTreeMap<String, f64> = total.into_iter().filter(|(k, _)| visible(k)).collect();
+        let free = |k: &str| available.get(k).copied().unwrap_or(0.0);
+        let resources_used = resources_total.iter().map(|(k, v)| (k.clone(), (v - free(k)).max(0.0))).collect();
         ClusterStatus { alive, dead, resources_total, resources_used, pending }
     }
 }

@@ -244,6 +244,7 @@ impl BoundHead {
             session_name: session_name.clone(),
             dashboard,
             processes: processes.clone(),
+            shutdown: shutdown.clone(),
         };
         let grpc = oxray_rpc::server()
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))

@@ -18,6 +18,8 @@ pub struct HeadService {
     pub session_name: String,
     pub dashboard: crate::Dashboard,
     pub processes: Arc<crate::processes::Processes>,
+    /// Ends the node change streams when the head stops.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl HeadService {
@@ -74,7 +76,8 @@ impl head_service_server::HeadService for HeadService {
     ) -> Result<Response<Self::WatchNodesStream>, Status> {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let membership = self.membership.clone();
-        // Ends when the agent goes or the server stops: either drops the stream.
+        let shutdown = self.shutdown.clone();
+        // Ends when the agent goes (it drops the stream) or the head stops.
         tokio::spawn(async move {
             let mut changed = membership.subscribe();
             let mut since = None;
@@ -92,6 +95,7 @@ impl head_service_server::HeadService for HeadService {
                 tokio::select! {
                     moved = changed.changed() => if moved.is_err() { return },
                     _ = tx.closed() => return,
+                    _ = shutdown.cancelled() => return,
                 }
             }
         });

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 pub enum ResourceError {
     #[error("resource {name:?} has an invalid amount {amount}: amounts must be finite and non-negative")]
     InvalidAmount { name: String, amount: f64 },
+    #[error("resource {name:?} has {amount}, more than the largest amount a node can have ({MAX_AMOUNT:e})")]
+    TooLarge { name: String, amount: f64 },
     #[error("a resource name must not be empty")]
     EmptyName,
 }
@@ -12,6 +14,9 @@ pub enum ResourceError {
 /// Units of a resource per whole one: amounts are kept as integers of 1/10000, as Ray keeps
 /// them, so sums and differences are exact and `0.1 + 0.2` CPUs fit in `0.3`.
 const UNITS: f64 = 10_000.0;
+
+/// The largest amount of one resource a set holds: u64 units (about 1.8 PB of memory).
+pub const MAX_AMOUNT: f64 = u64::MAX as f64 / UNITS;
 
 fn to_units(amount: f64) -> u64 {
     // Saturating cast: a petabyte of memory still fits, and a negative amount counts as none.
@@ -41,6 +46,9 @@ impl ResourceSet {
         }
         if !amount.is_finite() || amount < 0.0 {
             return Err(ResourceError::InvalidAmount { name, amount });
+        }
+        if amount >= MAX_AMOUNT {
+            return Err(ResourceError::TooLarge { name, amount });
         }
         self.0.insert(name, to_units(amount));
         Ok(())
@@ -154,6 +162,8 @@ mod tests {
         assert!(r.set("CPU", f64::NAN).is_err());
         assert!(r.set("", 1.0).is_err());
         assert!(r.set("CPU", 0.0).is_ok());
+        assert!(matches!(r.set("memory", 2e15), Err(ResourceError::TooLarge { .. })));
+        assert!(r.set("memory", 1e15).is_ok(), "a petabyte");
     }
 
     #[test]

@@ -35,8 +35,6 @@ const GROUPS_KEPT: usize = 1024;
 pub struct LeaseError {
     pub message: String,
     pub transient: bool,
-    /// No node can hold the request (or the one it must run on cannot).
-    pub never_fits: bool,
     /// The agent could not prepare the lease's runtime_env.
     pub runtime_env: bool,
 }
@@ -49,7 +47,7 @@ impl std::fmt::Display for LeaseError {
 
 impl From<String> for LeaseError {
     fn from(message: String) -> Self {
-        Self { message, transient: false, never_fits: false, runtime_env: false }
+        Self { message, transient: false, runtime_env: false }
     }
 }
 
@@ -60,7 +58,7 @@ impl From<tonic::Status> for LeaseError {
             matches!(status.code(), Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded);
         let message = if transient { oxray_rpc::root_cause(&status) } else { status.message().to_string() };
         let runtime_env = status.details() == oxray_proto::RUNTIME_ENV_SETUP_FAILED;
-        Self { message, transient, never_fits: status.code() == Code::InvalidArgument, runtime_env }
+        Self { message, transient, runtime_env }
     }
 }
 
@@ -117,7 +115,7 @@ impl Submitter {
         let give_up = tokio::time::Instant::now() + LEASE_PATIENCE;
         loop {
             match self.lease_with(resources.clone(), env.clone(), strategy, holder.clone()).await {
-                Err(e) if (e.transient || refusals) && tokio::time::Instant::now() < give_up => {
+                Err(e) if (e.transient || (refusals && !e.runtime_env)) && tokio::time::Instant::now() < give_up => {
                     tracing::debug!("no lease yet: {e}");
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
@@ -168,9 +166,9 @@ impl Submitter {
         if let Strategy::Bundle { group, index } = strategy {
             return self.lease_in_bundle(request, group, *index).await;
         }
-        // A node-affine lease waits at its node for as long as it takes.
-        let affine = matches!(strategy, Strategy::Node { .. });
-        request.wait_ms = if affine { 0 } else { BUSY_WAIT.as_millis() as u32 };
+        // A hard node-affine lease waits at its node for as long as it takes.
+        let pinned = matches!(strategy, Strategy::Node { soft: false, .. });
+        request.wait_ms = if pinned { 0 } else { BUSY_WAIT.as_millis() as u32 };
         request.scheduling = scheduling_of(strategy);
         let mut there = request.clone();
         there.scheduling = None;
@@ -216,11 +214,15 @@ impl Submitter {
             let agent = self.agent(&address)?;
             match agent.clone().request_worker_lease(request.clone()).await {
                 Ok(reply) => return Ok(Lease { reply: reply.into_inner(), agent, agent_address: address }),
-                Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                Err(s) => {
+                    // The bundle moved (its node died: NotFound, or the agent is unreachable)
+                    // or the group went: the head says where it is now.
                     self.bundle_places.lock().expect("bundle places lock").remove(group);
+                    if s.code() != tonic::Code::NotFound {
+                        return Err(s.into());
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(s) => return Err(s.into()),
             }
         }
     }
