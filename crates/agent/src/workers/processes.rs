@@ -4,7 +4,7 @@ use super::*;
 
 impl WorkerPool {
     /// The runtime_env of a kind of worker, ready on this node.
-    pub(super) async fn prepare(&self, kind: &WorkerKind) -> Result<Option<crate::jobs::Prepared>, Status> {
+    async fn prepare(&self, kind: &WorkerKind) -> Result<Option<crate::jobs::Prepared>, Status> {
         if kind.runtime_env.is_empty() {
             return Ok(None);
         }
@@ -49,7 +49,7 @@ impl WorkerPool {
         started
     }
 
-    pub(super) async fn start_process(
+    async fn start_process(
         &self,
         kind: &WorkerKind,
         warm: bool,

@@ -4,7 +4,7 @@ use super::*;
 
 impl WorkerPool {
     /// Takes back the leases of actors whose worker died, and tells their owners.
-    pub(super) fn reap_dead_actors(&self) {
+    fn reap_dead_actors(&self) {
         let dead: Vec<(String, String, String, String)> = self
             .lock()
             .leases

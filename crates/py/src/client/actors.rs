@@ -11,7 +11,7 @@ impl Client {
     /// made in.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (actor_id, name, class, args, dependencies, contained, resources, env_vars, strategy, detached, max_restarts, max_task_retries, ends_with_handles, namespace=String::new()))]
-    pub(crate) fn create_actor(
+    fn create_actor(
         &self,
         py: Python<'_>,
         actor_id: String,
@@ -53,14 +53,14 @@ impl Client {
 
     /// `(worker_address, lease_id, agent_address)` of an actor this process created, once
     /// it is placed; an error if it never can be.
-    pub(crate) fn actor_placement(&self, py: Python<'_>, actor_id: String) -> PyResult<(String, String, String)> {
+    fn actor_placement(&self, py: Python<'_>, actor_id: String) -> PyResult<(String, String, String)> {
         let submitter = py.detach(|| self.submitter())?;
         waiting::wait_for(py, &self.runtime, None, submitter.actor_placement(&actor_id))?
             .map_err(PyRuntimeError::new_err)
     }
 
     /// Ends the actors this process created that do not outlive it.
-    pub(crate) fn end_owned_actors(&self, py: Python<'_>) -> PyResult<()> {
+    fn end_owned_actors(&self, py: Python<'_>) -> PyResult<()> {
         let submitter = py.detach(|| self.submitter())?;
         py.detach(|| self.runtime.block_on(submitter.end_owned_actors()));
         Ok(())
@@ -71,7 +71,7 @@ impl Client {
     /// ids of its `num_returns` results.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (actor_id, address, owner, method, args, dependencies, contained, max_task_retries=0, num_returns=1, streaming=false))]
-    pub(crate) fn call_actor(
+    fn call_actor(
         &self,
         py: Python<'_>,
         actor_id: String,
@@ -98,7 +98,7 @@ impl Client {
 
     /// Records a named actor in the head's directory; fails if the name is taken.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn register_actor(
+    fn register_actor(
         &self,
         py: Python<'_>,
         name: String,
@@ -135,7 +135,7 @@ impl Client {
     /// `(actor_id, worker_address, agent_address, lease_id, class_name, methods, owner)` of a
     /// named actor.
     #[allow(clippy::type_complexity)]
-    pub(crate) fn get_actor(
+    fn get_actor(
         &self,
         py: Python<'_>,
         name: String,
@@ -158,19 +158,19 @@ impl Client {
     }
 
     /// `(name, namespace)` of the named actors of `namespace` (of every one when empty).
-    pub(crate) fn list_actors(&self, py: Python<'_>, namespace: String) -> PyResult<Vec<(String, String)>> {
+    fn list_actors(&self, py: Python<'_>, namespace: String) -> PyResult<Vec<(String, String)>> {
         let actors = py.detach(|| self.cluster.list_actors(&namespace)).map_err(status_error)?;
         Ok(actors.into_iter().map(|a| (a.name, a.namespace)).collect())
     }
 
-    pub(crate) fn remove_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<()> {
+    fn remove_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<()> {
         py.detach(|| self.cluster.remove_actor(&name, &namespace))
             .map_err(|s| PyConnectionError::new_err(s.message().to_string()))
     }
 
     /// Retires an actor's worker through the agent that leased it (an actor whose owner is
     /// not known).
-    pub(crate) fn kill_actor_at(&self, py: Python<'_>, agent_address: String, lease_id: String) -> PyResult<()> {
+    fn kill_actor_at(&self, py: Python<'_>, agent_address: String, lease_id: String) -> PyResult<()> {
         let submitter = py.detach(|| self.submitter())?;
         py.detach(|| self.runtime.block_on(submitter.retire(&agent_address, &lease_id)))
             .map_err(PyRuntimeError::new_err)
@@ -179,7 +179,7 @@ impl Client {
     /// Ends an actor through its owner (this process, or the one named by `owner`); with
     /// `no_restart` it stays dead.
     #[pyo3(signature = (actor_id, address, owner, no_restart=true))]
-    pub(crate) fn kill_actor(
+    fn kill_actor(
         &self,
         py: Python<'_>,
         actor_id: String,

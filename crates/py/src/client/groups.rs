@@ -6,7 +6,7 @@ use super::*;
 impl Client {
     /// Asks the head for a placement group; returns its id at once (it is placed later).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn create_placement_group(
+    fn create_placement_group(
         &self,
         py: Python<'_>,
         bundles: Vec<BTreeMap<String, f64>>,
@@ -39,18 +39,12 @@ impl Client {
 
     /// Removes a group; returns at once (as Ray's removal does): later calls about the
     /// group, and `shutdown`, wait for the removal to land.
-    pub(crate) fn remove_placement_group(&self, id: String) {
+    fn remove_placement_group(&self, id: String) {
         self.cluster.groups().remove(self.runtime.handle(), self.cluster.head(), id);
     }
 
     /// One group as JSON, by id or by name in a namespace.
-    pub(crate) fn placement_group_json(
-        &self,
-        py: Python<'_>,
-        id: String,
-        name: String,
-        namespace: String,
-    ) -> PyResult<String> {
+    fn placement_group_json(&self, py: Python<'_>, id: String, name: String, namespace: String) -> PyResult<String> {
         let group = py
             .detach(|| {
                 let (id, name, namespace) = (id.as_str(), name.as_str(), namespace.as_str());
@@ -61,7 +55,7 @@ impl Client {
     }
 
     /// Every group the head knows, as a JSON list.
-    pub(crate) fn placement_groups_json(&self, py: Python<'_>) -> PyResult<String> {
+    fn placement_groups_json(&self, py: Python<'_>) -> PyResult<String> {
         let creations = self.cluster.groups();
         let groups = py
             .detach(|| {
@@ -77,7 +71,7 @@ impl Client {
 
     /// Whether the group is created, waiting up to `timeout` seconds (forever: None).
     #[pyo3(signature = (id, timeout=None))]
-    pub(crate) fn wait_placement_group(&self, py: Python<'_>, id: String, timeout: Option<f64>) -> PyResult<bool> {
+    fn wait_placement_group(&self, py: Python<'_>, id: String, timeout: Option<f64>) -> PyResult<bool> {
         let group = py
             .detach(|| {
                 let (id, until) = (id.as_str(), deadline(timeout));
@@ -89,7 +83,7 @@ impl Client {
 
     /// An object that becomes `value` once the group is created (lost if it is removed
     /// first): what `PlacementGroup.ready()` returns.
-    pub(crate) fn placement_group_ready(&self, id: String, value: Vec<u8>) -> String {
+    fn placement_group_ready(&self, id: String, value: Vec<u8>) -> String {
         let object = self.objects.pending();
         let (objects, head, target) = (self.objects.clone(), self.cluster.head(), object.clone());
         let groups = self.cluster.groups().clone();

@@ -7,7 +7,7 @@ impl Client {
     /// Borrows the bytes from Python and copies them once; `contained` are the ObjectRefs
     /// inside the value.
     #[pyo3(signature = (data, contained=Vec::new()))]
-    pub(crate) fn put(&self, data: &[u8], contained: Vec<String>) -> String {
+    fn put(&self, data: &[u8], contained: Vec<String>) -> String {
         self.objects.put(data.to_vec(), &contained)
     }
 
@@ -33,7 +33,7 @@ impl Client {
     /// `spill`): `(object_id, path)`, or None when this process has no store (then the value
     /// stays in its memory).
     #[pyo3(signature = (size, spill=false))]
-    pub(crate) fn store_create(&self, py: Python<'_>, size: u64, spill: bool) -> PyResult<Option<(String, String)>> {
+    fn store_create(&self, py: Python<'_>, size: u64, spill: bool) -> PyResult<Option<(String, String)>> {
         let Some(store) = py.detach(|| self.node_store()) else { return Ok(None) };
         let id = oxray_worker::new_id();
         let file = store.create(&id, size, spill).map_err(|e| PyRuntimeError::new_err(format!("object store: {e}")))?;
@@ -42,25 +42,20 @@ impl Client {
     }
 
     /// The node store's shared-memory directory, which names it; None without a store.
-    pub(crate) fn store_dir(&self, py: Python<'_>) -> Option<String> {
+    fn store_dir(&self, py: Python<'_>) -> Option<String> {
         py.detach(|| self.node_store()).map(|s| s.dir().display().to_string())
     }
 
     /// Gives up a file from `store_create`, now written, to the caller of the task whose
     /// result it holds: that process owns and removes it.
-    pub(crate) fn store_give(&self, id: &str) {
+    fn store_give(&self, id: &str) {
         self.creating.lock().expect("creating lock").remove(id);
     }
 
     /// The value of a file from `store_create`, now written: readers get `data` (where it
     /// is); the file goes with the object. With `data` None the file is discarded.
     #[pyo3(signature = (id, data, contained=Vec::new()))]
-    pub(crate) fn store_seal(
-        &self,
-        id: String,
-        data: Option<Vec<u8>>,
-        contained: Vec<String>,
-    ) -> PyResult<Option<String>> {
+    fn store_seal(&self, id: String, data: Option<Vec<u8>>, contained: Vec<String>) -> PyResult<Option<String>> {
         let file = self.creating.lock().expect("creating lock").remove(&id);
         let file = file.ok_or_else(|| PyValueError::new_err(format!("no object {id} is being written")))?;
         match data {
@@ -76,12 +71,7 @@ impl Client {
 
     /// The content of an object its owner keeps in its node's store (for a reader on
     /// another machine).
-    pub(crate) fn fetch_stored<'py>(
-        &self,
-        py: Python<'py>,
-        owner: String,
-        id: String,
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    fn fetch_stored<'py>(&self, py: Python<'py>, owner: String, id: String) -> PyResult<Bound<'py, PyBytes>> {
         let data = py
             .detach(|| self.runtime.block_on(self.links.fetch_content(&id, &owner)))
             .map_err(pyo3::exceptions::PyKeyError::new_err)?;
@@ -89,18 +79,18 @@ impl Client {
     }
 
     /// Bytes of the node's shared memory that objects use now (0 without a store).
-    pub(crate) fn object_store_used(&self, py: Python<'_>) -> u64 {
+    fn object_store_used(&self, py: Python<'_>) -> u64 {
         py.detach(|| self.node_store()).map_or(0, |s| s.used())
     }
 
     /// Whether `owner` is this process's object server.
-    pub(crate) fn is_owner(&self, owner: &str) -> bool {
+    fn is_owner(&self, owner: &str) -> bool {
         self.object_address.lock().expect("object address lock").as_deref() == Some(owner)
     }
 
     /// Takes a reference to an object read from bytes: 0 when this process owns it, 1 when
     /// it is borrowed, 2 when borrowed for the first time here (its owner must be told).
-    pub(crate) fn hold(&self, id: &str, owner: &str) -> u8 {
+    fn hold(&self, id: &str, owner: &str) -> u8 {
         if self.is_owner(owner) {
             self.objects.add_ref(id);
             0
@@ -113,7 +103,7 @@ impl Client {
 
     /// `hold` for every ref a value held, in one call (a value may hold thousands); true
     /// when one of them is borrowed here for the first time.
-    pub(crate) fn hold_many(&self, py: Python<'_>, ids: Vec<String>, owners: Vec<String>) -> bool {
+    fn hold_many(&self, py: Python<'_>, ids: Vec<String>, owners: Vec<String>) -> bool {
         let mine = self.object_address.lock().expect("object address lock").clone();
         py.detach(|| {
             let mut new = false;
@@ -131,7 +121,7 @@ impl Client {
     /// Tells owners of the objects newly borrowed here, and waits until they know. A process
     /// that borrows before it owns anything starts its object server now, so the state API
     /// lists what it holds.
-    pub(crate) fn announce_borrows(&self, py: Python<'_>) {
+    fn announce_borrows(&self, py: Python<'_>) {
         if self.object_address.lock().expect("object address lock").is_none() {
             if let Err(e) = self.owner_address(py) {
                 tracing::debug!("this process's references will not be listed: {e}");
@@ -142,7 +132,7 @@ impl Client {
 
     /// Takes a reference to each object on behalf of a task's caller, which receives them
     /// inside the task's result; returns each object's owner.
-    pub(crate) fn hold_for_caller(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<Vec<(String, String)>> {
+    fn hold_for_caller(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<Vec<(String, String)>> {
         let mut out = Vec::with_capacity(ids.len());
         let mut remote: HashMap<String, Vec<(String, i32)>> = HashMap::new();
         for id in ids {
@@ -171,7 +161,7 @@ impl Client {
     /// `(data, outcome)` for each id: outcome 0 is a value, 1 a task's exception, 2 a
     /// system failure whose data is a message.
     #[pyo3(signature = (ids, timeout=None))]
-    pub(crate) fn get<'py>(
+    fn get<'py>(
         &self,
         py: Python<'py>,
         ids: Vec<String>,
@@ -187,7 +177,7 @@ impl Client {
     /// Where the first `num_returns` ready objects are in `ids`, once that many are ready
     /// (or fewer at the timeout).
     #[pyo3(signature = (ids, num_returns, timeout=None))]
-    pub(crate) fn wait(
+    fn wait(
         &self,
         py: Python<'_>,
         ids: &Bound<'_, pyo3::types::PyList>,
@@ -215,15 +205,15 @@ impl Client {
     }
 
     /// How many objects this process holds (owned and borrowed): for tests and debugging.
-    pub(crate) fn object_count(&self) -> usize {
+    fn object_count(&self) -> usize {
         self.objects.len()
     }
 
-    pub(crate) fn add_ref(&self, id: &str) {
+    fn add_ref(&self, id: &str) {
         self.objects.add_ref(id);
     }
 
-    pub(crate) fn release(&self, id: &str) {
+    fn release(&self, id: &str) {
         self.objects.release(id);
     }
 }

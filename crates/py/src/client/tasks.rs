@@ -7,7 +7,7 @@ impl Client {
     /// Starts a task; returns the ids of the objects that will hold its results.
     #[pyo3(signature = (name, function, args, dependencies, contained, resources, max_retries=3, retry_exceptions=false, num_returns=1, env_vars=BTreeMap::new(), strategy=(String::from("DEFAULT"), String::new(), false, -1), streaming=false))]
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn submit_task(
+    fn submit_task(
         &self,
         py: Python<'_>,
         name: String,
@@ -45,7 +45,7 @@ impl Client {
     }
 
     /// Cancels the task that makes this object; see `Submitter::cancel`.
-    pub(crate) fn cancel(&self, py: Python<'_>, object_id: String, force: bool) -> PyResult<bool> {
+    fn cancel(&self, py: Python<'_>, object_id: String, force: bool) -> PyResult<bool> {
         let submitter = py.detach(|| self.submitter())?;
         Ok(py.detach(|| self.runtime.block_on(submitter.cancel(&object_id, force))))
     }
@@ -53,7 +53,7 @@ impl Client {
     /// The id of the `index`-th value the streaming task `task_id` yielded, waiting for it
     /// (its reference is the caller's to hold); `None` once the task ended without it.
     #[pyo3(signature = (task_id, index, timeout=None))]
-    pub(crate) fn stream_next(
+    fn stream_next(
         &self,
         py: Python<'_>,
         task_id: String,
@@ -66,7 +66,7 @@ impl Client {
     }
 
     /// The generator of a streaming task let go of it.
-    pub(crate) fn stream_drop(&self, py: Python<'_>, task_id: String) -> PyResult<()> {
+    fn stream_drop(&self, py: Python<'_>, task_id: String) -> PyResult<()> {
         py.detach(|| self.submitter())?.drop_items(&task_id);
         Ok(())
     }

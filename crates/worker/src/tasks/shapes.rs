@@ -28,12 +28,12 @@ impl Submitter {
     }
 
     /// A plain function between the spawns keeps the recursive future's type nameable.
-    pub(super) fn spawn_drive(self: &Arc<Self>, key: String, want: Want) {
+    fn spawn_drive(self: &Arc<Self>, key: String, want: Want) {
         tokio::spawn(self.clone().drive(key, want));
     }
 
     /// Gets a lease and runs waiting tasks of the shape on it until none is left.
-    pub(super) async fn drive(self: Arc<Self>, key: String, want: Want) {
+    async fn drive(self: Arc<Self>, key: String, want: Want) {
         let lease = match self.lease_patiently(&want.resources, &want.env, &want.strategy, LeaseFor::Task, false).await
         {
             Ok(lease) => lease,
@@ -108,7 +108,7 @@ impl Submitter {
     }
 
     /// Asks for another lease of the shape if tasks wait and none is being asked for.
-    pub(super) fn request_more(self: &Arc<Self>, key: &str, want: &Want) {
+    fn request_more(self: &Arc<Self>, key: &str, want: &Want) {
         let again = {
             let mut shapes = self.shapes();
             let shape = shapes.entry(key.to_string()).or_default();
@@ -122,7 +122,7 @@ impl Submitter {
     /// Keeps a lease whose queue ran empty for `LEASE_LINGER`: a caller running tasks one
     /// after another submits the next as soon as it has a result, and the kept lease spares
     /// that task a lease round trip. Returns whether a task came.
-    pub(super) async fn linger(&self, key: &str) -> bool {
+    async fn linger(&self, key: &str) -> bool {
         let wake = {
             let mut shapes = self.shapes();
             let Some(shape) = shapes.get_mut(key) else { return false };
