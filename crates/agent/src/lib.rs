@@ -3,6 +3,8 @@
 
 mod cluster_view;
 pub mod detect;
+mod envs;
+mod gpus;
 mod jobs;
 mod leases;
 mod logs;
@@ -103,9 +105,9 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
         node_id: node_id.clone(),
         dashboard_url: dashboard_url.clone(),
     };
-    let cache = Arc::new(jobs::EnvCache::new(config.session_dir.join("runtime_resources"), client.clone()));
+    let cache = Arc::new(envs::EnvCache::new(config.session_dir.join("runtime_resources"), client.clone()));
     let gpus = config.resources.get(oxray_types::resource_names::GPU) as u32;
-    let gpus: jobs::SharedGpus = Arc::new(Mutex::new(jobs::GpuPool::new(gpus)));
+    let gpus: gpus::SharedGpus = Arc::new(Mutex::new(gpus::GpuPool::new(gpus)));
     let pool = Arc::new(workers::WorkerPool::new(
         config.resources.clone(),
         workers::WorkerEnv {
@@ -120,7 +122,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
         gpus.clone(),
     ));
     workers::reap_periodically(&pool);
-    memory::watch(&pool, config.memory_monitor);
+    pool.watch_memory(config.memory_monitor);
     let runner = Arc::new(jobs::Runner::new(
         config.session_dir.join("logs"),
         cache,

@@ -3,7 +3,6 @@
 //! a process at random, the agent itself maybe. The task fails with an out-of-memory error,
 //! or runs again as its retries allow, as Ray's memory monitor does.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Ray's defaults: 95% of the node's memory, looked at every 250 ms.
@@ -115,23 +114,6 @@ pub struct Candidate {
 /// where an actor loses its state).
 pub fn pick(candidates: &[Candidate]) -> Option<&Candidate> {
     candidates.iter().max_by_key(|c| (!c.is_actor, c.granted))
-}
-
-/// Looks at the node's memory every `refresh` until the pool is dropped.
-pub fn watch(pool: &Arc<crate::workers::WorkerPool>, config: MonitorConfig) {
-    let Some(refresh) = config.refresh else { return };
-    let pool = Arc::downgrade(pool);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(refresh);
-        loop {
-            tick.tick().await;
-            let Some(pool) = pool.upgrade() else { return };
-            let over = |usage: &Usage| usage.over(config.threshold);
-            if read_usage().as_ref().is_some_and(over) {
-                pool.end_one_for_memory(|| read_usage().filter(over).map(|u| u.describe(config.threshold)));
-            }
-        }
-    });
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ pub const ENDED_KEPT: usize = 1_000;
 pub enum ExitType {
     SystemError,
     IntendedSystemExit,
-    UserError,
     IntendedUserExit,
 }
 
@@ -20,7 +19,6 @@ impl ExitType {
         match self {
             ExitType::SystemError => "SYSTEM_ERROR",
             ExitType::IntendedSystemExit => "INTENDED_SYSTEM_EXIT",
-            ExitType::UserError => "USER_ERROR",
             ExitType::IntendedUserExit => "INTENDED_USER_EXIT",
         }
     }

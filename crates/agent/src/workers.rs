@@ -147,8 +147,8 @@ pub struct WorkerPool {
     changed: Notify,
     env: WorkerEnv,
     /// Prepares runtime_envs (packages, virtualenvs), cached on this node.
-    envs: Arc<crate::jobs::EnvCache>,
-    gpus: crate::jobs::SharedGpus,
+    envs: Arc<crate::envs::EnvCache>,
+    gpus: crate::gpus::SharedGpus,
 }
 
 /// The refusal of a lease that waited its time for this node's free resources: the asker
@@ -175,8 +175,8 @@ impl WorkerPool {
     pub fn new(
         total: ResourceSet,
         env: WorkerEnv,
-        envs: Arc<crate::jobs::EnvCache>,
-        gpus: crate::jobs::SharedGpus,
+        envs: Arc<crate::envs::EnvCache>,
+        gpus: crate::gpus::SharedGpus,
     ) -> Self {
         Self {
             state: Mutex::new(State { ledger: Ledger::new(total), ..Default::default() }),

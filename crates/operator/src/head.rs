@@ -8,7 +8,6 @@ use kube::api::Api;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::cluster::reconcile::secret_token;
 use crate::context::Context;
 use crate::crd::RayCluster;
 use crate::error::{Error, Result};
@@ -51,8 +50,8 @@ impl<'a> Head<'a> {
         let Some(secret) = Api::<Secret>::namespaced(ctx.client.clone(), namespace).get_opt(&secret_name).await? else {
             return Ok(None);
         };
-        let port = crate::cluster::params::dashboard_port(&cluster.spec.head_group_spec.ray_start_params)
-            .unwrap_or(PORT_DASHBOARD);
+        let port =
+            crate::params::dashboard_port(&cluster.spec.head_group_spec.ray_start_params).unwrap_or(PORT_DASHBOARD);
         Ok(secret_token(&secret).map(|token| Head { http: &ctx.http, url: format!("http://{ip}:{port}"), token }))
     }
 
@@ -139,6 +138,14 @@ impl<'a> Head<'a> {
 /// A node runs work when some of its resources are taken.
 fn node_is_busy(node: &Value) -> bool {
     node["resources_used"].as_object().is_some_and(|used| used.values().any(|v| v.as_f64().unwrap_or(1.0) > 1e-9))
+}
+
+/// The cluster token a Secret holds under "token", in `data` or `stringData`.
+pub fn secret_token(secret: &Secret) -> Option<String> {
+    let from_data = secret.data.as_ref().and_then(|d| d.get("token")).and_then(|b| String::from_utf8(b.0.clone()).ok());
+    from_data
+        .or_else(|| secret.string_data.as_ref().and_then(|d| d.get("token").cloned()))
+        .map(|t| t.trim().to_string())
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod job;
 mod leader;
 mod metrics;
 pub mod names;
+pub mod params;
 pub mod quantity;
 mod service;
 mod service_plan;

@@ -4,6 +4,7 @@
 mod auth;
 mod client;
 pub mod frames;
+mod leases;
 mod local;
 mod socket;
 
@@ -13,6 +14,7 @@ pub use client::{
     root_cause, AgentClient, HeadClient, LeaseClient, ObjectClient, RpcError,
 };
 
+pub use leases::{LeaseClients, Leases};
 pub use local::{connect, connect_lazy, dial_address, incoming, Conn};
 pub use socket::{Room, Socket, SocketStream, StdSocket};
 

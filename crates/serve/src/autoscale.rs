@@ -2,7 +2,6 @@
 //! requests in flight at a deployment's replicas over the look-back window to the number
 //! of replicas it should have, after the up/downscale delays.
 
-use crate::spec::{ten, thirty, two};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -128,6 +127,17 @@ pub fn desired(policy: &Policy, total: f64, current: u32) -> u32 {
     // Never below one replica while there is load, nor to zero but from one.
     let floor = if total > 0.0 || current > 1 { 1 } else { 0 };
     wanted.max(floor).clamp(min, max)
+}
+
+/// Serde defaults shared with the deployment spec.
+pub(crate) fn ten() -> f64 {
+    10.0
+}
+pub(crate) fn thirty() -> f64 {
+    30.0
+}
+pub(crate) fn two() -> f64 {
+    2.0
 }
 
 #[cfg(test)]

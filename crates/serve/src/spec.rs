@@ -2,6 +2,7 @@
 //! parts (the user's class and its bound arguments) are opaque bytes here, made by Python
 //! and handed back to Python in each replica.
 
+use crate::autoscale::{ten, thirty, two};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -89,15 +90,6 @@ fn default_max_ongoing() -> u32 {
 }
 fn unlimited() -> i64 {
     -1
-}
-pub(crate) fn ten() -> f64 {
-    10.0
-}
-pub(crate) fn thirty() -> f64 {
-    30.0
-}
-pub(crate) fn two() -> f64 {
-    2.0
 }
 fn twenty() -> f64 {
     20.0

@@ -2,7 +2,7 @@
 //! node lends the task's CPUs to others meanwhile: a task waiting for the tasks it
 //! launched never holds the CPU they need (as Ray's blocked workers do).
 
-use crate::tasks::Authed;
+use crate::channels::Authed;
 use oxray_proto::v1::{lease_service_client::LeaseServiceClient, WorkerBlockedRequest};
 use oxray_rpc::{ClientAuth, Token};
 
@@ -18,7 +18,7 @@ impl BlockedNotice {
     pub fn from_env(token: &Token) -> Option<Self> {
         let worker_id = std::env::var("OXRAY_WORKER_ID").ok().filter(|v| !v.is_empty())?;
         let agent = std::env::var("OXRAY_AGENT_ADDRESS").ok().filter(|v| !v.is_empty())?;
-        let channel = crate::tasks::channel(&agent).ok()?;
+        let channel = crate::channels::channel(&agent).ok()?;
         Some(Self { agent: LeaseServiceClient::with_interceptor(channel, ClientAuth::new(token)), worker_id })
     }
 

@@ -2,9 +2,9 @@
 //! process (through the `oxray._native` module). For now it finds or starts a cluster and
 //! reads its state; tasks, actors and objects build on it.
 
-mod actors;
 mod address;
 mod blocked;
+mod channels;
 mod cluster;
 mod drive;
 mod executor;
@@ -19,7 +19,6 @@ mod state_events;
 mod streams;
 mod tasks;
 
-pub use actors::{ActorOwner, Life, RestartPlan};
 pub use address::{resolve, Target};
 pub use blocked::BlockedNotice;
 pub use cluster::{available_resources, cluster_resources, Cluster};
@@ -33,6 +32,7 @@ pub use oxray_object_store::{dirs::object_store_dirs, NodeStore, StoredFile};
 pub use oxray_proto::v1::{ContainedRef, MetricSample, NamedActor, PlacementGroupState, PushTaskReply};
 pub use oxray_rpc::Token;
 pub use tasks::{ActorCall, Env, Lease, LeaseFor, Route, Selector, Strategy, Submitter, TaskSpec, CANCELLED};
+pub use tasks::{ActorOwner, Life, RestartPlan};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {

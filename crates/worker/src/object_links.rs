@@ -33,7 +33,7 @@ impl OwnerLinks {
             return Ok(c.clone());
         }
         let _inside = self.runtime.enter();
-        let channel = crate::tasks::channel(owner)?;
+        let channel = crate::channels::channel(owner)?;
         let client = ObjectServiceClient::with_interceptor(channel, ClientAuth::new(&self.token))
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);

@@ -1,8 +1,8 @@
 //! This process's object server: other processes holding references to objects it owns
 //! fetch them here and report the references they take and drop.
 
-use crate::actors::ActorOwner;
 use crate::objects::ObjectTable;
+use crate::tasks::ActorOwner;
 use oxray_proto::v1::{self, object_service_server};
 use oxray_rpc::{ServerAuth, Token};
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! calls to whatever listens at its address next (a restarted actor, or another worker
 //! given the same port) start a new count.
 
-use crate::tasks::Authed;
+use crate::channels::Authed;
 use oxray_proto::v1::{self, worker_service_client::WorkerServiceClient};
 use oxray_rpc::frames::{Receiver, Sender, HELLO_LIMIT};
 use oxray_rpc::{ClientAuth, Token};
@@ -26,7 +26,7 @@ pub(crate) type Waiting = Box<dyn FnOnce(Result<v1::PushTaskReply, String>) + Se
 
 /// A worker's service, connected on first use.
 pub(crate) fn client(address: &str, token: &Token) -> Result<WorkerServiceClient<Authed>, String> {
-    Ok(WorkerServiceClient::with_interceptor(crate::tasks::channel(address)?, ClientAuth::new(token))
+    Ok(WorkerServiceClient::with_interceptor(crate::channels::channel(address)?, ClientAuth::new(token))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX))
 }

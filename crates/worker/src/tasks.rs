@@ -1,6 +1,7 @@
 //! Submitting tasks: lease a worker from the local node agent, push the task straight to
 //! that worker, record the result as an object this process owns, give the lease back.
 
+use crate::channels::{channel, Authed};
 use crate::objects::{ObjectTable, Outcome};
 use oxray_proto::v1::{self, lease_service_client::LeaseServiceClient, worker_service_client::WorkerServiceClient};
 use oxray_rpc::{ClientAuth, Token};
@@ -8,20 +9,18 @@ use oxray_types::ResourceSet;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
 
 mod actor_calls;
+mod actors;
 mod cancel;
 mod items;
 mod leasing;
 mod shapes;
 mod states;
 
+pub use actors::{ActorOwner, Life, RestartPlan};
 pub use leasing::{Lease, LeaseFor};
 pub use oxray_types::Selector;
-
-pub(crate) type Authed = InterceptedService<Channel, ClientAuth>;
 
 /// What a task is, as the Python side serialized it.
 pub struct TaskSpec {
@@ -158,7 +157,7 @@ pub struct Submitter {
     unfinished: Mutex<std::collections::HashSet<String>>,
     /// Calls waiting to be sent, per actor.
     actor_queues: Mutex<HashMap<String, Arc<actor_calls::ActorQueue>>>,
-    pub(crate) actors: crate::actors::ActorDirectory,
+    pub(crate) actors: actors::ActorDirectory,
     object_address: std::sync::OnceLock<String>,
     /// What `result_store` names, once it can.
     result_store: std::sync::OnceLock<String>,
@@ -228,11 +227,6 @@ struct Shape {
     /// task wakes one of them.
     idle: usize,
     wake: Arc<tokio::sync::Notify>,
-}
-
-pub(crate) fn channel(address: &str) -> Result<Channel, String> {
-    let endpoint = Endpoint::from_shared(format!("http://{address}")).map_err(|e| e.to_string())?;
-    Ok(oxray_rpc::connect_lazy(endpoint.connect_timeout(Duration::from_secs(5))))
 }
 
 impl Submitter {

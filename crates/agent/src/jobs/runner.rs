@@ -1,9 +1,9 @@
 //! Runs job entrypoints: `/bin/sh -c` in a process group of its own, output in one log file
 //! per job, stop by SIGTERM then SIGKILL, the outcome reported to the head.
 
-use super::env::{EnvCache, Prepared};
-use super::gpus::SharedGpus;
 use super::reporter::Reporter;
+use crate::envs::{EnvCache, Prepared};
+use crate::gpus::SharedGpus;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use oxray_proto::v1;

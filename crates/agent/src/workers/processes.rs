@@ -4,7 +4,7 @@ use super::*;
 
 impl WorkerPool {
     /// The runtime_env of a kind of worker, ready on this node.
-    async fn prepare(&self, kind: &WorkerKind) -> Result<Option<crate::jobs::Prepared>, Status> {
+    async fn prepare(&self, kind: &WorkerKind) -> Result<Option<crate::envs::Prepared>, Status> {
         if kind.runtime_env.is_empty() {
             return Ok(None);
         }
@@ -54,7 +54,7 @@ impl WorkerPool {
         kind: &WorkerKind,
         warm: bool,
         id: &str,
-        prepared: Option<&crate::jobs::Prepared>,
+        prepared: Option<&crate::envs::Prepared>,
         rx: oneshot::Receiver<(u16, u32)>,
     ) -> Result<Worker, Status> {
         // A runtime_env with `pip` runs the worker with its virtualenv's interpreter.

@@ -3,6 +3,23 @@
 use super::*;
 
 impl WorkerPool {
+    /// Looks at the node's memory every `refresh` until the pool is dropped.
+    pub fn watch_memory(self: &Arc<Self>, config: memory::MonitorConfig) {
+        let Some(refresh) = config.refresh else { return };
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(refresh);
+            loop {
+                tick.tick().await;
+                let Some(pool) = pool.upgrade() else { return };
+                let over = |usage: &memory::Usage| usage.over(config.threshold);
+                if memory::read_usage().as_ref().is_some_and(over) {
+                    pool.end_one_for_memory(|| memory::read_usage().filter(over).map(|u| u.describe(config.threshold)));
+                }
+            }
+        });
+    }
+
     /// Takes back the leases of actors whose worker died, and tells their owners.
     fn reap_dead_actors(&self) {
         let dead: Vec<(String, String, String, String)> = self

@@ -2,7 +2,6 @@
 //! and the calls that carry them out (`reconcile`).
 
 pub mod objects;
-pub mod params;
 pub mod plan;
 pub mod pods;
 pub mod reconcile;

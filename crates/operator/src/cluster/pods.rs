@@ -11,9 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::{Digest, Sha256};
 
-use super::params;
 use crate::crd::cluster::{HeadGroupSpec, WorkerGroupSpec};
 use crate::names::*;
+use crate::params;
 use crate::quantity;
 
 /// What every pod of one cluster shares.

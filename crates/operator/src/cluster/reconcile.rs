@@ -191,14 +191,8 @@ async fn ensure_token(ctx: &Context, cluster: &ClusterRef, spec: &RayClusterSpec
         }
         None => create_if_absent(secrets, &cluster.token_secret, &objects::token_secret(cluster)).await?,
     };
-    secret_token(&secret).ok_or_else(|| Error::Spec(format!("Secret {} has no key \"token\"", cluster.token_secret)))
-}
-
-pub fn secret_token(secret: &Secret) -> Option<String> {
-    let from_data = secret.data.as_ref().and_then(|d| d.get("token")).and_then(|b| String::from_utf8(b.0.clone()).ok());
-    from_data
-        .or_else(|| secret.string_data.as_ref().and_then(|d| d.get("token").cloned()))
-        .map(|t| t.trim().to_string())
+    crate::head::secret_token(&secret)
+        .ok_or_else(|| Error::Spec(format!("Secret {} has no key \"token\"", cluster.token_secret)))
 }
 
 /// Creates the object unless one of that name exists; either way gives the stored one.
@@ -229,7 +223,7 @@ async fn busy_nodes(ctx: &Context, spec: &RayClusterSpec, pods: &[PodView], toke
     let url = format!(
         "http://{}:{}",
         head.ip.as_ref()?,
-        super::params::dashboard_port(&spec.head_group_spec.ray_start_params).ok()?
+        crate::params::dashboard_port(&spec.head_group_spec.ray_start_params).ok()?
     );
     let head = Head { http: &ctx.http, url, token: token.into() };
     match head.busy_nodes().await {

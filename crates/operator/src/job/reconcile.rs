@@ -154,8 +154,8 @@ async fn step(job: &RayJob, ctx: &Context, namespace: &str, st: &mut RayJobStatu
             if !ready {
                 return Ok(Action::requeue(Duration::from_secs(2)));
             }
-            let port = crate::cluster::params::dashboard_port(&cluster.spec.head_group_spec.ray_start_params)
-                .unwrap_or(PORT_DASHBOARD);
+            let port =
+                crate::params::dashboard_port(&cluster.spec.head_group_spec.ray_start_params).unwrap_or(PORT_DASHBOARD);
             st.dashboard_url = Some(format!("{}:{port}", head_fqdn(&cluster_name, namespace, &ctx.cluster_domain)));
             if spec.submission_mode == Some(SubmissionMode::InteractiveMode) {
                 st.job_deployment_status = "Waiting".into();

@@ -3,7 +3,7 @@
 //! up to its `max_restarts`. Callers in other processes ask the owner (`ActorFailed` on its
 //! object server) when a call breaks.
 
-use crate::tasks::{Env, Lease, Strategy, Submitter};
+use super::{Env, Lease, Strategy, Submitter};
 use oxray_proto::v1;
 use oxray_types::ResourceSet;
 use std::collections::HashMap;
@@ -231,12 +231,12 @@ impl Submitter {
     }
 
     /// Leases the worker of a new actor, then sends its creation call.
-    pub(crate) async fn place_actor(self: Arc<Self>, mut job: crate::tasks::Job) {
-        let crate::tasks::Route::Actor(call) = &mut job.spec.route else { unreachable!("an actor's creation") };
+    pub(crate) async fn place_actor(self: Arc<Self>, mut job: super::Job) {
+        let super::Route::Actor(call) = &mut job.spec.route else { unreachable!("an actor's creation") };
         let actor_id = call.actor_id.clone();
         let placed = match self.actors.plan(&actor_id) {
             Some(plan) => {
-                let holder = crate::tasks::LeaseFor::Actor { detached: plan.detached, actor_id: actor_id.clone() };
+                let holder = super::LeaseFor::Actor { detached: plan.detached, actor_id: actor_id.clone() };
                 self.lease_patiently(&plan.resources, &plan.env, &plan.strategy, holder, false)
                     .await
                     .map_err(|e| format!("the actor {actor_id} ({}) cannot be placed: {e}", job.spec.name))
@@ -403,7 +403,7 @@ impl Submitter {
                 r.plan = Some(plan.clone());
                 r.creation = Some(creation.clone());
             }
-            let holder = crate::tasks::LeaseFor::Actor { detached: plan.detached, actor_id: actor_id.clone() };
+            let holder = super::LeaseFor::Actor { detached: plan.detached, actor_id: actor_id.clone() };
             let lease = match self.lease_patiently(&plan.resources, &plan.env, &plan.strategy, holder, true).await {
                 Ok(lease) => lease,
                 Err(e) => {
