@@ -169,6 +169,7 @@ test-k8s: venv tools
 lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 scripts/house_measures.py
 
 fmt:
 	$(CARGO) fmt --all

@@ -36,6 +36,13 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+/// How long the head waits for an agent to reserve or free a placement group's bundles.
+const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn agent_leases(token: &Token) -> Arc<dyn oxray_rpc::Leases> {
+    Arc::new(oxray_rpc::LeaseClients::new(token.clone(), Some(AGENT_CALL_TIMEOUT)))
+}
+
 #[derive(Debug, Clone)]
 pub struct HeadConfig {
     /// Interface the control plane listens on (all by default, so other machines can join).
@@ -112,7 +119,8 @@ impl Head {
             config.token.clone(),
         )?);
         let actors = Arc::new(actors::Actors::open(store.clone())?);
-        let groups = placement_groups::PlacementGroups::open(membership.clone(), config.token.clone(), store.clone())?;
+        let groups =
+            placement_groups::PlacementGroups::open(membership.clone(), agent_leases(&config.token), store.clone())?;
         let states = Arc::new(task_states::TaskStates::new(config.max_ended_tasks));
         Ok(BoundHead { config, membership, jobs, events, actors, groups, states, store, control, http })
     }

@@ -6,14 +6,16 @@ use crate::membership::Membership;
 use crate::store::{Store, StoreError};
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, PlacementGroupState as State};
-use oxray_rpc::{connect_leases_lazy, LeaseClient, Token};
-use oxray_scheduler::bundles::{self, Candidate, Strategy};
+use oxray_rpc::Leases;
+use oxray_scheduler::bundles::Strategy;
 use oxray_types::{NodeInfo, ResourceSet, Selector};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
+
+mod round;
 
 /// Removed groups kept for `placement_group_table`, newest last.
 const REMOVED_KEPT: usize = 1000;
@@ -139,8 +141,10 @@ pub struct PlacementGroups {
     /// Groups changed since they were last written, by id (`None`: removed).
     dirty: Mutex<HashMap<String, Option<v1::PlacementGroup>>>,
     membership: Arc<Membership>,
-    token: Token,
-    agents: Mutex<HashMap<String, LeaseClient>>,
+    leases: Arc<dyn Leases>,
+    /// Bundles to free on their nodes, `(agent, group, indexes)` (all of the group's when
+    /// empty), sent by the next round.
+    releases: Mutex<Vec<(String, String, Vec<u32>)>>,
     wake: Notify,
     changed: watch::Sender<u64>,
 }
@@ -152,7 +156,11 @@ fn now_ms() -> u64 {
 impl PlacementGroups {
     /// The table as the database has it; groups placed before a head restart keep their
     /// nodes (whose agents kept the reservations).
-    pub fn open(membership: Arc<Membership>, token: Token, store: Arc<Store>) -> Result<Arc<Self>, StoreError> {
+    pub fn open(
+        membership: Arc<Membership>,
+        leases: Arc<dyn Leases>,
+        store: Arc<Store>,
+    ) -> Result<Arc<Self>, StoreError> {
         let mut table = Table::default();
         for kept in store.load_groups()? {
             match Group::from_proto(kept) {
@@ -167,8 +175,8 @@ impl PlacementGroups {
             store,
             dirty: Mutex::new(HashMap::new()),
             membership,
-            token,
-            agents: Mutex::new(HashMap::new()),
+            leases,
+            releases: Mutex::new(Vec::new()),
             wake: Notify::new(),
             changed: watch::channel(0).0,
         }))
@@ -290,13 +298,12 @@ impl PlacementGroups {
         };
         self.persist(id, None);
         self.changed.send_modify(|v| *v += 1);
-        let agents: std::collections::BTreeSet<String> = group.nodes.iter().flatten().map(|n| n.1.clone()).collect();
+        let agents: BTreeSet<String> = group.nodes.iter().flatten().map(|n| n.1.clone()).collect();
         // As in Ray, removal does not wait for the nodes to end the group's workers.
-        for agent in agents {
-            if let Ok(client) = self.agent(&agent) {
-                tokio::spawn(release(client, agent, id.to_string(), Vec::new()));
-            }
-        }
+        let mut releases = self.releases.lock().expect("bundle releases lock");
+        releases.extend(agents.into_iter().map(|agent| (agent, id.to_string(), Vec::new())));
+        drop(releases);
+        self.wake.notify_one();
         Ok(())
     }
 
@@ -329,6 +336,7 @@ impl PlacementGroups {
             }
             self.forget_dead_nodes();
             self.place_waiting().await;
+            self.send_releases().await;
             self.flush();
             tokio::select! {
                 _ = shutdown.cancelled() => return self.flush(),
@@ -390,105 +398,42 @@ impl PlacementGroups {
     }
 
     async fn place_waiting(&self) {
-        let waiting: Vec<Group> = {
-            let table = self.lock();
-            let mut w: Vec<Group> =
-                table.live.values().filter(|g| g.nodes.iter().any(Option::is_none)).cloned().collect();
-            w.sort_by_key(|g| g.created_at_ms);
-            w
-        };
-        if waiting.is_empty() {
+        let groups: Vec<Group> = self.lock().live.values().cloned().collect();
+        if groups.iter().all(|g| g.nodes.iter().all(Option::is_some)) {
             return;
         }
-        let nodes = self.alive();
-        let mut free: Vec<Candidate> = nodes
-            .iter()
-            .map(|n| Candidate { node: n.node_id.hex(), free: self.unreserved(n), labels: n.labels.clone() })
-            .collect();
-        let mut chosen_for = Vec::new();
-        for group in waiting {
-            let placed: Vec<Option<String>> = group.nodes.iter().map(|n| n.as_ref().map(|n| n.0.clone())).collect();
-            let Some(chosen) = bundles::place(group.strategy, &group.bundles, &group.selectors, &placed, &free) else {
-                continue;
-            };
-            // Counted as taken for this round even if the node then refuses: the groups
-            // after it wait for the next round rather than overbook.
-            for (i, node) in chosen.iter().enumerate() {
-                if placed[i].is_none() {
-                    if let Some(c) = free.iter_mut().find(|c| c.node == *node) {
-                        c.free = c.free.iter().map(|(k, v)| (k.to_string(), v - group.bundles[i].get(k))).collect();
-                    }
-                }
-            }
-            chosen_for.push((group, chosen));
-        }
-        // The nodes are asked for all of them at once: one round trip per round, not per group.
-        let reserving = chosen_for.iter().map(|(group, chosen)| self.reserve(group, chosen, &nodes));
-        futures_util::future::join_all(reserving).await;
+        let plan = round::plan(&groups, &self.alive());
+        // The nodes are asked for all groups at once: one round trip per round, not per group.
+        futures_util::future::join_all(plan.into_iter().map(|r| self.reserve(r))).await;
     }
 
-    /// A node's total less the bundles placed on it.
-    fn unreserved(&self, node: &NodeInfo) -> ResourceSet {
-        let id = node.node_id.hex();
-        let mut reserved = ResourceSet::new();
-        for g in self.lock().live.values() {
-            for (b, slot) in g.bundles.iter().zip(&g.nodes) {
-                if slot.as_ref().is_some_and(|(n, _)| *n == id) {
-                    reserved.add(b);
-                }
-            }
-        }
-        node.resources_total.iter().map(|(k, v)| (k.to_string(), v - reserved.get(k))).collect()
-    }
-
-    /// Has the agents reserve the group's new bundles; all or none.
-    async fn reserve(&self, group: &Group, chosen: &[String], nodes: &[NodeInfo]) -> bool {
-        let mut per_node: BTreeMap<String, BTreeMap<u32, v1::Bundle>> = BTreeMap::new();
-        for (i, node) in chosen.iter().enumerate() {
-            if group.nodes[i].is_none() {
-                per_node.entry(node.clone()).or_default().insert(i as u32, group.bundle(i));
-            }
-        }
-        let agent_of =
-            |id: &str| nodes.iter().find(|n| n.node_id.hex() == id).map(|n| format!("{}:{}", n.node_ip, n.agent_port));
+    /// Has the agents reserve a group's new bundles; all or none.
+    async fn reserve(&self, r: round::Reservation) -> bool {
         let mut done: Vec<(String, Vec<u32>)> = Vec::new();
-        let mut ok = true;
-        for (node, bundles) in &per_node {
-            let Some(agent) = agent_of(node) else {
+        let mut ok = !r.asks.is_empty();
+        for ask in &r.asks {
+            let request = v1::ReserveBundlesRequest {
+                placement_group_id: r.group.clone(),
+                bundles: ask.bundles.clone().into_iter().collect(),
+            };
+            if let Err(s) = self.leases.reserve_bundles(&ask.agent, request).await {
+                tracing::debug!(group = %r.group, node = ask.node, "bundles not reserved now: {}", s.message());
                 ok = false;
                 break;
-            };
-            let indexes: Vec<u32> = bundles.keys().copied().collect();
-            let request = v1::ReserveBundlesRequest {
-                placement_group_id: group.id.clone(),
-                bundles: bundles.clone().into_iter().collect(),
-            };
-            match self.agent(&agent).map(|mut c| async move { c.reserve_bundles(request).await }) {
-                Ok(call) => match call.await {
-                    Ok(_) => done.push((agent, indexes)),
-                    Err(s) => {
-                        tracing::debug!(group = %group.id, node, "bundles not reserved now: {}", s.message());
-                        ok = false;
-                    }
-                },
-                Err(_) => ok = false,
             }
-            if !ok {
-                break;
-            }
+            done.push((ask.agent.clone(), ask.bundles.keys().copied().collect()));
         }
         let committed = ok && {
             let mut table = self.lock();
-            match table.live.get_mut(&group.id) {
+            match table.live.get_mut(&r.group) {
                 Some(current) => {
-                    for (node, bundles) in &per_node {
-                        let agent = agent_of(node).unwrap_or_default();
-                        for i in bundles.keys() {
-                            current.nodes[*i as usize] = Some((node.clone(), agent.clone()));
+                    for ask in &r.asks {
+                        for i in ask.bundles.keys() {
+                            current.nodes[*i as usize] = Some((ask.node.clone(), ask.agent.clone()));
                         }
                     }
                     current.state = State::Created;
-                    self.persist(&group.id, Some(current));
+                    self.persist(&r.group, Some(current));
                     true
                 }
                 None => false,
@@ -499,33 +444,204 @@ impl PlacementGroups {
             return true;
         }
         // A node refused, or the group was removed meanwhile: give back what was reserved.
-        for (agent, indexes) in done {
-            self.release(&agent, &group.id, indexes).await;
-        }
+        let mut releases = self.releases.lock().expect("bundle releases lock");
+        releases.extend(done.into_iter().map(|(agent, indexes)| (agent, r.group.clone(), indexes)));
         false
     }
 
-    async fn release(&self, agent: &str, group: &str, indexes: Vec<u32>) {
-        if let Ok(client) = self.agent(agent) {
-            release(client, agent.to_string(), group.to_string(), indexes).await;
-        }
-    }
-
-    fn agent(&self, address: &str) -> Result<LeaseClient, String> {
-        let mut agents = self.agents.lock().expect("agent clients lock");
-        if let Some(c) = agents.get(address) {
-            return Ok(c.clone());
-        }
-        let client = connect_leases_lazy(address, &self.token, Duration::from_secs(10)).map_err(|e| e.to_string())?;
-        agents.insert(address.to_string(), client.clone());
-        Ok(client)
+    /// Frees the bundles given back since the last round, on all their nodes at once.
+    async fn send_releases(&self) {
+        let releases = std::mem::take(&mut *self.releases.lock().expect("bundle releases lock"));
+        let sends = releases.into_iter().map(|(agent, group, indexes)| async move {
+            let request = v1::ReleaseBundlesRequest { placement_group_id: group.clone(), bundle_indexes: indexes };
+            if let Err(s) = self.leases.release_bundles(&agent, request).await {
+                tracing::warn!(group, agent, "could not free bundles: {}", s.message());
+            }
+        });
+        futures_util::future::join_all(sends).await;
     }
 }
 
-/// Frees bundles of a group on a node (all of them when `indexes` is empty).
-async fn release(mut client: LeaseClient, agent: String, group: String, indexes: Vec<u32>) {
-    let request = v1::ReleaseBundlesRequest { placement_group_id: group.clone(), bundle_indexes: indexes };
-    if let Err(s) = client.release_bundles(request).await {
-        tracing::warn!(group, agent, "could not free bundles: {}", s.message());
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::events::Events;
+    use tonic::Status;
+
+    pub fn node(cpus: f64) -> NodeInfo {
+        let mut node = crate::membership::tests::sample_node("n");
+        node.resources_total = [("CPU".to_string(), cpus)].into_iter().collect();
+        node.agent_port = 7000;
+        node
+    }
+
+    pub(in crate::placement_groups) fn group(id: &str, strategy: Strategy, cpus: &[f64]) -> Group {
+        Group {
+            id: id.to_string(),
+            name: String::new(),
+            namespace: String::new(),
+            bundles: cpus.iter().map(|c| [("CPU".to_string(), *c)].into_iter().collect()).collect(),
+            selectors: vec![Selector::default(); cpus.len()],
+            strategy,
+            state: State::Pending,
+            nodes: vec![None; cpus.len()],
+            detached: false,
+            owner: None,
+            created_at_ms: 2,
+            creator_job_id: String::new(),
+        }
+    }
+
+    /// Agents that record what they are asked, and refuse reservations on the nodes named.
+    #[derive(Default)]
+    struct FakeAgents {
+        refusing: Mutex<BTreeSet<String>>,
+        calls: Mutex<Vec<String>>,
+    }
+
+    #[tonic::async_trait]
+    impl Leases for FakeAgents {
+        async fn request_lease(&self, _: &str, _: v1::LeaseRequest) -> Result<v1::LeaseReply, Status> {
+            Err(Status::unimplemented("the head asks for no leases"))
+        }
+        async fn return_worker(&self, _: &str, _: v1::ReturnWorkerRequest) -> Result<v1::ReturnWorkerReply, Status> {
+            Err(Status::unimplemented("the head returns no workers"))
+        }
+        async fn reserve_bundles(&self, agent: &str, r: v1::ReserveBundlesRequest) -> Result<(), Status> {
+            let indexes: BTreeSet<u32> = r.bundles.keys().copied().collect();
+            self.calls.lock().unwrap().push(format!("reserve {agent} {} {indexes:?}", r.placement_group_id));
+            match self.refusing.lock().unwrap().contains(agent) {
+                true => Err(Status::resource_exhausted("no room")),
+                false => Ok(()),
+            }
+        }
+        async fn release_bundles(&self, agent: &str, r: v1::ReleaseBundlesRequest) -> Result<(), Status> {
+            let indexes: BTreeSet<u32> = r.bundle_indexes.into_iter().collect();
+            let call = format!("release {agent} {} {indexes:?}", r.placement_group_id);
+            self.calls.lock().unwrap().push(call);
+            Ok(())
+        }
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        membership: Arc<Membership>,
+        agents: Arc<FakeAgents>,
+        groups: Arc<PlacementGroups>,
+    }
+
+    impl Fixture {
+        fn new(nodes: &[NodeInfo]) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Arc::new(Store::open(&dir.path().join("db")).unwrap());
+            let events = Arc::new(Events::open(store.clone()).unwrap());
+            let membership = Arc::new(Membership::open(store.clone(), events, Duration::from_secs(60)).unwrap());
+            for n in nodes {
+                membership.register(n.clone()).unwrap();
+            }
+            let agents = Arc::new(FakeAgents::default());
+            let groups = PlacementGroups::open(membership.clone(), agents.clone(), store).unwrap();
+            Self { _dir: dir, membership, agents, groups }
+        }
+
+        fn create(&self, strategy: v1::PlacementStrategy, cpus: &[f64]) -> String {
+            let bundles = cpus
+                .iter()
+                .map(|c| v1::Bundle {
+                    resources: [("CPU".to_string(), *c)].into_iter().collect(),
+                    ..Default::default()
+                })
+                .collect();
+            let request = v1::CreatePlacementGroupRequest { bundles, strategy: strategy as i32, ..Default::default() };
+            self.groups.create(request).unwrap().placement_group_id
+        }
+
+        async fn round(&self) {
+            self.groups.forget_dead_nodes();
+            self.groups.place_waiting().await;
+            self.groups.send_releases().await;
+        }
+
+        fn calls(&self) -> Vec<String> {
+            std::mem::take(&mut *self.agents.calls.lock().unwrap())
+        }
+
+        fn state(&self, id: &str) -> v1::PlacementGroup {
+            let r = v1::PlacementGroupRef { placement_group_id: id.to_string(), ..Default::default() };
+            self.groups.get(&r).unwrap()
+        }
+    }
+
+    fn agent(port: u16) -> String {
+        format!("127.0.0.1:{port}")
+    }
+
+    fn on_port(cpus: f64, port: u16) -> NodeInfo {
+        NodeInfo { agent_port: port, ..node(cpus) }
+    }
+
+    #[tokio::test]
+    async fn a_round_has_the_chosen_agent_reserve_the_bundles_and_the_group_is_created() {
+        let f = Fixture::new(&[on_port(4.0, 7001)]);
+        let id = f.create(v1::PlacementStrategy::Pack, &[1.0, 2.0]);
+        f.round().await;
+        assert_eq!(f.calls(), vec![format!("reserve {} {id} {{0, 1}}", agent(7001))]);
+        let group = f.state(&id);
+        assert_eq!(group.state, State::Created as i32);
+        assert_eq!(group.bundle_agents, vec![agent(7001), agent(7001)]);
+    }
+
+    #[tokio::test]
+    async fn a_refusing_node_leaves_the_group_waiting_and_the_other_nodes_give_their_bundles_back() {
+        let f = Fixture::new(&[on_port(2.0, 7001), on_port(2.0, 7002)]);
+        f.agents.refusing.lock().unwrap().insert(agent(7002));
+        let id = f.create(v1::PlacementStrategy::StrictSpread, &[1.0, 1.0]);
+        f.round().await;
+        // Every reservation made before the refusal is given back, whichever node was asked first.
+        let calls = f.calls();
+        let granted: Vec<String> = calls
+            .iter()
+            .filter(|c| c.starts_with("reserve") && !c.contains(&agent(7002)))
+            .map(|c| c.replacen("reserve", "release", 1))
+            .collect();
+        let released: Vec<String> = calls.iter().filter(|c| c.starts_with("release")).cloned().collect();
+        assert_eq!(granted, released, "{calls:?}");
+        assert!(calls.iter().any(|c| c.starts_with(&format!("reserve {}", agent(7002)))), "{calls:?}");
+        assert_eq!(f.state(&id).state, State::Pending as i32);
+
+        f.agents.refusing.lock().unwrap().clear();
+        f.round().await;
+        assert_eq!(f.state(&id).state, State::Created as i32);
+    }
+
+    #[tokio::test]
+    async fn removing_a_group_frees_its_bundles_on_each_of_its_nodes_once() {
+        let f = Fixture::new(&[on_port(2.0, 7001), on_port(2.0, 7002)]);
+        let id = f.create(v1::PlacementStrategy::StrictSpread, &[1.0, 1.0]);
+        f.round().await;
+        f.calls();
+        f.groups.remove(&id).await.unwrap();
+        f.round().await;
+        let mut calls = f.calls();
+        calls.sort();
+        assert_eq!(
+            calls,
+            vec![format!("release {} {id} {{}}", agent(7001)), format!("release {} {id} {{}}", agent(7002))]
+        );
+        assert_eq!(f.state(&id).state, State::Removed as i32);
+    }
+
+    #[tokio::test]
+    async fn bundles_on_a_dead_node_are_placed_again_elsewhere() {
+        let (a, b) = (on_port(2.0, 7001), on_port(2.0, 7002));
+        let f = Fixture::new(&[a.clone()]);
+        let id = f.create(v1::PlacementStrategy::Pack, &[2.0]);
+        f.round().await;
+        f.membership.register(b).unwrap();
+        f.membership.unregister(&a.node_id, "drained").unwrap();
+        f.calls();
+        f.round().await;
+        assert_eq!(f.calls(), vec![format!("reserve {} {id} {{0}}", agent(7002))]);
+        assert_eq!(f.state(&id).bundle_agents, vec![agent(7002)]);
     }
 }
