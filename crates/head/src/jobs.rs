@@ -9,16 +9,17 @@ use crate::store::Store;
 use futures_util::StreamExt;
 use oxray_api_types::{new_submission_id, not_found, ApiError, JobDetails, SubmitRequest};
 use oxray_http::ByteStream;
-use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1;
 use oxray_rpc::{AgentClient, Token};
-use oxray_scheduler::job::{place, Placement};
-use oxray_types::{error_types, now_ms, JobRecord, JobStatus, NodeId, NodeInfo, ResourceSet};
+use oxray_types::{error_types, now_ms, JobRecord, JobStatus, NodeId, NodeInfo};
+use round::Dispatch;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
+
+mod round;
 
 #[derive(Default)]
 struct Table {
@@ -29,8 +30,12 @@ struct Table {
     dispatched: HashSet<String>,
 }
 
+/// The table in memory shows only what the database holds: a change is written first
+/// (off the async threads, one writer at a time, so writes land in the order they are
+/// shown), then shown.
 pub struct JobManager {
     table: Mutex<Table>,
+    writer: tokio::sync::Mutex<()>,
     store: Arc<Store>,
     membership: Arc<Membership>,
     events: Arc<Events>,
@@ -44,13 +49,6 @@ pub struct JobManager {
 fn internal(e: impl std::fmt::Display) -> ApiError {
     tracing::error!("{e}");
     ApiError::Internal(e.to_string())
-}
-
-/// What a dispatch round decided, carried out after the table lock is released.
-struct Dispatch {
-    id: String,
-    node: NodeInfo,
-    request: v1::StartJobRequest,
 }
 
 impl JobManager {
@@ -68,6 +66,7 @@ impl JobManager {
         let agents = Arc::new(Agents::new(membership.clone(), token));
         Ok(Self {
             table: Mutex::new(Table { records, order, dispatched: HashSet::new() }),
+            writer: tokio::sync::Mutex::new(()),
             store,
             membership,
             events,
@@ -116,7 +115,7 @@ impl JobManager {
         &self.agents
     }
 
-    pub fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
+    pub async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
         for uri in request.parsed_env.working_dir.iter().chain(&request.parsed_env.py_modules) {
             if let Some(name) = oxray_runtime_env::package_name(uri) {
                 if !self.packages.exists(name) {
@@ -133,16 +132,17 @@ impl JobManager {
             resources: request.resources,
             ..JobRecord::pending(id.clone(), request.entrypoint, now_ms())
         };
+        let _writing = self.writer.lock().await;
+        if self.lock().records.contains_key(&id) {
+            return Err(ApiError::BadRequest(format!(
+                "Job with submission_id {id} already exists. Please use a different submission_id."
+            )));
+        }
+        self.write(vec![job.clone()]).await?;
+        tracing::info!(job = %id, entrypoint = %job.entrypoint, "job submitted");
+        self.events.record("INFO", "job_submitted", format!("Job {id} submitted: {}", job.entrypoint));
         {
             let mut table = self.lock();
-            if table.records.contains_key(&id) {
-                return Err(ApiError::BadRequest(format!(
-                    "Job with submission_id {id} already exists. Please use a different submission_id."
-                )));
-            }
-            self.store.put_job(&job).map_err(internal)?;
-            tracing::info!(job = %id, entrypoint = %job.entrypoint, "job submitted");
-            self.events.record("INFO", "job_submitted", format!("Job {id} submitted: {}", job.entrypoint));
             table.order.push(id.clone());
             table.records.insert(id.clone(), job);
         }
@@ -196,24 +196,26 @@ impl JobManager {
         jobs.iter().map(|j| self.to_details(j)).collect()
     }
 
+    /// Writes job records to the database, off the async threads. Called holding `writer`.
+    async fn write(&self, records: Vec<JobRecord>) -> Result<(), ApiError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.put_jobs(&records)).await.map_err(internal)?.map_err(internal)
+    }
+
     /// Applies `change` to a live job and persists it; false when the job is gone or ended.
-    fn update(&self, id: &str, change: impl FnOnce(&mut JobRecord) -> bool) -> Result<bool, ApiError> {
-        let changed = {
-            let mut table = self.lock();
-            let Some(job) = table.records.get_mut(id) else { return Ok(false) };
-            let mut next = job.clone();
-            if !change(&mut next) {
-                return Ok(false);
-            }
-            self.store.put_job(&next).map_err(internal)?;
-            if next.status.is_terminal() {
-                self.ended(&next);
-            }
-            *job = next;
-            true
-        };
+    async fn update(&self, id: &str, change: impl FnOnce(&mut JobRecord) -> bool + Send) -> Result<bool, ApiError> {
+        let _writing = self.writer.lock().await;
+        let Some(mut next) = self.lock().records.get(id).cloned() else { return Ok(false) };
+        if !change(&mut next) {
+            return Ok(false);
+        }
+        self.write(vec![next.clone()]).await?;
+        if next.status.is_terminal() {
+            self.ended(&next);
+        }
+        self.lock().records.insert(id.to_string(), next);
         self.notify_change();
-        Ok(changed)
+        Ok(true)
     }
 
     pub async fn stop(&self, id: &str) -> Result<bool, ApiError> {
@@ -223,13 +225,15 @@ impl JobManager {
         }
         let Some(node_id) = job.driver_node_id.clone() else {
             // Not placed yet: nothing runs, it just leaves the queue.
-            self.update(id, |j| j.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms()))?;
+            self.update(id, |j| j.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms()))
+                .await?;
             return Ok(true);
         };
         self.update(id, |j| {
             j.stop_requested = true;
             true
-        })?;
+        })
+        .await?;
         let node = self.membership.get(&node_id);
         let result = match node {
             Some(node) if node.is_alive() => {
@@ -246,7 +250,8 @@ impl JobManager {
             Ok(false) if job.status == JobStatus::Pending => {
                 self.update(id, |j| {
                     j.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms())
-                })?;
+                })
+                .await?;
             }
             Ok(_) => {}
             Err(status) => tracing::warn!(job = %id, "stop request to node {node_id} failed: {}", status.message()),
@@ -254,16 +259,18 @@ impl JobManager {
         Ok(true)
     }
 
-    pub fn delete(&self, id: &str) -> Result<(), ApiError> {
-        let mut table = self.lock();
-        let job = table.records.get(id).ok_or_else(|| not_found(id))?;
-        if !job.status.is_terminal() {
+    pub async fn delete(&self, id: &str) -> Result<(), ApiError> {
+        let _writing = self.writer.lock().await;
+        let status = self.lock().records.get(id).map(|j| j.status).ok_or_else(|| not_found(id))?;
+        if !status.is_terminal() {
             return Err(ApiError::Internal(format!(
                 "Attempted to delete job '{id}', but it is in a non-terminal state {}.",
-                job.status.as_str()
+                status.as_str()
             )));
         }
-        self.store.delete_job(id).map_err(internal)?;
+        let (store, key) = (self.store.clone(), id.to_string());
+        tokio::task::spawn_blocking(move || store.delete_job(&key)).await.map_err(internal)?.map_err(internal)?;
+        let mut table = self.lock();
         table.records.remove(id);
         table.order.retain(|j| j != id);
         table.dispatched.remove(id);
@@ -271,7 +278,7 @@ impl JobManager {
     }
 
     /// A status report from the agent that runs the job; idempotent.
-    pub fn report(&self, report: v1::JobReport) -> Result<(), ApiError> {
+    pub async fn report(&self, report: v1::JobReport) -> Result<(), ApiError> {
         let id = report.submission_id.clone();
         match report.phase() {
             v1::JobPhase::Running => {
@@ -291,7 +298,8 @@ impl JobManager {
                         }
                         _ => false,
                     }
-                })?;
+                })
+                .await?;
             }
             v1::JobPhase::Finished => {
                 self.update(&id, |j| {
@@ -309,92 +317,41 @@ impl JobManager {
                         .filter(|t| !t.is_empty())
                         .unwrap_or(error_types::COMMAND_ERROR);
                     j.finish(JobStatus::Failed, report.message.clone(), Some(error_type), now_ms())
-                })?;
+                })
+                .await?;
             }
             v1::JobPhase::Unspecified => return Err(ApiError::BadRequest("job report without a phase".into())),
         }
         Ok(())
     }
 
-    /// One round: fail jobs of dead nodes, place waiting jobs, (re)send starts not yet
-    /// acknowledged.
-    fn plan(&self) -> Vec<Dispatch> {
+    /// One round (see `round::plan`): its changes are written, then shown; the starts it
+    /// decided are returned for sending. A round whose changes cannot be written does
+    /// nothing: a job is never started on a node the database does not name.
+    async fn round(&self) -> Vec<Dispatch> {
+        let _writing = self.writer.lock().await;
         let nodes = self.membership.snapshot();
-        let by_id: HashMap<&NodeId, &NodeInfo> = nodes.iter().map(|n| (&n.node_id, n)).collect();
-        let mut table = self.lock();
-        let mut changed: Vec<JobRecord> = Vec::new();
-        let mut reserved: HashMap<NodeId, ResourceSet> = HashMap::new();
-        for job in table.records.values_mut().filter(|j| !j.status.is_terminal()) {
-            let Some(node_id) = job.driver_node_id.clone() else { continue };
-            if by_id.get(&node_id).is_none_or(|n| !n.is_alive()) {
-                let message = format!("The node {node_id} running the job died; the job's entrypoint is lost.");
-                if job.finish(JobStatus::Failed, message, Some(error_types::NODE_DIED), now_ms()) {
-                    changed.push(job.clone());
-                }
-                continue;
-            }
-            reserved.entry(node_id).or_default().add(&job.resources);
-        }
-        let mut dispatches = Vec::new();
-        let order = table.order.clone();
-        for id in order {
-            let dispatched = table.dispatched.contains(&id);
-            let Some(job) = table.records.get_mut(&id) else { continue };
-            if job.status != JobStatus::Pending || job.stop_requested {
-                continue;
-            }
-            if job.driver_node_id.is_none() {
-                match place(&job.resources, &nodes, &reserved) {
-                    Placement::Node(node_id) => {
-                        reserved.entry(node_id.clone()).or_default().add(&job.resources);
-                        job.driver_node_id = Some(node_id);
-                        changed.push(job.clone());
-                    }
-                    Placement::Wait => continue,
-                    Placement::Never(why) => {
-                        if job.finish(
-                            JobStatus::Failed,
-                            format!("Job cannot run: {why}."),
-                            Some(error_types::UNSCHEDULABLE),
-                            now_ms(),
-                        ) {
-                            changed.push(job.clone());
-                        }
-                        continue;
-                    }
-                }
-            }
-            if dispatched {
-                continue;
-            }
-            let node_id = job.driver_node_id.as_ref().expect("placed above");
-            if let Some(node) = by_id.get(node_id) {
-                dispatches.push(Dispatch {
-                    id: id.clone(),
-                    node: (*node).clone(),
-                    request: v1::StartJobRequest {
-                        submission_id: id.clone(),
-                        entrypoint: job.entrypoint.clone(),
-                        runtime_env_json: serde_json::Value::Object(job.runtime_env.clone()).to_string(),
-                        resources: resources_to_proto(&job.resources),
-                    },
-                });
+        let round = round::plan(&self.lock(), &nodes, now_ms());
+        if !round.changed.is_empty() {
+            if let Err(e) = self.write(round.changed.values().cloned().collect()).await {
+                tracing::error!("cannot record job changes; the round is tried again: {e}");
+                return Vec::new();
             }
         }
-        for d in &dispatches {
-            table.dispatched.insert(d.id.clone());
-        }
-        if !changed.is_empty() {
-            if let Err(e) = self.store.put_jobs(&changed) {
-                tracing::error!("cannot record job changes: {e}");
+        {
+            let mut table = self.lock();
+            table.dispatched.extend(round.dispatches.iter().map(|d| d.id.clone()));
+            for (id, job) in &round.changed {
+                table.records.insert(id.clone(), job.clone());
             }
-            for job in changed.iter().filter(|j| j.status.is_terminal()) {
+        }
+        if !round.changed.is_empty() {
+            for job in round.changed.values().filter(|j| j.status.is_terminal()) {
                 self.ended(job);
             }
-            drop(table);
             self.changed.send_modify(|v| *v += 1);
         }
-        dispatches
+        round.dispatches
     }
 
     async fn dispatch(self: Arc<Self>, d: Dispatch) {
@@ -414,8 +371,9 @@ impl JobManager {
             }
             _ => {
                 let message = format!("The node agent could not start the job: {}", status.message());
-                let _ = self
-                    .update(&d.id, |j| j.finish(JobStatus::Failed, message, Some(error_types::START_ERROR), now_ms()));
+                let failed =
+                    |j: &mut JobRecord| j.finish(JobStatus::Failed, message, Some(error_types::START_ERROR), now_ms());
+                let _ = self.update(&d.id, failed).await;
             }
         }
     }
@@ -424,7 +382,7 @@ impl JobManager {
     /// every half second (nodes joining or dying).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
-            for d in self.plan() {
+            for d in self.round().await {
                 tokio::spawn(self.clone().dispatch(d));
             }
             tokio::select! {
@@ -494,7 +452,7 @@ impl std::ops::Deref for Api {
 #[async_trait::async_trait]
 impl oxray_http::JobsApi for Api {
     async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
-        JobManager::submit(self, request)
+        JobManager::submit(self, request).await
     }
     fn job(&self, id: &str) -> Option<JobDetails> {
         self.details(id)
@@ -513,8 +471,8 @@ impl oxray_http::JobsApi for Api {
     async fn stop(&self, id: &str) -> Result<bool, ApiError> {
         JobManager::stop(self, id).await
     }
-    fn delete(&self, id: &str) -> Result<(), ApiError> {
-        JobManager::delete(self, id)
+    async fn delete(&self, id: &str) -> Result<(), ApiError> {
+        JobManager::delete(self, id).await
     }
     async fn logs(&self, id: &str, follow: bool) -> Result<ByteStream, ApiError> {
         JobManager::logs(self, id, follow).await

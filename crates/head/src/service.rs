@@ -193,7 +193,7 @@ impl head_service_server::HeadService for HeadService {
     }
 
     async fn report_job(&self, request: Request<v1::JobReport>) -> Result<Response<v1::ReportJobReply>, Status> {
-        match self.jobs.report(request.into_inner()) {
+        match self.jobs.report(request.into_inner()).await {
             Ok(()) => Ok(Response::new(v1::ReportJobReply {})),
             Err(ApiError::BadRequest(m)) => Err(Status::invalid_argument(m)),
             Err(e) => Err(Status::internal(e.to_string())),

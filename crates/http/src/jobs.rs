@@ -99,7 +99,7 @@ pub async fn stop(State(state): State<ApiState>, Path(id): Path<String>) -> Resp
 }
 
 pub async fn delete(State(state): State<ApiState>, Path(id): Path<String>) -> Response {
-    match state.jobs.delete(&id) {
+    match state.jobs.delete(&id).await {
         Ok(()) => Json(serde_json::json!({ "deleted": true })).into_response(),
         Err(e) => error(e),
     }

@@ -24,7 +24,7 @@ pub trait JobsApi: Send + Sync + 'static {
     /// Whether the job was still live and a stop was requested.
     async fn stop(&self, id: &str) -> Result<bool, ApiError>;
     /// Removes a terminal job's record (not its log).
-    fn delete(&self, id: &str) -> Result<(), ApiError>;
+    async fn delete(&self, id: &str) -> Result<(), ApiError>;
     /// The job's log from the node that runs it; with `follow`, until the job has ended.
     async fn logs(&self, id: &str, follow: bool) -> Result<ByteStream, ApiError>;
     /// Returns once the job is terminal, or after `timeout`.

@@ -79,7 +79,7 @@ impl JobsApi for NoJobs {
     async fn stop(&self, id: &str) -> Result<bool, oxray_api_types::ApiError> {
         Err(oxray_api_types::not_found(id))
     }
-    fn delete(&self, id: &str) -> Result<(), oxray_api_types::ApiError> {
+    async fn delete(&self, id: &str) -> Result<(), oxray_api_types::ApiError> {
         Err(oxray_api_types::not_found(id))
     }
     async fn logs(&self, id: &str, _follow: bool) -> Result<ByteStream, oxray_api_types::ApiError> {
