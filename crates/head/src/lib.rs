@@ -320,7 +320,7 @@ async fn watch_heartbeats(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                match membership.expire(tokio::time::Instant::now()) {
+                match membership.expire(tokio::time::Instant::now()).await {
                     Ok(dead) if !dead.is_empty() => {
                         jobs.nodes_changed();
                         groups.nodes_changed();
@@ -328,7 +328,7 @@ async fn watch_heartbeats(
                     Ok(_) => {}
                     Err(e) => tracing::error!("cannot record dead nodes: {e}"),
                 }
-                if let Err(e) = membership.prune(oxray_types::now_ms(), retention) {
+                if let Err(e) = membership.prune(oxray_types::now_ms(), retention).await {
                     tracing::error!("cannot forget long-dead nodes: {e}");
                 }
             }

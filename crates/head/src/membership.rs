@@ -30,8 +30,11 @@ struct Entry {
     changed: u64,
 }
 
+/// The nodes in memory show only what the database holds: a change is written first (off
+/// the async threads, one writer at a time), then shown. Heartbeats change memory only.
 pub struct Membership {
     nodes: Mutex<HashMap<NodeId, Entry>>,
+    writer: tokio::sync::Mutex<()>,
     store: Arc<Store>,
     events: Arc<Events>,
     death_timeout: Duration,
@@ -57,7 +60,28 @@ impl Membership {
             .map(|info| (info.node_id.clone(), Entry { info, last_seen: now, changed: 0 }))
             .collect();
         let version = tokio::sync::watch::Sender::new(0);
-        Ok(Self { nodes: Mutex::new(nodes), store, events, death_timeout, usage: Default::default(), version })
+        Ok(Self {
+            nodes: Mutex::new(nodes),
+            writer: tokio::sync::Mutex::new(()),
+            store,
+            events,
+            death_timeout,
+            usage: Default::default(),
+            version,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Entry>> {
+        self.nodes.lock().expect("membership lock")
+    }
+
+    /// Runs a database write on a blocking thread. Called holding `writer`.
+    async fn write<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || write(&store)).await.map_err(|e| StoreError::Db(e.to_string()))?
     }
 
     /// The next change count (called under the nodes' lock, so counts follow the changes).
@@ -77,7 +101,7 @@ impl Membership {
 
     /// The change count now and the nodes changed after `since` (every node for None).
     pub fn changes_since(&self, since: Option<u64>) -> (u64, Vec<NodeInfo>) {
-        let nodes = self.nodes.lock().expect("membership lock");
+        let nodes = self.lock();
         let version = *self.version.borrow();
         let changed = nodes.values().filter(|e| since.is_none_or(|s| e.changed > s)).map(|e| e.info.clone()).collect();
         (version, changed)
@@ -87,9 +111,9 @@ impl Membership {
         self.death_timeout
     }
 
-    pub fn register(&self, mut info: NodeInfo) -> Result<(), MembershipError> {
-        let mut nodes = self.nodes.lock().expect("membership lock");
-        if let Some(existing) = nodes.get(&info.node_id) {
+    pub async fn register(&self, mut info: NodeInfo) -> Result<(), MembershipError> {
+        let _writing = self.writer.lock().await;
+        if let Some(existing) = self.lock().get(&info.node_id) {
             if !existing.info.is_alive() {
                 return Err(MembershipError::NodeDead(info.node_id));
             }
@@ -99,7 +123,8 @@ impl Membership {
         info.state = oxray_types::NodeState::Alive;
         info.state_message = None;
         info.end_time_ms = 0;
-        self.store.put_node(&info)?;
+        let written = info.clone();
+        self.write(move |store| store.put_node(&written)).await?;
         tracing::info!(node_id = %info.node_id, ip = %info.node_ip, name = %info.node_name, "node joined");
         let name = if info.node_name != info.node_ip { format!(", {}", info.node_name) } else { String::new() };
         self.events.record(
@@ -107,13 +132,14 @@ impl Membership {
             "node_joined",
             format!("Node {} ({}{name}) joined", info.node_id.short(), info.node_ip),
         );
+        let mut nodes = self.lock();
         let changed = self.bump();
         nodes.insert(info.node_id.clone(), Entry { info, last_seen: Instant::now(), changed });
         Ok(())
     }
 
     pub fn heartbeat(&self, id: &NodeId, available: ResourceSet) -> Verdict {
-        let mut nodes = self.nodes.lock().expect("membership lock");
+        let mut nodes = self.lock();
         match nodes.get_mut(id) {
             None => Verdict::UnknownNode,
             Some(entry) if !entry.info.is_alive() => Verdict::NodeDead,
@@ -129,25 +155,35 @@ impl Membership {
     }
 
     /// A node leaving on purpose; unknown or already dead nodes are left as they are.
-    pub fn unregister(&self, id: &NodeId, reason: &str) -> Result<(), StoreError> {
-        let mut nodes = self.nodes.lock().expect("membership lock");
-        if let Some(entry) = nodes.get_mut(id).filter(|e| e.info.is_alive()) {
-            let mut info = entry.info.clone();
-            info.mark_dead(reason, now_ms());
-            self.store.put_node(&info)?;
-            tracing::info!(node_id = %id, reason, "node left");
-            self.events.record("INFO", "node_left", format!("Node {} ({}) left: {reason}", id.short(), info.node_ip));
-            entry.info = info;
-            entry.changed = self.bump();
-        }
+    pub async fn unregister(&self, id: &NodeId, reason: &str) -> Result<(), StoreError> {
+        let _writing = self.writer.lock().await;
+        let Some(mut info) = self.get(id).filter(NodeInfo::is_alive) else { return Ok(()) };
+        info.mark_dead(reason, now_ms());
+        let written = info.clone();
+        self.write(move |store| store.put_node(&written)).await?;
+        tracing::info!(node_id = %id, reason, "node left");
+        self.events.record("INFO", "node_left", format!("Node {} ({}) left: {reason}", id.short(), info.node_ip));
+        self.show_dead(vec![info]);
         Ok(())
     }
 
+    /// Shows nodes declared dead (and written so).
+    fn show_dead(&self, dead: Vec<NodeInfo>) {
+        let mut nodes = self.lock();
+        for info in dead {
+            if let Some(entry) = nodes.get_mut(&info.node_id) {
+                entry.info = info;
+                entry.changed = self.bump();
+            }
+        }
+    }
+
     /// Declares dead every live node silent for longer than the timeout; returns them.
-    pub fn expire(&self, now: Instant) -> Result<Vec<NodeId>, StoreError> {
-        let mut nodes = self.nodes.lock().expect("membership lock");
+    pub async fn expire(&self, now: Instant) -> Result<Vec<NodeId>, StoreError> {
+        let _writing = self.writer.lock().await;
         let timeout = self.death_timeout;
-        let mut expired: Vec<NodeInfo> = nodes
+        let mut expired: Vec<NodeInfo> = self
+            .lock()
             .values()
             .filter(|e| e.info.is_alive() && now.duration_since(e.last_seen) > timeout)
             .map(|e| e.info.clone())
@@ -159,30 +195,33 @@ impl Membership {
         for info in &mut expired {
             info.mark_dead(reason.clone(), now_ms());
         }
-        self.store.put_nodes(&expired)?;
-        let ids = expired.iter().map(|i| i.node_id.clone()).collect();
-        for info in expired {
+        let written = expired.clone();
+        self.write(move |store| store.put_nodes(&written)).await?;
+        for info in &expired {
             tracing::warn!(node_id = %info.node_id, ip = %info.node_ip, "node declared dead: {reason}");
             let message = format!("Node {} ({}) died: {reason}", info.node_id.short(), info.node_ip);
             self.events.record("WARNING", "node_dead", message);
-            if let Some(entry) = nodes.get_mut(&info.node_id) {
-                entry.info = info;
-                entry.changed = self.bump();
-            }
         }
+        let ids = expired.iter().map(|i| i.node_id.clone()).collect();
+        self.show_dead(expired);
         Ok(ids)
     }
 
     /// Forgets nodes dead for longer than `retention` (wall-clock, so a head restart does
     /// not reset the count); returns how many went.
-    pub fn prune(&self, now_ms: u64, retention: Duration) -> Result<usize, StoreError> {
-        let mut nodes = self.nodes.lock().expect("membership lock");
-        let infos: Vec<&NodeInfo> = nodes.values().map(|e| &e.info).collect();
-        let stale = dead_longer_than(&infos, now_ms, retention);
+    pub async fn prune(&self, now_ms: u64, retention: Duration) -> Result<usize, StoreError> {
+        let _writing = self.writer.lock().await;
+        let stale = {
+            let nodes = self.lock();
+            let infos: Vec<&NodeInfo> = nodes.values().map(|e| &e.info).collect();
+            dead_longer_than(&infos, now_ms, retention)
+        };
         if stale.is_empty() {
             return Ok(0);
         }
-        self.store.delete_nodes(&stale)?;
+        let written = stale.clone();
+        self.write(move |store| store.delete_nodes(&written)).await?;
+        let mut nodes = self.lock();
         for id in &stale {
             nodes.remove(id);
         }
@@ -191,11 +230,11 @@ impl Membership {
     }
 
     pub fn get(&self, id: &NodeId) -> Option<NodeInfo> {
-        self.nodes.lock().expect("membership lock").get(id).map(|e| e.info.clone())
+        self.lock().get(id).map(|e| e.info.clone())
     }
 
     pub fn snapshot(&self) -> Vec<NodeInfo> {
-        let nodes = self.nodes.lock().expect("membership lock");
+        let nodes = self.lock();
         let mut list: Vec<NodeInfo> = nodes.values().map(|e| e.info.clone()).collect();
         list.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         list
@@ -230,36 +269,36 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = membership(&dir);
         let (a, b) = (sample_node("a"), sample_node("b"));
-        m.register(a.clone()).unwrap();
-        m.register(b.clone()).unwrap();
+        m.register(a.clone()).await.unwrap();
+        m.register(b.clone()).await.unwrap();
 
         tokio::time::advance(Duration::from_secs(4)).await;
         assert_eq!(m.heartbeat(&a.node_id, a.resources_total.clone()), Verdict::Ok);
-        assert!(m.expire(Instant::now()).unwrap().is_empty());
+        assert!(m.expire(Instant::now()).await.unwrap().is_empty());
 
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(m.expire(Instant::now()).unwrap(), vec![b.node_id.clone()]);
+        assert_eq!(m.expire(Instant::now()).await.unwrap(), vec![b.node_id.clone()]);
         let dead = m.snapshot().into_iter().find(|n| n.node_id == b.node_id).unwrap();
         assert_eq!(dead.state, NodeState::Dead);
         assert!(dead.resources_available.is_empty());
         assert!(dead.state_message.unwrap().contains("no heartbeat"));
         assert_eq!(m.heartbeat(&b.node_id, ResourceSet::new()), Verdict::NodeDead);
-        assert!(matches!(m.register(b), Err(MembershipError::NodeDead(_))));
+        assert!(matches!(m.register(b).await, Err(MembershipError::NodeDead(_))));
     }
 
-    #[test]
-    fn changes_count_and_name_only_the_nodes_that_changed() {
+    #[tokio::test]
+    async fn changes_count_and_name_only_the_nodes_that_changed() {
         let dir = tempfile::tempdir().unwrap();
         let m = membership(&dir);
         let (a, b) = (sample_node("a"), sample_node("b"));
-        m.register(a.clone()).unwrap();
-        m.register(b.clone()).unwrap();
+        m.register(a.clone()).await.unwrap();
+        m.register(b.clone()).await.unwrap();
         let (joined, all) = m.changes_since(None);
         assert_eq!((joined, all.len()), (2, 2));
         assert_eq!(m.heartbeat(&a.node_id, a.resources_total.clone()), Verdict::Ok);
         assert_eq!(m.changes_since(Some(joined)), (2, vec![]), "the same free resources are no change");
         assert_eq!(m.heartbeat(&a.node_id, ResourceSet::new()), Verdict::Ok);
-        m.unregister(&b.node_id, "stopped").unwrap();
+        m.unregister(&b.node_id, "stopped").await.unwrap();
         let (now, changed) = m.changes_since(Some(joined));
         assert_eq!(now, 4);
         let mut names: Vec<&str> = changed.iter().map(|n| n.node_name.as_str()).collect();
@@ -281,16 +320,16 @@ pub(crate) mod tests {
         assert!(dead_longer_than(&nodes, 10_000, Duration::MAX).is_empty());
     }
 
-    #[test]
-    fn pruned_nodes_are_gone_after_a_restart() {
+    #[tokio::test]
+    async fn pruned_nodes_are_gone_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (sample_node("a"), sample_node("b"));
         {
             let m = membership(&dir);
-            m.register(a.clone()).unwrap();
-            m.register(b.clone()).unwrap();
-            m.unregister(&b.node_id, "stopped").unwrap();
-            assert_eq!(m.prune(now_ms() + 120_000, Duration::from_secs(60)).unwrap(), 1);
+            m.register(a.clone()).await.unwrap();
+            m.register(b.clone()).await.unwrap();
+            m.unregister(&b.node_id, "stopped").await.unwrap();
+            assert_eq!(m.prune(now_ms() + 120_000, Duration::from_secs(60)).await.unwrap(), 1);
         }
         let ids: Vec<NodeId> = membership(&dir).snapshot().into_iter().map(|n| n.node_id).collect();
         assert_eq!(ids, vec![a.node_id]);
@@ -302,15 +341,15 @@ pub(crate) mod tests {
         let (a, b) = (sample_node("a"), sample_node("b"));
         {
             let m = membership(&dir);
-            m.register(a.clone()).unwrap();
-            m.register(b.clone()).unwrap();
-            m.unregister(&b.node_id, "stopped").unwrap();
+            m.register(a.clone()).await.unwrap();
+            m.register(b.clone()).await.unwrap();
+            m.unregister(&b.node_id, "stopped").await.unwrap();
         }
         tokio::time::advance(Duration::from_secs(60)).await;
         let m = membership(&dir);
         let snap = m.snapshot();
         assert_eq!(snap.len(), 2);
-        assert!(m.expire(Instant::now()).unwrap().is_empty());
+        assert!(m.expire(Instant::now()).await.unwrap().is_empty());
         assert_eq!(m.heartbeat(&a.node_id, a.resources_total.clone()), Verdict::Ok);
         assert_eq!(m.heartbeat(&NodeId::random(), ResourceSet::new()), Verdict::UnknownNode);
         let stopped = snap.iter().find(|n| n.node_id == b.node_id).unwrap();

@@ -235,7 +235,7 @@ impl head_service_server::HeadService for HeadService {
         }
         let node = request.node.ok_or_else(|| invalid(ConvertError::MissingNode))?;
         let info = NodeInfo::try_from(node).map_err(invalid)?;
-        match self.membership.register(info) {
+        match self.membership.register(info).await {
             Ok(()) => Ok(Response::new(v1::RegisterNodeReply {
                 session_name: self.session_name.clone(),
                 heartbeat_interval_ms: self.heartbeat_interval().as_millis() as u64,
@@ -270,7 +270,7 @@ impl head_service_server::HeadService for HeadService {
         let request = request.into_inner();
         let id = parse_id(&request.node_id)?;
         let reason = if request.reason.is_empty() { "node stopped".to_string() } else { request.reason };
-        self.membership.unregister(&id, &reason).map_err(internal)?;
+        self.membership.unregister(&id, &reason).await.map_err(internal)?;
         Ok(Response::new(v1::UnregisterNodeReply {}))
     }
 
