@@ -1,10 +1,10 @@
 //! Submitting tasks: lease a worker from the local node agent, push the task straight to
 //! that worker, record the result as an object this process owns, give the lease back.
 
-use crate::channels::{channel, Authed};
+use crate::channels::Authed;
 use crate::objects::{ObjectTable, Outcome};
-use oxray_proto::v1::{self, lease_service_client::LeaseServiceClient, worker_service_client::WorkerServiceClient};
-use oxray_rpc::{ClientAuth, Token};
+use oxray_proto::v1::{self, worker_service_client::WorkerServiceClient};
+use oxray_rpc::Token;
 use oxray_types::ResourceSet;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -125,7 +125,8 @@ pub struct ActorCall {
 
 pub struct Submitter {
     objects: Arc<ObjectTable>,
-    leases: LeaseServiceClient<Authed>,
+    /// The node agents' lease services, the local one first asked.
+    leases: Arc<dyn oxray_rpc::Leases>,
     /// Where placement groups' bundles are, asked when not known.
     head: Option<oxray_rpc::HeadClient>,
     /// The agents holding each placement group's bundles, by group, once the head said.
@@ -135,7 +136,6 @@ pub struct Submitter {
     /// Other processes' object servers (actor owners among them).
     pub(crate) links: Arc<crate::OwnerLinks>,
     local_agent: String,
-    remote_agents: Mutex<HashMap<String, LeaseServiceClient<Authed>>>,
     /// Turns over the agents of a placement group's bundles.
     spread_turn: std::sync::atomic::AtomicU64,
     /// Sent with every lease request, so an agent on this machine can take leases back if
@@ -240,7 +240,7 @@ impl Submitter {
         groups: Arc<crate::placement_groups::Creations>,
         links: Arc<crate::OwnerLinks>,
     ) -> Result<Self, String> {
-        let leases = LeaseServiceClient::with_interceptor(channel(agent)?, ClientAuth::new(&token));
+        let leases = Arc::new(oxray_rpc::LeaseClients::new(token.clone(), None));
         let events = head.clone().and_then(crate::state_events::Reporter::start);
         Ok(Self {
             events,
@@ -250,7 +250,6 @@ impl Submitter {
             groups,
             links,
             local_agent: agent.to_string(),
-            remote_agents: Mutex::new(HashMap::new()),
             bundle_places: Mutex::new(HashMap::new()),
             spread_turn: std::sync::atomic::AtomicU64::new(0),
             owner: {

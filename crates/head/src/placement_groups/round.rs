@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn a_node_reserved_past_its_total_offers_nothing_rather_than_less_than_nothing() {
-        let nodes = vec![node(2.0)];
+        let nodes = [node(2.0)];
         let mut over = group("over", Strategy::Pack, &[3.0]);
         over.nodes[0] = Some((nodes[0].node_id.hex(), String::new()));
         assert_eq!(unreserved(&nodes[0], &[over]).get("CPU"), 0.0);

@@ -164,7 +164,7 @@ async fn removing_a_group_frees_its_bundles_on_each_of_its_nodes_once() {
 #[tokio::test]
 async fn bundles_on_a_dead_node_are_placed_again_elsewhere() {
     let (a, b) = (on_port(2.0, 7001), on_port(2.0, 7002));
-    let f = Fixture::new(&[a.clone()]).await;
+    let f = Fixture::new(std::slice::from_ref(&a)).await;
     let id = f.create(v1::PlacementStrategy::Pack, &[2.0]);
     f.round().await;
     f.membership.register(b).await.unwrap();

@@ -4,8 +4,7 @@
 
 use super::{Env, Strategy, Submitter, RUNTIME_ENV_KEY};
 use oxray_proto::convert::resources_to_proto;
-use oxray_proto::v1::{self, lease_service_client::LeaseServiceClient};
-use oxray_rpc::ClientAuth;
+use oxray_proto::v1;
 use oxray_types::ResourceSet;
 use std::time::Duration;
 
@@ -63,10 +62,9 @@ impl From<tonic::Status> for LeaseError {
 }
 
 /// A worker lease and the agent that granted it.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Lease {
     pub reply: v1::LeaseReply,
-    agent: LeaseServiceClient<super::Authed>,
     pub agent_address: String,
 }
 
@@ -211,9 +209,8 @@ impl Submitter {
             }
             let turn = self.spread_turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize;
             let address = agents[turn % agents.len()].clone();
-            let agent = self.agent(&address)?;
-            match agent.clone().request_worker_lease(request.clone()).await {
-                Ok(reply) => return Ok(Lease { reply: reply.into_inner(), agent, agent_address: address }),
+            match self.leases.request_lease(&address, request.clone()).await {
+                Ok(reply) => return Ok(Lease { reply, agent_address: address }),
                 Err(s) => {
                     // The bundle moved (its node died: NotFound, or the agent is unreachable)
                     // or the group went: the head says where it is now.
@@ -266,51 +263,40 @@ impl Submitter {
 
     /// What the agent at `address` answers.
     async fn ask(&self, address: &str, request: &v1::LeaseRequest) -> Result<Answer, LeaseError> {
-        let agent = self.agent(address)?;
-        match agent.clone().request_worker_lease(request.clone()).await {
+        match self.leases.request_lease(address, request.clone()).await {
             Ok(reply) => {
-                let reply = reply.into_inner();
                 if !reply.retry_at.is_empty() {
                     return Ok(Answer::Elsewhere(reply.retry_at));
                 }
-                Ok(Answer::Granted(Box::new(Lease { reply, agent, agent_address: address.to_string() })))
+                Ok(Answer::Granted(Box::new(Lease { reply, agent_address: address.to_string() })))
             }
             Err(s) if s.code() == tonic::Code::ResourceExhausted => Ok(Answer::Busy),
             Err(s) => Err(s.into()),
         }
     }
 
-    fn agent(&self, address: &str) -> Result<LeaseServiceClient<super::Authed>, String> {
-        if address == self.local_agent {
-            return Ok(self.leases.clone());
-        }
-        let mut agents = self.remote_agents.lock().expect("agents lock");
-        if let Some(client) = agents.get(address) {
-            return Ok(client.clone());
-        }
-        let client = LeaseServiceClient::with_interceptor(super::channel(address)?, ClientAuth::new(&self.token));
-        agents.insert(address.to_string(), client.clone());
-        Ok(client)
-    }
-
     /// Retires a worker by its lease, from any process: how a named actor is killed.
     pub async fn retire(&self, agent_address: &str, lease_id: &str) -> Result<(), String> {
         let request = v1::ReturnWorkerRequest { lease_id: lease_id.to_string(), disconnect: true };
-        self.agent(agent_address)?.return_worker(request).await.map(|_| ()).map_err(|s| s.message().to_string())
+        self.leases.return_worker(agent_address, request).await.map(|_| ()).map_err(|s| s.message().to_string())
     }
 
     /// Gives a worker back; `disconnect` retires it (its process is killed). Returns why the
     /// agent ended the worker, if it did (empty when it did not).
     pub async fn give_back(&self, lease: &Lease, disconnect: bool) -> Result<String, String> {
         let request = v1::ReturnWorkerRequest { lease_id: lease.reply.lease_id.clone(), disconnect };
-        let reply = lease.agent.clone().return_worker(request).await.map_err(|s| s.message().to_string())?;
-        Ok(reply.into_inner().exit_reason)
+        let reply =
+            self.leases.return_worker(&lease.agent_address, request).await.map_err(|s| s.message().to_string())?;
+        Ok(reply.exit_reason)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::{Arc, Mutex};
+    use tonic::Status;
 
     #[test]
     fn strategies_reach_the_agent_as_ray_names_them() {
@@ -322,5 +308,113 @@ mod tests {
         let labels = scheduling_of(&Strategy::Labels(vec![zone])).unwrap();
         assert_eq!(labels.label_selectors[0].terms["zone"], "a");
         assert!(scheduling_of(&Strategy::Bundle { group: "g".into(), index: -1 }).is_none());
+    }
+
+    /// Agents that answer from a script, each address its answers in turn, and note what
+    /// they were asked.
+    #[derive(Default)]
+    struct ScriptedAgents {
+        answers: Mutex<HashMap<String, VecDeque<Result<v1::LeaseReply, Status>>>>,
+        asked: Mutex<Vec<(String, v1::LeaseRequest)>>,
+        returned: Mutex<Vec<String>>,
+    }
+
+    impl ScriptedAgents {
+        fn answer(&self, agent: &str, answer: Result<v1::LeaseReply, Status>) {
+            self.answers.lock().unwrap().entry(agent.to_string()).or_default().push_back(answer);
+        }
+    }
+
+    #[tonic::async_trait]
+    impl oxray_rpc::Leases for ScriptedAgents {
+        async fn request_lease(&self, agent: &str, request: v1::LeaseRequest) -> Result<v1::LeaseReply, Status> {
+            self.asked.lock().unwrap().push((agent.to_string(), request));
+            let next = self.answers.lock().unwrap().get_mut(agent).and_then(VecDeque::pop_front);
+            next.unwrap_or_else(|| Err(Status::unavailable(format!("nothing scripted for {agent}"))))
+        }
+        async fn return_worker(
+            &self,
+            agent: &str,
+            request: v1::ReturnWorkerRequest,
+        ) -> Result<v1::ReturnWorkerReply, Status> {
+            self.returned.lock().unwrap().push(format!("{agent} {}", request.lease_id));
+            Ok(v1::ReturnWorkerReply::default())
+        }
+        async fn reserve_bundles(&self, _: &str, _: v1::ReserveBundlesRequest) -> Result<(), Status> {
+            Err(Status::unimplemented("drivers reserve no bundles"))
+        }
+        async fn release_bundles(&self, _: &str, _: v1::ReleaseBundlesRequest) -> Result<(), Status> {
+            Err(Status::unimplemented("drivers release no bundles"))
+        }
+    }
+
+    const LOCAL: &str = "127.0.0.1:7001";
+
+    fn submitter(agents: &Arc<ScriptedAgents>) -> Submitter {
+        let token = oxray_rpc::Token::generate();
+        let links = crate::OwnerLinks::new(token.clone(), tokio::runtime::Handle::current());
+        let objects = Arc::new(crate::ObjectTable::default());
+        let mut submitter =
+            Submitter::new(objects, LOCAL, token, "python3".into(), None, Arc::default(), links).unwrap();
+        submitter.leases = agents.clone();
+        submitter
+    }
+
+    fn granted(lease_id: &str) -> Result<v1::LeaseReply, Status> {
+        Ok(v1::LeaseReply { lease_id: lease_id.into(), ..Default::default() })
+    }
+
+    async fn lease(submitter: &Submitter, strategy: Strategy) -> Result<Lease, LeaseError> {
+        submitter.lease_with(ResourceSet::new(), Env::new(), &strategy, LeaseFor::Task).await
+    }
+
+    #[tokio::test]
+    async fn a_lease_sent_elsewhere_is_asked_there_without_its_strategy_and_given_back_there() {
+        let agents = Arc::new(ScriptedAgents::default());
+        agents.answer(LOCAL, Ok(v1::LeaseReply { retry_at: "10.0.0.2:7001".into(), ..Default::default() }));
+        agents.answer("10.0.0.2:7001", granted("L"));
+        let submitter = submitter(&agents);
+        let lease = lease(&submitter, Strategy::Spread).await.unwrap();
+        assert_eq!((lease.agent_address.as_str(), lease.reply.lease_id.as_str()), ("10.0.0.2:7001", "L"));
+        let asked = agents.asked.lock().unwrap().clone();
+        assert_eq!(asked.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>(), vec![LOCAL, "10.0.0.2:7001"]);
+        assert_eq!(asked[0].1.scheduling.as_ref().unwrap().kind(), v1::scheduling::Kind::Spread);
+        assert!(asked[1].1.scheduling.is_none(), "the agent named grants it or sends it back");
+        submitter.give_back(&lease, false).await.unwrap();
+        assert_eq!(*agents.returned.lock().unwrap(), vec!["10.0.0.2:7001 L"]);
+    }
+
+    #[tokio::test]
+    async fn a_busy_node_sends_the_lease_back_to_be_placed_again_and_only_a_pinned_one_waits() {
+        let agents = Arc::new(ScriptedAgents::default());
+        agents.answer(LOCAL, Err(Status::resource_exhausted("no room in time")));
+        agents.answer(LOCAL, granted("L"));
+        agents.answer(LOCAL, granted("P"));
+        let submitter = submitter(&agents);
+        assert_eq!(lease(&submitter, Strategy::Default).await.unwrap().reply.lease_id, "L");
+        let pinned = Strategy::Node { node_id: "n".into(), soft: false };
+        assert_eq!(lease(&submitter, pinned).await.unwrap().reply.lease_id, "P");
+        let waits: Vec<u32> = agents.asked.lock().unwrap().iter().map(|(_, r)| r.wait_ms).collect();
+        let busy = BUSY_WAIT.as_millis() as u32;
+        assert_eq!(waits, vec![busy, busy, 0]);
+    }
+
+    #[tokio::test]
+    async fn refusals_are_told_apart_from_agents_out_of_reach() {
+        let agents = Arc::new(ScriptedAgents::default());
+        let env_failed = Status::with_details(
+            tonic::Code::FailedPrecondition,
+            "pip install failed",
+            oxray_proto::RUNTIME_ENV_SETUP_FAILED.to_vec().into(),
+        );
+        agents.answer(LOCAL, Err(env_failed));
+        agents.answer(LOCAL, Err(Status::invalid_argument("no such resource")));
+        let submitter = submitter(&agents);
+        let env = lease(&submitter, Strategy::Default).await.unwrap_err();
+        assert!(env.runtime_env && !env.transient, "{env:?}");
+        let refused = lease(&submitter, Strategy::Default).await.unwrap_err();
+        assert!(!refused.runtime_env && !refused.transient, "{refused:?}");
+        let unreachable = lease(&submitter, Strategy::Default).await.unwrap_err();
+        assert!(unreachable.transient && unreachable.message.contains("nothing scripted"), "{unreachable:?}");
     }
 }
