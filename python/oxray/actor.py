@@ -263,9 +263,10 @@ class ActorClass:
         address = lease_id = agent = None
         if name:
             try:
-                address, lease_id, agent = client.actor_placement(actor_id)
+                placed = client.actor_placement(actor_id)
             except RuntimeError as e:
                 raise ValueError(f"cannot place actor {self.__name__}: {e}") from None
+            address, lease_id, agent = placed.worker_address, placed.lease_id, placed.agent_address
             try:
                 client.register_actor(name, namespace, actor_id, address, agent, lease_id, self.__name__,
                                       sorted(self._methods), lifetime == "detached", max_task_retries)
@@ -290,9 +291,10 @@ def get_actor(name: str, namespace: str = None) -> ActorHandle:
     """The handle of a named actor, from any process of the cluster."""
     namespace = namespace or worker.namespace() or "default"
     client = worker.client()
-    actor_id, address, agent, lease_id, class_name, methods, owner, retries = client.get_actor(name, namespace)
-    owner = None if not owner or client.is_owner(owner) else owner
-    return ActorHandle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner, retries)
+    a = client.get_actor(name, namespace)
+    owner = None if not a.owner or client.is_owner(a.owner) else a.owner
+    return ActorHandle(a.actor_id, a.worker_address, a.class_name, a.methods, a.lease_id, a.agent_address, name,
+                       namespace, owner, a.max_task_retries)
 
 
 def _restore_handle(actor_id, address, class_name, methods, lease_id, agent, name, namespace, owner,

@@ -64,6 +64,8 @@ def test_parameters_match_in_order_and_defaults():
                 continue
             attribute = inspect.getattr_static(real_cls, name)
             is_property = any(isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list)
-            assert is_property == (type(attribute).__name__ == "getset_descriptor"), f"{cls}.{name}"
+            # A field read straight from the object (a Python object field) is a member.
+            is_attribute = type(attribute).__name__ in ("getset_descriptor", "member_descriptor")
+            assert is_property == is_attribute, f"{cls}.{name}"
             if not is_property:
                 assert _params(node) == _real_params(attribute), f"{cls}.{name}"

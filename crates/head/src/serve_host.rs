@@ -97,9 +97,11 @@ impl CoreHost {
             Some(head),
             Arc::default(),
             links,
-        )?);
+        ));
         let actors: Arc<dyn oxray_worker::ActorOwner> = Arc::new(submitter.clone());
-        let port = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone()).await?;
+        let port = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone())
+            .await
+            .map_err(|e| e.to_string())?;
         let address = format!("{}:{port}", self.ip);
         submitter.set_object_address(address.clone());
         let owner = Arc::new(Owner { submitter, address });
@@ -180,14 +182,14 @@ impl ActorHost for CoreHost {
         let placed = owner.submitter.actor_placement(&actor_id).await;
         // Nothing reads the creation call's result: calls queue behind it on their own.
         self.objects.release(&created);
-        let (worker_address, lease_id, agent) = placed?;
+        let placed = placed.map_err(|e| e.to_string())?;
         let named = v1::NamedActor {
             name: r.name.clone(),
             namespace: NAMESPACE.into(),
             actor_id: actor_id.clone(),
-            worker_address: worker_address.clone(),
-            agent_address: agent.clone(),
-            lease_id,
+            worker_address: placed.worker_address.clone(),
+            agent_address: placed.agent_address.clone(),
+            lease_id: placed.lease_id,
             class_name: r.class_name,
             methods: r.methods.iter().map(|m| m.to_string()).collect(),
             detached: true,
@@ -198,7 +200,7 @@ impl ActorHost for CoreHost {
             let _ = owner.submitter.kill_actor(&actor_id, true).await;
             return Err(e.to_string());
         }
-        Ok(Placed { actor_id, worker_address, node_id: self.node_of(&agent) })
+        Ok(Placed { actor_id, worker_address: placed.worker_address, node_id: self.node_of(&placed.agent_address) })
     }
 
     async fn call(&self, actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> Result<Vec<u8>, CallError> {

@@ -20,7 +20,7 @@ mod groups;
 mod objects;
 mod tasks;
 
-use crate::errors::{get_error, parse_token, status_error, to_py};
+use crate::errors::{get_error, parse_token, to_py};
 use crate::waiting;
 
 /// A driver's connection to a cluster, and the private cluster it started, if any.
@@ -272,8 +272,7 @@ impl Client {
                 }
             })
             .collect();
-        py.detach(|| self.cluster.report_metrics(reporter, metrics))
-            .map_err(|s| PyConnectionError::new_err(s.message().to_string()))
+        py.detach(|| self.cluster.report_metrics(reporter, metrics)).map_err(to_py)
     }
 
     /// Stops the private cluster, if this client started one.
@@ -390,18 +389,15 @@ impl Client {
         let agent = self.local_node()?.agent;
         // Lazy channels start their connection task on the runtime.
         let _runtime = self.runtime.enter();
-        let submitter = Arc::new(
-            Submitter::new(
-                self.objects.clone(),
-                &agent,
-                self.token.clone(),
-                self.python.clone(),
-                Some(self.cluster.head()),
-                self.cluster.groups().clone(),
-                self.links.clone(),
-            )
-            .map_err(PyRuntimeError::new_err)?,
-        );
+        let submitter = Arc::new(Submitter::new(
+            self.objects.clone(),
+            &agent,
+            self.token.clone(),
+            self.python.clone(),
+            Some(self.cluster.head()),
+            self.cluster.groups().clone(),
+            self.links.clone(),
+        ));
         *slot = Some(submitter.clone());
         Ok(submitter)
     }

@@ -1,10 +1,10 @@
 //! The task loop's side of a worker process (`TaskExecutor`).
 
 use crate::errors::parse_token;
+use crate::records::Task;
 use oxray_worker::Executor;
-use pyo3::exceptions::{PyConnectionError, PyRuntimeError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 use std::sync::Arc;
 
 /// The task loop's side of a worker process.
@@ -12,44 +12,6 @@ use std::sync::Arc;
 pub struct TaskExecutor {
     runtime: Arc<oxray_worker::SharedDriver>,
     executor: Arc<Executor>,
-}
-
-/// `(task_id, name, function, args, [(object_id, data)], actor_creation, actor_method,
-/// num_returns, result_store, streaming, gpu_ids, restarts)`; `gpu_ids` is "0,1" for the
-/// lease's GPUs; `restarts` how often an actor being created was restarted before.
-type TaskTuple<'py> = (
-    String,
-    String,
-    Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
-    Vec<(String, Bound<'py, PyBytes>)>,
-    bool,
-    String,
-    u32,
-    String,
-    bool,
-    String,
-    u32,
-);
-
-fn task_tuple(py: Python<'_>, task: oxray_worker::Incoming) -> TaskTuple<'_> {
-    let deps = task.dependencies.iter().map(|(id, data)| (id.clone(), PyBytes::new(py, data))).collect();
-    let (function, args) = (PyBytes::new(py, &task.function), PyBytes::new(py, &task.args));
-    let t = task;
-    (
-        t.task_id,
-        t.name,
-        function,
-        args,
-        deps,
-        t.actor_creation,
-        t.actor_method,
-        t.num_returns,
-        t.result_store,
-        t.streaming,
-        t.gpu_ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
-        t.restarts,
-    )
 }
 
 #[pymethods]
@@ -60,7 +22,7 @@ impl TaskExecutor {
         py.detach(|| {
             let runtime = oxray_worker::SharedDriver::new().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
             let executor =
-                runtime.block_on(Executor::start(&agent, &worker_id, token)).map_err(PyConnectionError::new_err)?;
+                runtime.block_on(Executor::start(&agent, &worker_id, token)).map_err(crate::errors::to_py)?;
             // The worker's stdout and stderr are its log files: they rotate at their size cap.
             oxray_config::log_rotation::watch_stdout_and_stderr();
             // SIGINT to the thread that runs tasks (this one, the worker's main thread): Python
@@ -73,11 +35,10 @@ impl TaskExecutor {
         })
     }
 
-    /// The next task, or None: `(task_id, name, function, args, [(object_id, data)], actor_creation,
-    /// actor_method, num_returns)`. `concurrent`: taken by one of a threaded actor's threads,
+    /// The next task, or None. `concurrent`: taken by one of a threaded actor's threads,
     /// so not the one task that `cancel` interrupts.
     #[pyo3(signature = (concurrent=false))]
-    fn next_task<'py>(&self, py: Python<'py>, concurrent: bool) -> Option<TaskTuple<'py>> {
+    fn next_task(&self, py: Python<'_>, concurrent: bool) -> Option<Task> {
         let task = py.detach(|| {
             if concurrent {
                 self.runtime.block_on(self.executor.next_concurrent())
@@ -85,15 +46,15 @@ impl TaskExecutor {
                 self.runtime.block_on(self.executor.next())
             }
         })?;
-        Some(task_tuple(py, task))
+        Some(Task::new(py, task))
     }
 
     /// A waiting task (as `next_task`) or None, without waiting; EOFError once no more can
     /// come. For a Python event loop that watches `fd`: a byte is written to it whenever
     /// tasks arrive (see `notify_fd`).
-    fn try_next_task<'py>(&self, py: Python<'py>) -> PyResult<Option<TaskTuple<'py>>> {
+    fn try_next_task(&self, py: Python<'_>) -> PyResult<Option<Task>> {
         match self.executor.try_next() {
-            Ok(task) => Ok(Some(task_tuple(py, task))),
+            Ok(task) => Ok(Some(Task::new(py, task))),
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => Ok(None),
             Err(_) => Err(pyo3::exceptions::PyEOFError::new_err("the worker is shutting down")),
         }

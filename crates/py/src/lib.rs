@@ -7,6 +7,7 @@ use std::collections::HashMap;
 mod client;
 mod errors;
 mod executor;
+mod records;
 mod waiting;
 
 use client::{connect, Client};
@@ -30,6 +31,9 @@ fn selector_matches(selector: oxray_types::Selector, labels: HashMap<String, Str
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<TaskExecutor>()?;
+    m.add_class::<records::Task>()?;
+    m.add_class::<records::NamedActor>()?;
+    m.add_class::<records::ActorPlacement>()?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add_function(wrap_pyfunction!(private_cluster_token, m)?)?;
     m.add_function(wrap_pyfunction!(selector_matches, m)?)?;

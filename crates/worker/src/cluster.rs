@@ -80,7 +80,14 @@ impl Cluster {
     /// As `call`, for a call that changes nothing at the head: made again once if the
     /// connection was found gone (after the head restarted, the first call on the old
     /// connection fails before the channel reconnects).
-    pub fn read<T, F>(&self, call: impl Fn(HeadClient) -> F) -> Result<T, tonic::Status>
+    pub fn read<T, F>(&self, call: impl Fn(HeadClient) -> F) -> Result<T, WorkerError>
+    where
+        F: Future<Output = Result<T, tonic::Status>>,
+    {
+        Ok(self.read_status(call)?)
+    }
+
+    fn read_status<T, F>(&self, call: impl Fn(HeadClient) -> F) -> Result<T, tonic::Status>
     where
         F: Future<Output = Result<T, tonic::Status>>,
     {
@@ -92,7 +99,7 @@ impl Cluster {
     }
 
     /// As `read`, once the head has group `id`.
-    pub fn read_about_group<T, F>(&self, id: &str, call: impl Fn(HeadClient) -> F) -> Result<T, tonic::Status>
+    pub fn read_about_group<T, F>(&self, id: &str, call: impl Fn(HeadClient) -> F) -> Result<T, WorkerError>
     where
         F: Future<Output = Result<T, tonic::Status>>,
     {
@@ -103,18 +110,18 @@ impl Cluster {
         })
     }
 
-    pub fn register_actor(&self, actor: v1::NamedActor) -> Result<(), tonic::Status> {
-        self.call(|mut head| async move { head.register_actor(actor).await.map(|_| ()) })
+    pub fn register_actor(&self, actor: v1::NamedActor) -> Result<(), WorkerError> {
+        Ok(self.call(|mut head| async move { head.register_actor(actor).await.map(|_| ()) })?)
     }
 
-    pub fn get_actor(&self, name: &str, namespace: &str) -> Result<v1::NamedActor, tonic::Status> {
+    pub fn get_actor(&self, name: &str, namespace: &str) -> Result<v1::NamedActor, WorkerError> {
         let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
         let request = &request;
         self.read(|mut head| async move { head.get_actor(request.clone()).await.map(|r| r.into_inner()) })
     }
 
     /// Named actors of `namespace` (of every one when empty).
-    pub fn list_actors(&self, namespace: &str) -> Result<Vec<v1::NamedActor>, tonic::Status> {
+    pub fn list_actors(&self, namespace: &str) -> Result<Vec<v1::NamedActor>, WorkerError> {
         let request = v1::ListActorsRequest { namespace: namespace.into() };
         let request = &request;
         self.read(|mut head| async move { head.list_actors(request.clone()).await.map(|r| r.into_inner().actors) })
@@ -147,19 +154,19 @@ impl Cluster {
     }
 
     /// The application metrics of this process, as they are now.
-    pub fn report_metrics(&self, reporter: String, metrics: Vec<v1::MetricSample>) -> Result<(), tonic::Status> {
+    pub fn report_metrics(&self, reporter: String, metrics: Vec<v1::MetricSample>) -> Result<(), WorkerError> {
         let request = v1::ReportEventsRequest { metrics, reporter, ..Default::default() };
-        self.call(|mut head| async move { head.report_events(request).await.map(|_| ()) })
+        Ok(self.call(|mut head| async move { head.report_events(request).await.map(|_| ()) })?)
     }
 
-    pub fn remove_actor(&self, name: &str, namespace: &str) -> Result<(), tonic::Status> {
+    pub fn remove_actor(&self, name: &str, namespace: &str) -> Result<(), WorkerError> {
         let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
-        self.call(|mut head| async move { head.remove_actor(request).await.map(|_| ()) })
+        Ok(self.call(|mut head| async move { head.remove_actor(request).await.map(|_| ()) })?)
     }
 
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, WorkerError> {
         let reply = self
-            .read(|mut head| async move { head.list_nodes(v1::ListNodesRequest {}).await })
+            .read_status(|mut head| async move { head.list_nodes(v1::ListNodesRequest {}).await })
             .map_err(|s| WorkerError::Connect(explain(&self.address, &s)))?;
         reply
             .into_inner()

@@ -195,10 +195,11 @@ pub struct Executor {
 
 impl Executor {
     /// Serves on a free loopback port and tells the agent where.
-    pub async fn start(agent: &str, worker_id: &str, token: Token) -> Result<Arc<Self>, String> {
+    pub async fn start(agent: &str, worker_id: &str, token: Token) -> Result<Arc<Self>, crate::WorkerError> {
         // Callers on other machines reach it through the node's address.
-        let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await.map_err(|e| e.to_string())?;
-        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let cannot = |e: std::io::Error| crate::WorkerError::Failed(format!("cannot serve tasks: {e}"));
+        let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await.map_err(cannot)?;
+        let port = listener.local_addr().map_err(cannot)?.port();
         let (tx, rx) = mpsc::unbounded_channel();
         let replies = Arc::new(Replies::default());
         let current = Arc::new(Current::default());
@@ -227,10 +228,10 @@ impl Executor {
             }
         });
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{agent}"))
-            .map_err(|e| e.to_string())?
+            .map_err(|e| crate::WorkerError::Invalid(format!("bad agent address {agent:?}: {e}")))?
             .connect()
             .await
-            .map_err(|e| format!("cannot reach the agent at {agent}: {e}"))?;
+            .map_err(|e| crate::WorkerError::Connect(format!("cannot reach the agent at {agent}: {e}")))?;
         let mut agent_client =
             v1::lease_service_client::LeaseServiceClient::with_interceptor(channel, oxray_rpc::ClientAuth::new(&token));
         agent_client
@@ -240,7 +241,7 @@ impl Executor {
                 pid: std::process::id(),
             })
             .await
-            .map_err(|s| format!("the agent refused this worker: {}", s.message()))?;
+            .map_err(|s| crate::WorkerError::Connect(format!("the agent refused this worker: {}", s.message())))?;
         Ok(Arc::new(Self { queue: tokio::sync::Mutex::new(rx), replies, current }))
     }
 

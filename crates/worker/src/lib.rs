@@ -7,6 +7,7 @@ mod blocked;
 mod channels;
 mod cluster;
 mod drive;
+mod errors;
 mod executor;
 mod local;
 mod object_links;
@@ -23,6 +24,7 @@ pub use address::{resolve, Target};
 pub use blocked::BlockedNotice;
 pub use cluster::{available_resources, cluster_resources, Cluster};
 pub use drive::SharedDriver;
+pub use errors::WorkerError;
 pub use executor::{Executor, Incoming};
 pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
 pub use object_links::OwnerLinks;
@@ -32,18 +34,4 @@ pub use oxray_object_store::{dirs::object_store_dirs, NodeStore, StoredFile};
 pub use oxray_proto::v1::{ContainedRef, MetricSample, NamedActor, PlacementGroupState, PushTaskReply};
 pub use oxray_rpc::Token;
 pub use tasks::{ActorCall, Env, Lease, LeaseFor, Route, Selector, Strategy, Submitter, TaskSpec, CANCELLED};
-pub use tasks::{ActorOwner, Life, RestartPlan};
-
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error("could not find a running cluster: start one with `oxray start --head`, or pass an address")]
-    NoCluster,
-    #[error("{0}")]
-    Connect(String),
-    #[error("{0}")]
-    VersionMismatch(String),
-    #[error("cannot start a local cluster: {0}")]
-    Start(String),
-    #[error("the cluster sent a malformed node: {0}")]
-    Malformed(String),
-}
+pub use tasks::{ActorOwner, ActorPlacement, Life, RestartPlan};

@@ -66,7 +66,7 @@ impl object_service_server::ObjectService for Service {
 
     async fn kill_actor(&self, request: Request<v1::KillActorRequest>) -> Result<Response<v1::KillActorReply>, Status> {
         let r = request.into_inner();
-        self.actors.kill(&r.actor_id, r.no_restart).await.map_err(Status::failed_precondition)?;
+        self.actors.kill(&r.actor_id, r.no_restart).await.map_err(|e| Status::failed_precondition(e.to_string()))?;
         Ok(Response::new(v1::KillActorReply {}))
     }
 
@@ -91,9 +91,14 @@ impl object_service_server::ObjectService for Service {
 
 /// Serves the table, and the actors this process owns, on a free port of every interface;
 /// returns the port.
-pub async fn serve(objects: Arc<ObjectTable>, actors: Arc<dyn ActorOwner>, token: Token) -> Result<u16, String> {
-    let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await.map_err(|e| e.to_string())?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+pub async fn serve(
+    objects: Arc<ObjectTable>,
+    actors: Arc<dyn ActorOwner>,
+    token: Token,
+) -> Result<u16, crate::WorkerError> {
+    let cannot = |e: std::io::Error| crate::WorkerError::Failed(format!("cannot serve this process's objects: {e}"));
+    let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await.map_err(cannot)?;
+    let port = listener.local_addr().map_err(cannot)?.port();
     let server = object_service_server::ObjectServiceServer::new(Service { objects, actors })
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);

@@ -18,7 +18,7 @@ mod leasing;
 mod shapes;
 mod states;
 
-pub use actors::{ActorOwner, Life, RestartPlan};
+pub use actors::{ActorOwner, ActorPlacement, Life, RestartPlan};
 pub use leasing::{Lease, LeaseFor};
 pub use oxray_types::Selector;
 
@@ -239,10 +239,10 @@ impl Submitter {
         head: Option<oxray_rpc::HeadClient>,
         groups: Arc<crate::placement_groups::Creations>,
         links: Arc<crate::OwnerLinks>,
-    ) -> Result<Self, String> {
+    ) -> Self {
         let leases = Arc::new(oxray_rpc::LeaseClients::new(token.clone(), None));
         let events = head.clone().and_then(crate::state_events::Reporter::start);
-        Ok(Self {
+        Self {
             events,
             objects,
             leases,
@@ -274,7 +274,7 @@ impl Submitter {
             actors: Default::default(),
             object_address: std::sync::OnceLock::new(),
             result_store: std::sync::OnceLock::new(),
-        })
+        }
     }
 
     pub(crate) fn worker(&self, address: &str) -> Result<WorkerServiceClient<Authed>, String> {

@@ -436,6 +436,8 @@ def _kill(client, actor, no_restart: bool = True) -> None:
         try:
             client.kill_actor(actor._actor_id, actor._address, actor._owner, no_restart)
             return
-        except RuntimeError:  # its owner is gone (a detached actor outlives it)
+        # Its owner is gone (a detached actor outlives it) or no longer knows it: the agent
+        # that leased its worker ends it.
+        except (ConnectionError, ValueError, RuntimeError):
             pass
     client.kill_actor_at(actor._agent_address, actor._lease_id)

@@ -68,21 +68,21 @@ def _use_gpus(ids: str) -> None:
 def _decode(task):
     """(args, kwargs, extra) of a task: `extra` is the placement group of a task, the call's
     own options (`.options(concurrency_group=...)`) of an actor call."""
-    if not task[3]:  # a call the core makes itself (`__ray_terminate__` of an actor out of scope)
+    if not task.args:  # a call the core makes itself (`__ray_terminate__` of an actor out of scope)
         return (), {}, None
-    values = {object_id: serialization.loads(data) for object_id, data in task[4]}
-    return serialization.loads_args(task[3], values)
+    values = {object_id: serialization.loads(data) for object_id, data in task.dependencies}
+    return serialization.loads_args(task.args, values)
 
 
 def _run(task, state, decoded=None):
     """Returns (result, is_error, returns)."""
-    task_id, name, function, args, dependencies, actor_creation, actor_method, num_returns = task[:8]
+    function, actor_creation, actor_method = task.function, task.actor_creation, task.actor_method
     if not actor_method:
-        _use_gpus(task[10])
+        _use_gpus(task.gpu_ids)
     call_args, call_kwargs, extra = decoded or _decode(task)
     if actor_creation:
         try:
-            current_context["actor_restarts"] = task[11]
+            current_context["actor_restarts"] = task.restarts
             _become_actor(state, *serialization.load_blueprint(function), call_args, call_kwargs)
         except BaseException as error:
             state["creation_error"] = error
@@ -184,7 +184,7 @@ def main() -> None:
             continue
         if task is None:
             return
-        current_context["task_id"], current_context["task_name"] = task[0], task[1]
+        current_context["task_id"], current_context["task_name"] = task.task_id, task.name
         _run_one(executor, task, state, out, err)
         if state.get("exit_after_reply"):
             return _exit_worker()
@@ -281,8 +281,8 @@ def _died_by_exit(name, error):
 def _refuse(executor, task):
     """A call that came after exit_actor(): it does not run, its caller sees the death."""
     actor_id = current_context.get("actor_id")
-    error = ActorDiedError(f"the actor {actor_id} exited intentionally before {task[1]} ran", actor_id)
-    executor.finish(task[0], serialization.dumps(error), True)
+    error = ActorDiedError(f"the actor {actor_id} exited intentionally before {task.name} ran", actor_id)
+    executor.finish(task.task_id, serialization.dumps(error), True)
 
 
 def _shutdown_hook(instance):
@@ -333,23 +333,23 @@ def _exit_actor(state, own=""):
 
 def _run_one(executor, task, state, out, err, decoded=None):
     """Runs a task in this thread and hands back its reply."""
-    task_id, name, num_returns = task[0], task[1], task[7]
+    task_id, name, num_returns = task.task_id, task.name, task.num_returns
     exiting = False
     error_text = ""
     # A normal task runs alone in its worker: what it printed is a range of the worker's logs.
-    before = _log_offsets() if _REPORTING and not (task[5] or task[6]) else None
+    before = _log_offsets() if _REPORTING and not (task.actor_creation or task.actor_method) else None
     try:
         result = _run(task, state, decoded)
-        if task[9]:  # streaming: each value goes as it comes, the reply says it ended
+        if task.streaming:  # streaming: each value goes as it comes, the reply says it ended
             generators.stream(executor, task_id, result)
             result = None
-        reply = _encode(name, result, num_returns, task[8], task_id)
+        reply = _encode(name, result, num_returns, task.result_store, task_id)
     except KeyboardInterrupt:  # `cancel` interrupted it
         reply = (serialization.dumps(TaskCancelledError(f"task {name} was cancelled while it ran")), True, [], [])
     except SystemExit as error:  # exit_actor() or sys.exit(): the caller sees the death
-        error = _exit_of(error, bool(task[5] or task[6]), name)
+        error = _exit_of(error, bool(task.actor_creation or task.actor_method), name)
         reply = (_died_by_exit(name, error), True, [], [])
-        if task[6]:
+        if task.actor_method:
             state["runner"].exiting = True  # calls that come from now on do not run
             # Of calls exiting at once on several threads, the first ends the actor.
             exiting = state.setdefault("exiting_call", task_id) == task_id
@@ -371,12 +371,12 @@ def _run_counted(executor, runner, task, state, out, err, decoded=None):
     """Runs a call of an actor that runs several at once, known as running meanwhile so
     that an exit waits for it; once the actor is exiting, a new call is refused. (Added
     before the check: an exit that starts in between still sees it.)"""
-    runner.running.add(task[0])
+    runner.running.add(task.task_id)
     if runner.exiting:
-        runner.running.discard(task[0])
+        runner.running.discard(task.task_id)
         return _refuse(executor, task)
     _run_one(executor, task, state, out, err, decoded)
-    runner.running.discard(task[0])
+    runner.running.discard(task.task_id)
 
 
 def _serve_threaded(executor, runner, state, out, err):
@@ -385,7 +385,7 @@ def _serve_threaded(executor, runner, state, out, err):
 
     def take_calls():
         while (task := executor.next_task(True)) is not None:
-            current_context["task_id"], current_context["task_name"] = task[0], task[1]
+            current_context["task_id"], current_context["task_name"] = task.task_id, task.name
             _run_counted(executor, runner, task, state, out, err)
 
     threads = [threading.Thread(target=take_calls, name=f"actor-{i}", daemon=True) for i in range(runner.threads)]
@@ -409,7 +409,7 @@ def _serve_grouped(executor, runner, state, out, err):
     def run_group(calls):
         while True:
             task, decoded = calls.get()
-            current_context["task_id"], current_context["task_name"] = task[0], task[1]
+            current_context["task_id"], current_context["task_name"] = task.task_id, task.name
             _run_counted(executor, runner, task, state, out, err, decoded)
 
     def queue_of(group):
@@ -429,9 +429,9 @@ def _serve_grouped(executor, runner, state, out, err):
             return
         try:
             decoded = _decode(task)
-            group = runner.group(task[6], decoded[2])
+            group = runner.group(task.actor_method, decoded[2])
         except BaseException as error:  # a bad group or arguments: the call's own failure
-            executor.finish(task[0], serialization.dumps_error(task[1], error), True, error_text=_error_text(error))
+            executor.finish(task.task_id, serialization.dumps_error(task.name, error), True, error_text=_error_text(error))
             continue
         queue_of(group).put((task, decoded))
 
@@ -453,8 +453,8 @@ def _serve_async(executor, runner, state, out, err):
             pass
         try:
             while (task := executor.try_next_task()) is not None:
-                current_context["task_id"], current_context["task_name"] = task[0], task[1]
-                if task[6]:
+                current_context["task_id"], current_context["task_name"] = task.task_id, task.name
+                if task.actor_method:
                     _submit_concurrent(executor, runner, task, state, out, err)
                 else:
                     _run_one(executor, task, state, out, err)
@@ -497,7 +497,8 @@ def _encode(name, result, num_returns, result_store="", task_id=""):
 
 def _submit_concurrent(executor, runner, task, state, out, err):
     """Starts a call of an async actor and goes back for the next one."""
-    task_id, name, _function, _args, _dependencies, _creation, method, num_returns, result_store = task[:9]
+    task_id, name, method = task.task_id, task.name, task.actor_method
+    num_returns, result_store = task.num_returns, task.result_store
     if runner.exiting:
         return _refuse(executor, task)
     try:
@@ -528,7 +529,7 @@ def _submit_concurrent(executor, runner, task, state, out, err):
         executor.finish(task_id, serialization.dumps_error(name, error), True, [], output,
                         error_text=_error_text(error))
 
-    consume = (lambda values: generators.stream_async(executor, task_id, values)) if task[9] else None
+    consume = (lambda values: generators.stream_async(executor, task_id, values)) if task.streaming else None
     runner.submit(method, call_args, call_kwargs, done, call_options, consume)
 
 

@@ -1,6 +1,7 @@
 //! Actors: creation, calls, the named-actor directory, kills.
 
 use super::*;
+use crate::records::{ActorPlacement, NamedActor};
 
 #[pymethods]
 impl Client {
@@ -51,12 +52,11 @@ impl Client {
         Ok(created)
     }
 
-    /// `(worker_address, lease_id, agent_address)` of an actor this process created, once
-    /// it is placed; an error if it never can be.
-    fn actor_placement(&self, py: Python<'_>, actor_id: String) -> PyResult<(String, String, String)> {
+    /// Where an actor this process created runs, once it is placed; an error if it never can be.
+    fn actor_placement(&self, py: Python<'_>, actor_id: String) -> PyResult<ActorPlacement> {
         let submitter = py.detach(|| self.submitter())?;
-        waiting::wait_for(py, &self.runtime, None, submitter.actor_placement(&actor_id))?
-            .map_err(PyRuntimeError::new_err)
+        let placed = waiting::wait_for(py, &self.runtime, None, submitter.actor_placement(&actor_id))?;
+        placed.map(ActorPlacement::from).map_err(to_py)
     }
 
     /// Ends the actors this process created that do not outlive it.
@@ -126,54 +126,29 @@ impl Client {
             owner,
             max_task_retries,
         };
-        py.detach(|| self.cluster.register_actor(actor)).map_err(|s| match s.code() {
-            tonic::Code::AlreadyExists => PyValueError::new_err(s.message().to_string()),
-            _ => PyConnectionError::new_err(s.message().to_string()),
-        })
+        py.detach(|| self.cluster.register_actor(actor)).map_err(to_py)
     }
 
-    /// `(actor_id, worker_address, agent_address, lease_id, class_name, methods, owner)` of a
-    /// named actor.
-    #[allow(clippy::type_complexity)]
-    fn get_actor(
-        &self,
-        py: Python<'_>,
-        name: String,
-        namespace: String,
-    ) -> PyResult<(String, String, String, String, String, Vec<String>, String, i64)> {
-        let a = py.detach(|| self.cluster.get_actor(&name, &namespace)).map_err(|s| match s.code() {
-            tonic::Code::NotFound => PyValueError::new_err(s.message().to_string()),
-            _ => PyConnectionError::new_err(s.message().to_string()),
-        })?;
-        Ok((
-            a.actor_id,
-            a.worker_address,
-            a.agent_address,
-            a.lease_id,
-            a.class_name,
-            a.methods,
-            a.owner,
-            a.max_task_retries,
-        ))
+    /// A named actor; ValueError if there is none of that name.
+    fn get_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<NamedActor> {
+        py.detach(|| self.cluster.get_actor(&name, &namespace)).map(NamedActor::from).map_err(to_py)
     }
 
     /// `(name, namespace)` of the named actors of `namespace` (of every one when empty).
     fn list_actors(&self, py: Python<'_>, namespace: String) -> PyResult<Vec<(String, String)>> {
-        let actors = py.detach(|| self.cluster.list_actors(&namespace)).map_err(status_error)?;
+        let actors = py.detach(|| self.cluster.list_actors(&namespace)).map_err(to_py)?;
         Ok(actors.into_iter().map(|a| (a.name, a.namespace)).collect())
     }
 
     fn remove_actor(&self, py: Python<'_>, name: String, namespace: String) -> PyResult<()> {
-        py.detach(|| self.cluster.remove_actor(&name, &namespace))
-            .map_err(|s| PyConnectionError::new_err(s.message().to_string()))
+        py.detach(|| self.cluster.remove_actor(&name, &namespace)).map_err(to_py)
     }
 
     /// Retires an actor's worker through the agent that leased it (an actor whose owner is
     /// not known).
     fn kill_actor_at(&self, py: Python<'_>, agent_address: String, lease_id: String) -> PyResult<()> {
         let submitter = py.detach(|| self.submitter())?;
-        py.detach(|| self.runtime.block_on(submitter.retire(&agent_address, &lease_id)))
-            .map_err(PyRuntimeError::new_err)
+        py.detach(|| self.runtime.block_on(submitter.retire(&agent_address, &lease_id))).map_err(to_py)
     }
 
     /// Ends an actor through its owner (this process, or the one named by `owner`); with
@@ -194,6 +169,6 @@ impl Client {
             submitter.know_actor(&actor_id, &address, owner.as_deref());
             self.runtime.block_on(submitter.kill_actor(&actor_id, no_restart))
         })
-        .map_err(PyRuntimeError::new_err)
+        .map_err(to_py)
     }
 }

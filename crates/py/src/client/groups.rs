@@ -33,7 +33,7 @@ impl Client {
             return Ok(id);
         }
         py.detach(|| self.cluster.call(|head| async move { pg::create(&head, request).await }))
-            .map_err(status_error)?;
+            .map_err(|s| to_py(s.into()))?;
         Ok(id)
     }
 
@@ -50,7 +50,7 @@ impl Client {
                 let (id, name, namespace) = (id.as_str(), name.as_str(), namespace.as_str());
                 self.cluster.read_about_group(id, |head| async move { pg::get(&head, id, name, namespace).await })
             })
-            .map_err(status_error)?;
+            .map_err(to_py)?;
         Ok(pg::to_json(&group).to_string())
     }
 
@@ -65,7 +65,7 @@ impl Client {
                     pg::list(&head).await
                 })
             })
-            .map_err(status_error)?;
+            .map_err(to_py)?;
         Ok(serde_json::Value::Array(groups.iter().map(pg::to_json).collect()).to_string())
     }
 
@@ -77,7 +77,7 @@ impl Client {
                 let (id, until) = (id.as_str(), deadline(timeout));
                 self.cluster.read_about_group(id, |head| async move { pg::wait(&head, id, until).await })
             })
-            .map_err(status_error)?;
+            .map_err(to_py)?;
         Ok(group.state == oxray_worker::PlacementGroupState::Created as i32)
     }
 

@@ -21,7 +21,7 @@ impl Client {
         let node = py.detach(|| self.local_node())?;
         let actors: Arc<dyn oxray_worker::ActorOwner> = Arc::new(py.detach(|| self.submitter())?);
         let serving = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone());
-        let port = py.detach(|| self.runtime.block_on(serving)).map_err(PyRuntimeError::new_err)?;
+        let port = py.detach(|| self.runtime.block_on(serving)).map_err(to_py)?;
         let address = format!("{}:{port}", node.ip);
         py.detach(|| self.submitter())?.set_object_address(address.clone());
         self.runtime.spawn(self.cluster.announce_process(&address, &node.id, &node.ip));

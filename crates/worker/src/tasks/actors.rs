@@ -4,6 +4,7 @@
 //! object server) when a call breaks.
 
 use super::{Env, Lease, Strategy, Submitter};
+use crate::WorkerError;
 use oxray_proto::v1;
 use oxray_types::ResourceSet;
 use std::collections::HashMap;
@@ -26,6 +27,14 @@ pub struct RestartPlan {
     pub detached: bool,
     /// Restarts left; negative: without limit.
     pub restarts_left: i64,
+}
+
+/// Where an owned actor runs: its worker, its lease, and the agent that granted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActorPlacement {
+    pub worker_address: String,
+    pub lease_id: String,
+    pub agent_address: String,
 }
 
 pub(crate) struct Facts {
@@ -194,7 +203,7 @@ impl ActorDirectory {
 #[tonic::async_trait]
 pub trait ActorOwner: Send + Sync + 'static {
     async fn failed(&self, actor_id: &str, address: &str) -> Result<String, String>;
-    async fn kill(&self, actor_id: &str, no_restart: bool) -> Result<(), String>;
+    async fn kill(&self, actor_id: &str, no_restart: bool) -> Result<(), WorkerError>;
     /// Cancels a task this process submitted (see `Submitter::cancel`).
     async fn cancel(&self, task_id: &str, force: bool) -> bool;
 }
@@ -296,14 +305,17 @@ impl Submitter {
         self.actors.lock().get(actor_id).is_some_and(|r| matches!(r.life, Life::Dead(_)))
     }
 
-    /// Where an actor this process owns was placed: `(worker address, lease id, agent)`,
-    /// waiting until it is; why it never will be.
-    pub async fn actor_placement(&self, actor_id: &str) -> Result<(String, String, String), String> {
-        let address = self.actors.address(actor_id, "", None).await?;
+    /// Where an actor this process owns was placed, waiting until it is; why it never will be.
+    pub async fn actor_placement(&self, actor_id: &str) -> Result<ActorPlacement, WorkerError> {
+        let worker_address = self.actors.address(actor_id, "", None).await.map_err(WorkerError::ActorDead)?;
         let records = self.actors.lock();
         let lease = records.get(actor_id).and_then(|r| r.lease.as_ref());
-        let lease = lease.ok_or_else(|| format!("the actor {actor_id} is not owned here"))?;
-        Ok((address, lease.reply.lease_id.clone(), lease.agent_address.clone()))
+        let lease = lease.ok_or_else(|| WorkerError::NotFound(format!("the actor {actor_id} is not owned here")))?;
+        Ok(ActorPlacement {
+            worker_address,
+            lease_id: lease.reply.lease_id.clone(),
+            agent_address: lease.agent_address.clone(),
+        })
     }
 
     /// Ends the actors this process owns that do not outlive it.
@@ -444,17 +456,19 @@ impl Submitter {
 
     /// Ends an actor: its worker is retired; with `no_restart` it stays dead, otherwise an
     /// owned actor with restarts left comes back on the next call.
-    pub async fn kill_actor(self: &Arc<Self>, actor_id: &str, no_restart: bool) -> Result<(), String> {
+    pub async fn kill_actor(self: &Arc<Self>, actor_id: &str, no_restart: bool) -> Result<(), WorkerError> {
         let (owned, owner) = {
             let records = self.actors.lock();
             let r = records.get(actor_id);
             (r.is_some_and(|r| r.plan.is_some()), r.and_then(|r| r.owner.clone()))
         };
         if !owned {
-            let Some(owner) = owner else { return Err(format!("actor {actor_id} is not known here")) };
+            let Some(owner) = owner else {
+                return Err(WorkerError::NotFound(format!("actor {actor_id} is not known here")));
+            };
             let request = v1::KillActorRequest { actor_id: actor_id.to_string(), no_restart };
-            let mut client = self.links.client(&owner)?;
-            return client.kill_actor(request).await.map(|_| ()).map_err(|s| s.message().to_string());
+            let mut client = self.links.client(&owner).map_err(WorkerError::Unreachable)?;
+            return Ok(client.kill_actor(request).await.map(|_| ())?);
         }
         let lease = if no_restart {
             self.actor_died(actor_id, format!("the actor {actor_id} was killed"))
@@ -474,7 +488,7 @@ impl ActorOwner for Arc<Submitter> {
         self.restart_owned(actor_id, address).await
     }
 
-    async fn kill(&self, actor_id: &str, no_restart: bool) -> Result<(), String> {
+    async fn kill(&self, actor_id: &str, no_restart: bool) -> Result<(), WorkerError> {
         self.kill_actor(actor_id, no_restart).await
     }
 

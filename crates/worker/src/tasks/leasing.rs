@@ -276,17 +276,16 @@ impl Submitter {
     }
 
     /// Retires a worker by its lease, from any process: how a named actor is killed.
-    pub async fn retire(&self, agent_address: &str, lease_id: &str) -> Result<(), String> {
+    pub async fn retire(&self, agent_address: &str, lease_id: &str) -> Result<(), crate::WorkerError> {
         let request = v1::ReturnWorkerRequest { lease_id: lease_id.to_string(), disconnect: true };
-        self.leases.return_worker(agent_address, request).await.map(|_| ()).map_err(|s| s.message().to_string())
+        Ok(self.leases.return_worker(agent_address, request).await.map(|_| ())?)
     }
 
     /// Gives a worker back; `disconnect` retires it (its process is killed). Returns why the
     /// agent ended the worker, if it did (empty when it did not).
-    pub async fn give_back(&self, lease: &Lease, disconnect: bool) -> Result<String, String> {
+    pub async fn give_back(&self, lease: &Lease, disconnect: bool) -> Result<String, crate::WorkerError> {
         let request = v1::ReturnWorkerRequest { lease_id: lease.reply.lease_id.clone(), disconnect };
-        let reply =
-            self.leases.return_worker(&lease.agent_address, request).await.map_err(|s| s.message().to_string())?;
+        let reply = self.leases.return_worker(&lease.agent_address, request).await?;
         Ok(reply.exit_reason)
     }
 }
@@ -354,8 +353,7 @@ mod tests {
         let token = oxray_rpc::Token::generate();
         let links = crate::OwnerLinks::new(token.clone(), tokio::runtime::Handle::current());
         let objects = Arc::new(crate::ObjectTable::default());
-        let mut submitter =
-            Submitter::new(objects, LOCAL, token, "python3".into(), None, Arc::default(), links).unwrap();
+        let mut submitter = Submitter::new(objects, LOCAL, token, "python3".into(), None, Arc::default(), links);
         submitter.leases = agents.clone();
         submitter
     }
