@@ -170,6 +170,7 @@ lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	python3 scripts/house_measures.py
+	cd scripts && python3 -m unittest -q test_house_measures
 
 fmt:
 	$(CARGO) fmt --all

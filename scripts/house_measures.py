@@ -14,7 +14,7 @@ import sys
 
 MAX_LINES = 600
 CRATE_PATH = re.compile(r"\bcrate::(\w+)")
-SUPER_PATH = re.compile(r"\b((?:super::)+)(\w+)")
+SUPER_PATH = re.compile(r"\b((?:super::)+)(?!super\b)(\w+)")
 # Paths inside string literals and comments are not dependencies.
 STRINGS = re.compile(r'"(?:\\.|[^"\\])*"')
 COMMENTS = re.compile(r"//.*")
@@ -32,14 +32,39 @@ def module_path(src: pathlib.Path, file: pathlib.Path) -> list:
     return parts
 
 
+def grouped(code: str, prefix: str) -> list:
+    """The first names of `prefix{a, b::c, d::{e}}` groups: a, b, d."""
+    names = []
+    for start in [m.end() for m in re.finditer(re.escape(prefix) + r"\{", code)]:
+        depth, part, parts = 1, "", []
+        for ch in code[start:]:
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            if ch == "," and depth == 1:
+                parts.append(part)
+                part = ""
+            else:
+                part += ch
+        parts.append(part)
+        names += [m.group(0) for m in (re.match(r"\w+", p.strip()) for p in parts) if m]
+    return names
+
+
 def dependencies(text: str, path: list) -> set:
     """The top-level modules a file of module `path` names."""
     tests = TESTS.search(text)
     if tests:
         text = text[: tests.start()]
     code = "\n".join(COMMENTS.sub("", STRINGS.sub('""', line)) for line in text.splitlines())
-    found = set(CRATE_PATH.findall(code))
-    for supers, name in SUPER_PATH.findall(code):
+    found = set(CRATE_PATH.findall(code)) | set(grouped(code, "crate::"))
+    supers_found = SUPER_PATH.findall(code)
+    for group in set(re.findall(r"\b((?:super::)+)\{", code)):
+        supers_found += [(group, name) for name in grouped(code, group)]
+    for supers, name in supers_found:
         up = supers.count("super::")
         # A file's items live in `path`; `super` leaves it, and inline test modules
         # (`mod tests { use super::*; }`) only reach back to the file itself.

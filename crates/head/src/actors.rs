@@ -1,6 +1,6 @@
 //! The directory of named actors, kept in the database so names survive a head restart.
 
-use crate::store::{Store, StoreError};
+use crate::store::{off_thread, Store, StoreError};
 use oxray_proto::v1;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,25 +25,28 @@ fn key(name: &str, namespace: &str) -> String {
     format!("{namespace}/{name}")
 }
 
+/// Written, then shown (ADR 0031): `writer` orders the writes.
 pub struct Actors {
     named: Mutex<HashMap<String, v1::NamedActor>>,
+    writer: tokio::sync::Mutex<()>,
     store: Arc<Store>,
 }
 
 impl Actors {
     pub fn open(store: Arc<Store>) -> Result<Self, StoreError> {
         let named = store.load_actors()?.into_iter().map(|a| (key(&a.name, &a.namespace), a)).collect();
-        Ok(Self { named: Mutex::new(named), store })
+        Ok(Self { named: Mutex::new(named), writer: tokio::sync::Mutex::new(()), store })
     }
 
-    pub fn register(&self, actor: v1::NamedActor) -> Result<(), ActorError> {
-        let mut named = self.named.lock().expect("actors lock");
+    pub async fn register(&self, actor: v1::NamedActor) -> Result<(), ActorError> {
+        let _writing = self.writer.lock().await;
         let k = key(&actor.name, &actor.namespace);
-        if named.contains_key(&k) {
+        if self.named.lock().expect("actors lock").contains_key(&k) {
             return Err(ActorError::Exists(actor.name, actor.namespace));
         }
-        self.store.put_actor(&k, &actor)?;
-        named.insert(k, actor);
+        let (written, wk) = (actor.clone(), k.clone());
+        off_thread(&self.store, move |store| store.put_actor(&wk, &written)).await?;
+        self.named.lock().expect("actors lock").insert(k, actor);
         Ok(())
     }
 
@@ -61,9 +64,11 @@ impl Actors {
         found
     }
 
-    pub fn remove(&self, name: &str, namespace: &str) -> Result<(), ActorError> {
+    pub async fn remove(&self, name: &str, namespace: &str) -> Result<(), ActorError> {
+        let _writing = self.writer.lock().await;
         let k = key(name, namespace);
-        self.store.delete_actor(&k)?;
+        let wk = k.clone();
+        off_thread(&self.store, move |store| store.delete_actor(&wk)).await?;
         self.named.lock().expect("actors lock").remove(&k);
         Ok(())
     }
@@ -73,8 +78,8 @@ impl Actors {
 mod tests {
     use super::*;
 
-    #[test]
-    fn names_are_unique_per_namespace_and_durable() {
+    #[tokio::test]
+    async fn names_are_unique_per_namespace_and_durable() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
         let actor = |name: &str, ns: &str| v1::NamedActor {
@@ -85,14 +90,15 @@ mod tests {
         };
         {
             let actors = Actors::open(Arc::new(Store::open(&path).unwrap())).unwrap();
-            actors.register(actor("counter", "ml")).unwrap();
-            actors.register(actor("counter", "other")).unwrap();
+            actors.register(actor("counter", "ml")).await.unwrap();
+            actors.register(actor("counter", "other")).await.unwrap();
             let names = |ns| actors.list(ns).into_iter().map(|a| a.namespace).collect::<Vec<_>>();
             assert_eq!(names(Some("ml")), vec!["ml"]);
             assert_eq!(names(None), vec!["ml", "other"]);
-            assert_eq!(actors.register(actor("counter", "ml")), Err(ActorError::Exists("counter".into(), "ml".into())));
-            actors.register(actor("gone", "ml")).unwrap();
-            actors.remove("gone", "ml").unwrap();
+            let taken = actors.register(actor("counter", "ml")).await;
+            assert_eq!(taken, Err(ActorError::Exists("counter".into(), "ml".into())));
+            actors.register(actor("gone", "ml")).await.unwrap();
+            actors.remove("gone", "ml").await.unwrap();
         }
         let actors = Actors::open(Arc::new(Store::open(&path).unwrap())).unwrap();
         assert_eq!(actors.get("counter", "ml").unwrap().actor_id, "a");

@@ -5,7 +5,7 @@ use crate::agents::Agents;
 use crate::events::Events;
 use crate::membership::Membership;
 use crate::packages::Packages;
-use crate::store::Store;
+use crate::store::{off_thread, Store};
 use futures_util::StreamExt;
 use oxray_api_types::{new_submission_id, not_found, ApiError, JobDetails, SubmitRequest};
 use oxray_http::ByteStream;
@@ -44,6 +44,11 @@ pub struct JobManager {
     wake: Notify,
     /// Bumped on every status change, for waiters.
     changed: watch::Sender<u64>,
+}
+
+/// Ends a job as stopped on purpose; false when it had ended already.
+fn stopped(job: &mut JobRecord) -> bool {
+    job.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms())
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
@@ -196,10 +201,9 @@ impl JobManager {
         jobs.iter().map(|j| self.to_details(j)).collect()
     }
 
-    /// Writes job records to the database, off the async threads. Called holding `writer`.
+    /// Writes job records to the database. Called holding `writer`.
     async fn write(&self, records: Vec<JobRecord>) -> Result<(), ApiError> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.put_jobs(&records)).await.map_err(internal)?.map_err(internal)
+        off_thread(&self.store, move |store| store.put_jobs(&records)).await.map_err(internal)
     }
 
     /// Applies `change` to a live job and persists it; false when the job is gone or ended.
@@ -219,15 +223,14 @@ impl JobManager {
     }
 
     pub async fn stop(&self, id: &str) -> Result<bool, ApiError> {
-        let job = self.lock().records.get(id).cloned().ok_or_else(|| not_found(id))?;
-        if job.status.is_terminal() {
-            return Ok(false);
-        }
-        let Some(node_id) = job.driver_node_id.clone() else {
-            // Not placed yet: nothing runs, it just leaves the queue.
-            self.update(id, |j| j.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms()))
-                .await?;
+        // A job not placed yet just leaves the queue: nothing runs. Decided as the change is
+        // written, so a round that placed it meanwhile is seen.
+        if self.update(id, |j| j.driver_node_id.is_none() && stopped(j)).await? {
             return Ok(true);
+        }
+        let job = self.lock().records.get(id).cloned().ok_or_else(|| not_found(id))?;
+        let Some(node_id) = job.driver_node_id.clone().filter(|_| !job.status.is_terminal()) else {
+            return Ok(false);
         };
         self.update(id, |j| {
             j.stop_requested = true;
@@ -248,10 +251,7 @@ impl JobManager {
         match result {
             // The agent never started it (or it just ended and its report is on the way).
             Ok(false) if job.status == JobStatus::Pending => {
-                self.update(id, |j| {
-                    j.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms())
-                })
-                .await?;
+                self.update(id, stopped).await?;
             }
             Ok(_) => {}
             Err(status) => tracing::warn!(job = %id, "stop request to node {node_id} failed: {}", status.message()),
@@ -268,8 +268,8 @@ impl JobManager {
                 status.as_str()
             )));
         }
-        let (store, key) = (self.store.clone(), id.to_string());
-        tokio::task::spawn_blocking(move || store.delete_job(&key)).await.map_err(internal)?.map_err(internal)?;
+        let key = id.to_string();
+        off_thread(&self.store, move |store| store.delete_job(&key)).await.map_err(internal)?;
         let mut table = self.lock();
         table.records.remove(id);
         table.order.retain(|j| j != id);
@@ -307,7 +307,7 @@ impl JobManager {
                         j.driver_pid = Some(report.pid);
                     }
                     if report.stopped {
-                        return j.finish(JobStatus::Stopped, "Job was intentionally stopped.".into(), None, now_ms());
+                        return stopped(j);
                     }
                     j.driver_exit_code = report.exit_code;
                     if report.exit_code == Some(0) {

@@ -1,7 +1,7 @@
 //! Cluster membership: who is in the cluster, who is alive, and what they have free.
 
 use crate::events::Events;
-use crate::store::{Store, StoreError};
+use crate::store::{off_thread, Store, StoreError};
 use oxray_types::{now_ms, NodeId, NodeInfo, ResourceSet};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -75,15 +75,6 @@ impl Membership {
         self.nodes.lock().expect("membership lock")
     }
 
-    /// Runs a database write on a blocking thread. Called holding `writer`.
-    async fn write<T: Send + 'static>(
-        &self,
-        write: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || write(&store)).await.map_err(|e| StoreError::Db(e.to_string()))?
-    }
-
     /// The next change count (called under the nodes' lock, so counts follow the changes).
     fn bump(&self) -> u64 {
         let mut now = 0;
@@ -124,7 +115,7 @@ impl Membership {
         info.state_message = None;
         info.end_time_ms = 0;
         let written = info.clone();
-        self.write(move |store| store.put_node(&written)).await?;
+        off_thread(&self.store, move |store| store.put_node(&written)).await?;
         tracing::info!(node_id = %info.node_id, ip = %info.node_ip, name = %info.node_name, "node joined");
         let name = if info.node_name != info.node_ip { format!(", {}", info.node_name) } else { String::new() };
         self.events.record(
@@ -160,7 +151,7 @@ impl Membership {
         let Some(mut info) = self.get(id).filter(NodeInfo::is_alive) else { return Ok(()) };
         info.mark_dead(reason, now_ms());
         let written = info.clone();
-        self.write(move |store| store.put_node(&written)).await?;
+        off_thread(&self.store, move |store| store.put_node(&written)).await?;
         tracing::info!(node_id = %id, reason, "node left");
         self.events.record("INFO", "node_left", format!("Node {} ({}) left: {reason}", id.short(), info.node_ip));
         self.show_dead(vec![info]);
@@ -196,7 +187,7 @@ impl Membership {
             info.mark_dead(reason.clone(), now_ms());
         }
         let written = expired.clone();
-        self.write(move |store| store.put_nodes(&written)).await?;
+        off_thread(&self.store, move |store| store.put_nodes(&written)).await?;
         for info in &expired {
             tracing::warn!(node_id = %info.node_id, ip = %info.node_ip, "node declared dead: {reason}");
             let message = format!("Node {} ({}) died: {reason}", info.node_id.short(), info.node_ip);
@@ -220,7 +211,7 @@ impl Membership {
             return Ok(0);
         }
         let written = stale.clone();
-        self.write(move |store| store.delete_nodes(&written)).await?;
+        off_thread(&self.store, move |store| store.delete_nodes(&written)).await?;
         let mut nodes = self.lock();
         for id in &stale {
             nodes.remove(id);
@@ -256,6 +247,14 @@ pub(crate) mod tests {
         let mut total = ResourceSet::new();
         total.set("CPU", 2.0).unwrap();
         NodeInfo::joining(NodeId::random(), "127.0.0.1", name, total)
+    }
+
+    /// A node with `cpus` CPUs and an agent, for the rounds' tests.
+    pub fn node_with(cpus: f64) -> NodeInfo {
+        let mut node = sample_node("n");
+        node.resources_total = [("CPU".to_string(), cpus)].into_iter().collect();
+        node.agent_port = 7000;
+        node
     }
 
     fn membership(dir: &tempfile::TempDir) -> Membership {

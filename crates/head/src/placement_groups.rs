@@ -3,7 +3,7 @@
 //! a node at once. A group whose node dies gets those bundles placed again.
 
 use crate::membership::Membership;
-use crate::store::{Store, StoreError};
+use crate::store::{off_thread, Store, StoreError};
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1::{self, PlacementGroupState as State};
 use oxray_rpc::Leases;
@@ -189,13 +189,14 @@ impl PlacementGroups {
 
     /// Writes the groups changed since the last flush, in one durable transaction: groups
     /// change hundreds of times a second, the disk is asked once a round.
-    fn flush(&self) {
+    async fn flush(&self) {
         let changed: Vec<(String, Option<v1::PlacementGroup>)> =
             self.dirty.lock().expect("dirty groups lock").drain().collect();
         if changed.is_empty() {
             return;
         }
-        if let Err(e) = self.store.put_groups(&changed) {
+        let written = changed.clone();
+        if let Err(e) = off_thread(&self.store, move |store| store.put_groups(&written)).await {
             tracing::error!("cannot record placement groups: {e}");
             let mut dirty = self.dirty.lock().expect("dirty groups lock");
             for (id, group) in changed {
@@ -335,11 +336,12 @@ impl PlacementGroups {
                 self.remove_orphans().await;
             }
             self.forget_dead_nodes();
-            self.place_waiting().await;
-            self.send_releases().await;
-            self.flush();
+            // Bundles given back are freed while others are reserved: an agent slow to
+            // answer holds up neither.
+            tokio::join!(self.place_waiting(), self.send_releases());
+            self.flush().await;
             tokio::select! {
-                _ = shutdown.cancelled() => return self.flush(),
+                _ = shutdown.cancelled() => return self.flush().await,
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(RETRY) => {}
             }
@@ -432,7 +434,9 @@ impl PlacementGroups {
                             current.nodes[*i as usize] = Some((ask.node.clone(), ask.agent.clone()));
                         }
                     }
-                    current.state = State::Created;
+                    if current.nodes.iter().all(Option::is_some) {
+                        current.state = State::Created;
+                    }
                     self.persist(&r.group, Some(current));
                     true
                 }
@@ -450,15 +454,22 @@ impl PlacementGroups {
     }
 
     /// Frees the bundles given back since the last round, on all their nodes at once.
+    /// A release that fails is sent again by a later round while its node is alive (a
+    /// dead node's reservations went with it).
     async fn send_releases(&self) {
         let releases = std::mem::take(&mut *self.releases.lock().expect("bundle releases lock"));
         let sends = releases.into_iter().map(|(agent, group, indexes)| async move {
-            let request = v1::ReleaseBundlesRequest { placement_group_id: group.clone(), bundle_indexes: indexes };
-            if let Err(s) = self.leases.release_bundles(&agent, request).await {
-                tracing::warn!(group, agent, "could not free bundles: {}", s.message());
-            }
+            let request =
+                v1::ReleaseBundlesRequest { placement_group_id: group.clone(), bundle_indexes: indexes.clone() };
+            let failed = self.leases.release_bundles(&agent, request).await.err()?;
+            tracing::warn!(group, agent, "could not free bundles: {}", failed.message());
+            Some((agent, group, indexes))
         });
-        futures_util::future::join_all(sends).await;
+        let failed: Vec<(String, String, Vec<u32>)> =
+            futures_util::future::join_all(sends).await.into_iter().flatten().collect();
+        let alive: BTreeSet<String> = self.alive().iter().map(|n| format!("{}:{}", n.node_ip, n.agent_port)).collect();
+        let mut releases = self.releases.lock().expect("bundle releases lock");
+        releases.extend(failed.into_iter().filter(|(agent, _, _)| alive.contains(agent)));
     }
 }
 

@@ -196,7 +196,7 @@ impl ActorHost for CoreHost {
             owner: owner.address.clone(),
             max_task_retries: 0,
         };
-        if let Err(e) = self.actors.register(named) {
+        if let Err(e) = self.actors.register(named).await {
             let _ = owner.submitter.kill_actor(&actor_id, true).await;
             return Err(e.to_string());
         }
@@ -285,7 +285,7 @@ impl ActorHost for CoreHost {
                 _ => tracing::warn!("cannot end replica {name}: its lease is not known"),
             },
         }
-        let _ = self.actors.remove(name, NAMESPACE);
+        let _ = self.actors.remove(name, NAMESPACE).await;
     }
 }
 

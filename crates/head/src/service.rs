@@ -122,7 +122,7 @@ impl head_service_server::HeadService for HeadService {
         &self,
         request: Request<v1::NamedActor>,
     ) -> Result<Response<v1::RegisterActorReply>, Status> {
-        self.actors.register(request.into_inner()).map_err(actor_status)?;
+        self.actors.register(request.into_inner()).await.map_err(actor_status)?;
         Ok(Response::new(v1::RegisterActorReply {}))
     }
 
@@ -145,7 +145,7 @@ impl head_service_server::HeadService for HeadService {
         request: Request<v1::GetActorRequest>,
     ) -> Result<Response<v1::RemoveActorReply>, Status> {
         let r = request.into_inner();
-        self.actors.remove(&r.name, &r.namespace).map_err(actor_status)?;
+        self.actors.remove(&r.name, &r.namespace).await.map_err(actor_status)?;
         Ok(Response::new(v1::RemoveActorReply {}))
     }
 

@@ -8,6 +8,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 type Table = TableDefinition<'static, &'static str, &'static [u8]>;
 const NODES: Table = TableDefinition::new("nodes");
@@ -39,6 +40,16 @@ fn db_err(e: impl std::fmt::Display) -> StoreError {
 
 pub struct Store {
     db: Database,
+}
+
+/// Runs a database write on a blocking thread: a commit syncs the disk, which must not
+/// hold up an async thread. Callers order their writes themselves (ADR 0031).
+pub async fn off_thread<T: Send + 'static>(
+    store: &Arc<Store>,
+    write: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || write(&store)).await.map_err(|e| StoreError::Db(e.to_string()))?
 }
 
 impl Store {

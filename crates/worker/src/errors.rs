@@ -41,10 +41,31 @@ impl From<tonic::Status> for WorkerError {
             Code::InvalidArgument | Code::OutOfRange => Self::Invalid(message),
             Code::NotFound => Self::NotFound(message),
             Code::AlreadyExists => Self::Exists(message),
+            // The client's own error (no answer came) names its cause; else the answer does.
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
-                Self::Unreachable(oxray_rpc::root_cause(&status))
+                Self::Unreachable(std::error::Error::source(&status).map(oxray_rpc::root_cause).unwrap_or(message))
             }
             _ => Self::Failed(message),
+        }
+    }
+}
+
+/// How a failure is answered to another process, so it becomes the same kind there.
+impl From<WorkerError> for tonic::Status {
+    fn from(e: WorkerError) -> Self {
+        let message = e.to_string();
+        match e {
+            WorkerError::Invalid(_) => Self::invalid_argument(message),
+            WorkerError::NotFound(_) => Self::not_found(message),
+            WorkerError::Exists(_) => Self::already_exists(message),
+            WorkerError::NoCluster | WorkerError::Connect(_) | WorkerError::Unreachable(_) => {
+                Self::unavailable(message)
+            }
+            WorkerError::ActorDead(_) => Self::failed_precondition(message),
+            WorkerError::VersionMismatch(_)
+            | WorkerError::Start(_)
+            | WorkerError::Malformed(_)
+            | WorkerError::Failed(_) => Self::internal(message),
         }
     }
 }
@@ -61,5 +82,20 @@ mod tests {
         assert!(matches!(Status::invalid_argument("bad").into(), WorkerError::Invalid(_)));
         assert!(matches!(Status::new(Code::Unavailable, "down").into(), WorkerError::Unreachable(_)));
         assert!(matches!(Status::internal("boom").into(), WorkerError::Failed(_)));
+        let unreachable: WorkerError = Status::new(Code::Unavailable, "down").into();
+        assert_eq!(unreachable.to_string(), "down", "the message, not the status's whole text");
+    }
+
+    #[test]
+    fn a_kind_answered_to_another_process_is_the_same_kind_there() {
+        for e in [
+            WorkerError::Invalid("a".into()),
+            WorkerError::NotFound("b".into()),
+            WorkerError::Exists("c".into()),
+            WorkerError::Failed("d".into()),
+        ] {
+            let kind = std::mem::discriminant(&e);
+            assert_eq!(std::mem::discriminant(&WorkerError::from(Status::from(e))), kind);
+        }
     }
 }

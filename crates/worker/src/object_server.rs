@@ -66,7 +66,7 @@ impl object_service_server::ObjectService for Service {
 
     async fn kill_actor(&self, request: Request<v1::KillActorRequest>) -> Result<Response<v1::KillActorReply>, Status> {
         let r = request.into_inner();
-        self.actors.kill(&r.actor_id, r.no_restart).await.map_err(|e| Status::failed_precondition(e.to_string()))?;
+        self.actors.kill(&r.actor_id, r.no_restart).await?;
         Ok(Response::new(v1::KillActorReply {}))
     }
 

@@ -41,7 +41,8 @@ pub(super) fn plan(table: &Table, nodes: &[NodeInfo], now_ms: u64) -> Round {
         reserved.entry(node_id).or_default().add(&job.resources);
     }
     for id in &table.order {
-        let Some(current) = table.records.get(id) else { continue };
+        // A job the round already changed (failed with its node) is seen as changed.
+        let Some(current) = round.changed.get(id).or_else(|| table.records.get(id)) else { continue };
         if current.status != JobStatus::Pending || current.stop_requested {
             continue;
         }
@@ -89,12 +90,7 @@ mod tests {
     use crate::jobs::tests::sample_job;
     use oxray_types::NodeState;
 
-    fn node(cpus: f64) -> NodeInfo {
-        let mut node = crate::membership::tests::sample_node("n");
-        node.resources_total = [("CPU".to_string(), cpus)].into_iter().collect();
-        node.agent_port = 7000;
-        node
-    }
+    use crate::membership::tests::node_with as node;
 
     fn job(id: &str, cpus: f64) -> JobRecord {
         JobRecord { resources: [("CPU".to_string(), cpus)].into_iter().collect(), ..sample_job(id) }
@@ -137,6 +133,8 @@ mod tests {
         let alive = node(2.0);
         let lost = JobRecord { driver_node_id: Some(dead.node_id.clone()), ..job("lost", 1.0) };
         let round = plan(&table(vec![lost, job("next", 2.0)]), &[dead, alive.clone()], 5);
+        let sent: Vec<&str> = round.dispatches.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(sent, vec!["next"], "nothing is sent to a dead node");
         assert_eq!(round.changed["lost"].status, JobStatus::Failed);
         assert_eq!(round.changed["lost"].error_type.as_deref(), Some(error_types::NODE_DIED));
         assert_eq!(round.changed["next"].driver_node_id, Some(alive.node_id));

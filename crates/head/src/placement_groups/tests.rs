@@ -4,12 +4,7 @@ use super::*;
 use crate::events::Events;
 use tonic::Status;
 
-pub fn node(cpus: f64) -> NodeInfo {
-    let mut node = crate::membership::tests::sample_node("n");
-    node.resources_total = [("CPU".to_string(), cpus)].into_iter().collect();
-    node.agent_port = 7000;
-    node
-}
+pub use crate::membership::tests::node_with as node;
 
 pub(in crate::placement_groups) fn group(id: &str, strategy: Strategy, cpus: &[f64]) -> Group {
     Group {
@@ -32,6 +27,8 @@ pub(in crate::placement_groups) fn group(id: &str, strategy: Strategy, cpus: &[f
 #[derive(Default)]
 struct FakeAgents {
     refusing: Mutex<BTreeSet<String>>,
+    /// Agents that cannot be reached to free bundles.
+    unreachable: Mutex<BTreeSet<String>>,
     calls: Mutex<Vec<String>>,
 }
 
@@ -55,7 +52,10 @@ impl Leases for FakeAgents {
         let indexes: BTreeSet<u32> = r.bundle_indexes.into_iter().collect();
         let call = format!("release {agent} {} {indexes:?}", r.placement_group_id);
         self.calls.lock().unwrap().push(call);
-        Ok(())
+        match self.unreachable.lock().unwrap().contains(agent) {
+            true => Err(Status::unavailable("connection refused")),
+            false => Ok(()),
+        }
     }
 }
 
@@ -89,6 +89,7 @@ impl Fixture {
         self.groups.create(request).unwrap().placement_group_id
     }
 
+    /// A round as `run` makes it, with the releases it queued sent before it ends.
     async fn round(&self) {
         self.groups.forget_dead_nodes();
         self.groups.place_waiting().await;
@@ -109,8 +110,10 @@ fn agent(port: u16) -> String {
     format!("127.0.0.1:{port}")
 }
 
+/// A node whose agent listens on `port`; nodes sort (and are asked) by port.
 fn on_port(cpus: f64, port: u16) -> NodeInfo {
-    NodeInfo { agent_port: port, ..node(cpus) }
+    let node_id = format!("{port:056x}").parse().unwrap();
+    NodeInfo { agent_port: port, node_id, ..node(cpus) }
 }
 
 #[tokio::test]
@@ -130,7 +133,7 @@ async fn a_refusing_node_leaves_the_group_waiting_and_the_other_nodes_give_their
     f.agents.refusing.lock().unwrap().insert(agent(7002));
     let id = f.create(v1::PlacementStrategy::StrictSpread, &[1.0, 1.0]);
     f.round().await;
-    // Every reservation made before the refusal is given back, whichever node was asked first.
+    // The node on 7001 is asked first and reserves; the one on 7002 refuses; 7001 gives back.
     let calls = f.calls();
     let granted: Vec<String> = calls
         .iter()
@@ -139,6 +142,7 @@ async fn a_refusing_node_leaves_the_group_waiting_and_the_other_nodes_give_their
         .collect();
     let released: Vec<String> = calls.iter().filter(|c| c.starts_with("release")).cloned().collect();
     assert_eq!(granted, released, "{calls:?}");
+    assert_eq!(granted.len(), 1, "{calls:?}");
     assert!(calls.iter().any(|c| c.starts_with(&format!("reserve {}", agent(7002)))), "{calls:?}");
     assert_eq!(f.state(&id).state, State::Pending as i32);
 
@@ -173,4 +177,23 @@ async fn bundles_on_a_dead_node_are_placed_again_elsewhere() {
     f.round().await;
     assert_eq!(f.calls(), vec![format!("reserve {} {id} {{0}}", agent(7002))]);
     assert_eq!(f.state(&id).bundle_agents, vec![agent(7002)]);
+}
+
+#[tokio::test]
+async fn a_release_that_fails_is_sent_again_while_its_node_lives() {
+    let a = on_port(2.0, 7001);
+    let f = Fixture::new(std::slice::from_ref(&a)).await;
+    let id = f.create(v1::PlacementStrategy::Pack, &[1.0]);
+    f.round().await;
+    f.groups.remove(&id).await.unwrap();
+    f.agents.unreachable.lock().unwrap().insert(agent(7001));
+    f.calls();
+    f.round().await;
+    f.round().await;
+    let release = format!("release {} {id} {{}}", agent(7001));
+    assert_eq!(f.calls(), vec![release.clone(), release]);
+    f.membership.unregister(&a.node_id, "gone").await.unwrap();
+    f.round().await;
+    f.round().await;
+    assert_eq!(f.calls(), vec![format!("release {} {id} {{}}", agent(7001))], "sent once more, then dropped");
 }
