@@ -380,15 +380,23 @@ impl JobManager {
 
     /// Places and starts jobs until `shutdown`; runs a round on every change and at least
     /// every half second (nodes joining or dying).
+    /// Starts are sent beside the rounds (an agent may take a while to answer) by tasks
+    /// the loop owns: they end with it.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut sending = tokio::task::JoinSet::new();
         loop {
             for d in self.round().await {
-                tokio::spawn(self.clone().dispatch(d));
+                sending.spawn(self.clone().dispatch(d));
             }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            let ticked = tokio::time::sleep(Duration::from_millis(500));
+            tokio::pin!(ticked);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = self.wake.notified() => break,
+                    _ = &mut ticked => break,
+                    Some(_) = sending.join_next(), if !sending.is_empty() => {}
+                }
             }
         }
     }

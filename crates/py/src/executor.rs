@@ -38,15 +38,15 @@ impl TaskExecutor {
     /// The next task, or None. `concurrent`: taken by one of a threaded actor's threads,
     /// so not the one task that `cancel` interrupts.
     #[pyo3(signature = (concurrent=false))]
-    fn next_task(&self, py: Python<'_>, concurrent: bool) -> Option<Task> {
+    fn next_task(&self, py: Python<'_>, concurrent: bool) -> PyResult<Option<Task>> {
         let task = py.detach(|| {
             if concurrent {
                 self.runtime.block_on(self.executor.next_concurrent())
             } else {
                 self.runtime.block_on(self.executor.next())
             }
-        })?;
-        Some(Task::new(py, task))
+        });
+        task.map(|t| Task::new(py, t)).transpose()
     }
 
     /// A waiting task (as `next_task`) or None, without waiting; EOFError once no more can
@@ -54,7 +54,7 @@ impl TaskExecutor {
     /// tasks arrive (see `notify_fd`).
     fn try_next_task(&self, py: Python<'_>) -> PyResult<Option<Task>> {
         match self.executor.try_next() {
-            Ok(task) => Ok(Some(Task::new(py, task))),
+            Ok(task) => Task::new(py, task).map(Some),
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => Ok(None),
             Err(_) => Err(pyo3::exceptions::PyEOFError::new_err("the worker is shutting down")),
         }

@@ -1,45 +1,49 @@
 //! What the core hands to Python as named records rather than positional tuples.
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList, PyString};
 
-/// A task for this worker to run.
+/// A task for this worker to run. Its fields are Python objects made once: the task loop
+/// reads some of them several times per task.
 #[pyclass(module = "oxray._native", frozen, get_all)]
 pub struct Task {
-    pub task_id: String,
-    pub name: String,
+    pub task_id: Py<PyString>,
+    pub name: Py<PyString>,
     pub function: Py<PyBytes>,
     pub args: Py<PyBytes>,
-    /// `(object_id, data)` of the arguments passed by reference.
-    pub dependencies: Vec<(String, Py<PyBytes>)>,
+    /// `[(object_id, data)]` of the arguments passed by reference.
+    pub dependencies: Py<PyList>,
     pub actor_creation: bool,
-    pub actor_method: String,
+    pub actor_method: Py<PyString>,
     pub num_returns: u32,
-    pub result_store: String,
+    pub result_store: Py<PyString>,
     pub streaming: bool,
     /// The lease's GPUs, as "0,1".
-    pub gpu_ids: String,
+    pub gpu_ids: Py<PyString>,
     /// How often an actor being created was restarted before.
     pub restarts: u32,
 }
 
 impl Task {
-    pub fn new(py: Python<'_>, t: oxray_worker::Incoming) -> Self {
+    pub fn new(py: Python<'_>, t: oxray_worker::Incoming) -> PyResult<Self> {
         let bytes = |data: &[u8]| PyBytes::new(py, data).unbind();
-        Self {
-            dependencies: t.dependencies.iter().map(|(id, data)| (id.clone(), bytes(data))).collect(),
+        let text = |s: &str| PyString::new(py, s).unbind();
+        let dependencies = t.dependencies.iter().map(|(id, data)| (id.as_str(), PyBytes::new(py, data)));
+        let gpu_ids = t.gpu_ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        Ok(Self {
+            task_id: text(&t.task_id),
+            name: text(&t.name),
             function: bytes(&t.function),
             args: bytes(&t.args),
-            gpu_ids: t.gpu_ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
-            task_id: t.task_id,
-            name: t.name,
+            dependencies: PyList::new(py, dependencies)?.unbind(),
             actor_creation: t.actor_creation,
-            actor_method: t.actor_method,
+            actor_method: text(&t.actor_method),
             num_returns: t.num_returns,
-            result_store: t.result_store,
+            result_store: text(&t.result_store),
             streaming: t.streaming,
+            gpu_ids: text(&gpu_ids),
             restarts: t.restarts,
-        }
+        })
     }
 }
 

@@ -20,8 +20,9 @@ impl WorkerPool {
         });
     }
 
-    /// Takes back the leases of actors whose worker died, and tells their owners.
-    fn reap_dead_actors(&self) {
+    /// Takes back the leases of actors whose worker died; returns the owners to tell,
+    /// with `(owner, actor id, worker address)`.
+    fn reap_dead_actors(&self) -> Vec<(String, String, String)> {
         let dead: Vec<(String, String, String, String)> = self
             .lock()
             .leases
@@ -32,22 +33,31 @@ impl WorkerPool {
                 exited.then(|| (id.clone(), l.actor_id.clone(), l.worker.address.clone(), owner))
             })
             .collect();
+        let mut owners = Vec::with_capacity(dead.len());
         for (lease_id, actor_id, address, owner) in dead {
             tracing::info!(actor = %actor_id, lease = %lease_id, "an actor's worker died; telling its owner");
             self.give_back(&lease_id, true, (ExitType::SystemError, "the actor's worker died"));
-            let token = self.env.token.clone();
-            tokio::spawn(async move {
-                if let Err(e) = tell_owner(&owner, &token, actor_id, address).await {
-                    tracing::debug!(owner, "the actor's owner was not told: {e}");
-                }
-            });
+            owners.push((owner, actor_id, address));
         }
+        owners
     }
 
-    /// Takes back the leases whose owner on this machine has died, and retires warm workers
-    /// that waited too long (and idle ones that died).
-    pub fn reap(&self) {
-        self.reap_dead_actors();
+    /// Tells the owners of actors whose worker died, all at once, each within `OWNER_WAIT`
+    /// (an owner that does not answer learns of it when its next call breaks).
+    async fn tell_owners(&self, owners: Vec<(String, String, String)>) {
+        let token = &self.env.token;
+        let told = owners.into_iter().map(|(owner, actor_id, address)| async move {
+            match tokio::time::timeout(OWNER_WAIT, tell_owner(&owner, token, actor_id, address)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(owner, "the actor's owner was not told: {e}"),
+                Err(_) => tracing::debug!(owner, "the actor's owner did not answer in {OWNER_WAIT:?}"),
+            }
+        });
+        futures_util::future::join_all(told).await;
+    }
+
+    /// Forgets idle workers that died and retires warm ones that waited too long.
+    fn retire_idle(&self) {
         let now = worker_records::now_ms();
         let mut state = self.lock();
         let State { idle, records, .. } = &mut *state;
@@ -62,7 +72,13 @@ impl WorkerPool {
             }
             keep
         });
-        drop(state);
+    }
+
+    /// Takes back the leases whose owner on this machine has died, and retires warm workers
+    /// that waited too long (and idle ones that died).
+    pub async fn reap(&self) {
+        let owners = self.reap_dead_actors();
+        self.retire_idle();
         let here = oxray_config::procs::identity();
         let orphaned: Vec<String> = self
             .lock()
@@ -75,6 +91,7 @@ impl WorkerPool {
             tracing::info!(lease = %id, "the lease's owner died; taking the worker back");
             self.give_back(&id, true, (ExitType::IntendedSystemExit, "the process that held its lease died"));
         }
+        self.tell_owners(owners).await;
     }
 
     /// Ends the worker of the newest task lease (else actor lease) when `over` (read now)
@@ -112,6 +129,9 @@ impl WorkerPool {
     }
 }
 
+/// How long an actor's owner is given to hear that its worker died.
+const OWNER_WAIT: Duration = Duration::from_secs(3);
+
 /// Tells an actor's owner that its worker died (the owner restarts it, or records it dead).
 async fn tell_owner(owner: &str, token: &str, actor_id: String, address: String) -> Result<(), String> {
     let token = oxray_rpc::Token::parse(token).map_err(|e| e.to_string())?;
@@ -143,7 +163,7 @@ pub fn reap_periodically(pool: &Arc<WorkerPool>) {
         loop {
             tick.tick().await;
             match pool.upgrade() {
-                Some(p) => p.reap(),
+                Some(p) => p.reap().await,
                 None => return,
             }
         }
