@@ -16,7 +16,7 @@ use tonic::Status;
 mod processes;
 mod reaping;
 
-pub use reaping::reap_periodically;
+pub use reaping::{reap_periodically, OWNER_WAIT};
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The variable by which a library (Train) names the modules its workers load at start.
@@ -149,6 +149,8 @@ pub struct WorkerPool {
     /// Prepares runtime_envs (packages, virtualenvs), cached on this node.
     envs: Arc<crate::envs::EnvCache>,
     gpus: crate::gpus::SharedGpus,
+    /// The processes that own actors, told when an actor's worker dies.
+    owners: Arc<dyn oxray_rpc::Owners>,
 }
 
 /// The refusal of a lease that waited its time for this node's free resources: the asker
@@ -177,6 +179,7 @@ impl WorkerPool {
         env: WorkerEnv,
         envs: Arc<crate::envs::EnvCache>,
         gpus: crate::gpus::SharedGpus,
+        owners: Arc<dyn oxray_rpc::Owners>,
     ) -> Self {
         Self {
             state: Mutex::new(State { ledger: Ledger::new(total), ..Default::default() }),
@@ -185,6 +188,7 @@ impl WorkerPool {
             env,
             envs,
             gpus,
+            owners,
         }
     }
 

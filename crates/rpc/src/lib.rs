@@ -6,6 +6,7 @@ mod client;
 pub mod frames;
 mod leases;
 mod local;
+mod owners;
 mod socket;
 
 pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
@@ -16,6 +17,7 @@ pub use client::{
 
 pub use leases::{LeaseClients, Leases};
 pub use local::{connect, connect_lazy, dial_address, incoming, Conn};
+pub use owners::{OwnerClients, Owners};
 pub use socket::{Room, Socket, SocketStream, StdSocket};
 
 /// A gRPC server as every oxray process runs one. The stream limit is announced

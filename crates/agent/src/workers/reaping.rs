@@ -45,12 +45,10 @@ impl WorkerPool {
     /// Tells the owners of actors whose worker died, all at once, each within `OWNER_WAIT`
     /// (an owner that does not answer learns of it when its next call breaks).
     async fn tell_owners(&self, owners: Vec<(String, String, String)>) {
-        let token = &self.env.token;
         let told = owners.into_iter().map(|(owner, actor_id, address)| async move {
-            match tokio::time::timeout(OWNER_WAIT, tell_owner(&owner, token, actor_id, address)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::debug!(owner, "the actor's owner was not told: {e}"),
-                Err(_) => tracing::debug!(owner, "the actor's owner did not answer in {OWNER_WAIT:?}"),
+            let request = v1::ActorFailedRequest { actor_id, address };
+            if let Err(s) = self.owners.actor_failed(&owner, request).await {
+                tracing::debug!(owner, "the actor's owner was not told: {}", s.message());
             }
         });
         futures_util::future::join_all(told).await;
@@ -130,22 +128,7 @@ impl WorkerPool {
 }
 
 /// How long an actor's owner is given to hear that its worker died.
-const OWNER_WAIT: Duration = Duration::from_secs(3);
-
-/// Tells an actor's owner that its worker died (the owner restarts it, or records it dead).
-async fn tell_owner(owner: &str, token: &str, actor_id: String, address: String) -> Result<(), String> {
-    let token = oxray_rpc::Token::parse(token).map_err(|e| e.to_string())?;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{owner}"))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(3))
-        .connect()
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut client =
-        v1::object_service_client::ObjectServiceClient::with_interceptor(channel, oxray_rpc::ClientAuth::new(&token));
-    client.actor_failed(v1::ActorFailedRequest { actor_id, address }).await.map_err(|s| s.message().to_string())?;
-    Ok(())
-}
+pub const OWNER_WAIT: Duration = Duration::from_secs(3);
 
 /// Whether `owner` ran on this machine, in this pid space, and is no more.
 fn owner_is_gone(owner: &v1::ProcessIdentity, here: &oxray_config::procs::Identity) -> bool {
@@ -168,4 +151,78 @@ pub fn reap_periodically(pool: &Arc<WorkerPool>) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Status;
+
+    /// Owners that note what they are told.
+    #[derive(Default)]
+    struct FakeOwners {
+        told: Mutex<Vec<String>>,
+    }
+
+    #[tonic::async_trait]
+    impl oxray_rpc::Owners for FakeOwners {
+        async fn actor_failed(&self, owner: &str, r: v1::ActorFailedRequest) -> Result<(), Status> {
+            self.told.lock().unwrap().push(format!("{owner} {} {}", r.actor_id, r.address));
+            Ok(())
+        }
+    }
+
+    fn pool(owners: Arc<FakeOwners>, dir: &std::path::Path) -> WorkerPool {
+        let token = oxray_rpc::Token::generate();
+        let head = oxray_rpc::connect_head_lazy("127.0.0.1:1", &token, Duration::from_secs(1)).unwrap();
+        let env = WorkerEnv {
+            head_address: "127.0.0.1:1".into(),
+            token: token.as_str().to_string(),
+            node_id: Default::default(),
+            logs: dir.join("logs"),
+            node_ip: "127.0.0.1".into(),
+            agent_address: Default::default(),
+        };
+        let envs = Arc::new(crate::envs::EnvCache::new(dir.join("envs"), head));
+        let gpus = Arc::new(Mutex::new(crate::gpus::GpuPool::new(0)));
+        WorkerPool::new(ResourceSet::new(), env, envs, gpus, owners)
+    }
+
+    /// An actor's lease whose worker is the process `command` runs.
+    fn actor_lease(command: &[&str], owner: &str) -> Lease {
+        let worker = Worker {
+            id: "w1".into(),
+            kind: WorkerKind { python: "python3".into(), env_vars: Vec::new(), runtime_env: String::new() },
+            address: "127.0.0.1:4000".into(),
+            child: tokio::process::Command::new(command[0]).args(&command[1..]).kill_on_drop(true).spawn().unwrap(),
+            since: std::time::Instant::now(),
+        };
+        Lease {
+            worker,
+            resources: ResourceSet::new(),
+            bundle: None,
+            owner: None,
+            notify: Some(owner.into()),
+            actor_id: "actor-1".into(),
+            blocked: false,
+            gpu_ids: Vec::new(),
+            granted: 1,
+            ended_for: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_owner_of_an_actor_whose_worker_died_is_told_once_and_the_lease_taken_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let owners = Arc::new(FakeOwners::default());
+        let pool = pool(owners.clone(), dir.path());
+        pool.lock().leases.insert("dead".into(), actor_lease(&["true"], "10.0.0.9:5000"));
+        pool.lock().leases.insert("alive".into(), actor_lease(&["sleep", "30"], "10.0.0.9:5000"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        pool.reap().await;
+        pool.reap().await;
+        assert_eq!(*owners.told.lock().unwrap(), vec!["10.0.0.9:5000 actor-1 127.0.0.1:4000"]);
+        let leases: Vec<String> = pool.lock().leases.keys().cloned().collect();
+        assert_eq!(leases, vec!["alive"], "the live actor keeps its lease");
+    }
 }
