@@ -210,7 +210,7 @@ impl JoinedAgent {
         tokio::spawn(cluster_view::follow(self.client.clone(), view.clone(), shutdown.clone()));
         let local = leases::LocalNode {
             node_id: self.node_id.clone(),
-            agent: format!("{}:{}", self.node.node_ip, self.node.agent_port),
+            agent: self.node.agent_address(),
             labels: self.config.labels.clone(),
         };
         let leases = oxray_proto::v1::lease_service_server::LeaseServiceServer::with_interceptor(

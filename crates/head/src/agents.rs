@@ -39,7 +39,7 @@ impl Agents {
         if let Some(client) = clients.get(&node.node_id) {
             return Ok(client.clone());
         }
-        let address = format!("{}:{}", node.node_ip, node.agent_port);
+        let address = node.agent_address();
         let client = connect_agent_lazy(&address, &self.token, Duration::from_secs(30))
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         clients.insert(node.node_id.clone(), client.clone());

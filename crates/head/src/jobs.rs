@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use oxray_api_types::{new_submission_id, not_found, ApiError, JobDetails, SubmitRequest};
 use oxray_http::ByteStream;
 use oxray_proto::v1;
-use oxray_rpc::{AgentClient, Token};
+use oxray_rpc::{AgentClient, AgentJobs, Token};
 use oxray_types::{error_types, now_ms, JobRecord, JobStatus, NodeId, NodeInfo};
 use round::Dispatch;
 use std::collections::{HashMap, HashSet};
@@ -41,6 +41,8 @@ pub struct JobManager {
     events: Arc<Events>,
     packages: Packages,
     agents: Arc<Agents>,
+    /// Where jobs are started and stopped: the node agents' services.
+    starts: Arc<dyn AgentJobs>,
     wake: Notify,
     /// Bumped on every status change, for waiters.
     changed: watch::Sender<u64>,
@@ -63,6 +65,7 @@ impl JobManager {
         events: Arc<Events>,
         packages: Packages,
         token: Token,
+        starts: Arc<dyn AgentJobs>,
     ) -> Result<Self, crate::StoreError> {
         let mut records = store.load_jobs()?;
         records.sort_by(|a, b| (a.start_time, &a.submission_id).cmp(&(b.start_time, &b.submission_id)));
@@ -77,6 +80,7 @@ impl JobManager {
             events,
             packages,
             agents,
+            starts,
             wake: Notify::new(),
             changed: watch::channel(0).0,
         })
@@ -240,11 +244,8 @@ impl JobManager {
         let node = self.membership.get(&node_id);
         let result = match node {
             Some(node) if node.is_alive() => {
-                let mut agent = self.agent(&node)?;
-                agent
-                    .stop_job(v1::StopJobRequest { submission_id: id.to_string() })
-                    .await
-                    .map(|r| r.into_inner().was_running)
+                let request = v1::StopJobRequest { submission_id: id.to_string() };
+                self.starts.stop_job(&node.agent_address(), request).await
             }
             _ => Ok(false),
         };
@@ -355,11 +356,7 @@ impl JobManager {
     }
 
     async fn dispatch(self: Arc<Self>, d: Dispatch) {
-        let result = match self.agent(&d.node) {
-            Ok(mut agent) => agent.start_job(d.request).await.map(|_| ()),
-            Err(e) => Err(tonic::Status::internal(e.to_string())),
-        };
-        let Err(status) = result else { return };
+        let Err(status) = self.starts.start_job(&d.node.agent_address(), d.request).await else { return };
         tracing::warn!(job = %d.id, node = %d.node.node_id, "starting the job failed: {}", status.message());
         match status.code() {
             // The node may come back (or be declared dead); try again next round.
@@ -497,10 +494,4 @@ impl oxray_http::JobsApi for Api {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    pub fn sample_job(id: &str) -> JobRecord {
-        JobRecord::pending(id.into(), "echo hi".into(), now_ms())
-    }
-}
+pub(crate) mod tests;

@@ -39,6 +39,9 @@ use tokio_util::sync::CancellationToken;
 /// How long the head waits for an agent to reserve or free a placement group's bundles.
 const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the head waits for an agent to start or stop a job's entrypoint.
+const JOB_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 fn agent_leases(token: &Token) -> Arc<dyn oxray_rpc::Leases> {
     Arc::new(oxray_rpc::LeaseClients::new(token.clone(), Some(AGENT_CALL_TIMEOUT)))
 }
@@ -117,6 +120,7 @@ impl Head {
             events.clone(),
             packages,
             config.token.clone(),
+            Arc::new(oxray_rpc::AgentJobClients::new(config.token.clone(), JOB_CALL_TIMEOUT)),
         )?);
         let actors = Arc::new(actors::Actors::open(store.clone())?);
         let groups =

@@ -467,7 +467,7 @@ impl PlacementGroups {
         });
         let failed: Vec<(String, String, Vec<u32>)> =
             futures_util::future::join_all(sends).await.into_iter().flatten().collect();
-        let alive: BTreeSet<String> = self.alive().iter().map(|n| format!("{}:{}", n.node_ip, n.agent_port)).collect();
+        let alive: BTreeSet<String> = self.alive().iter().map(|n| n.agent_address()).collect();
         let mut releases = self.releases.lock().expect("bundle releases lock");
         releases.extend(failed.into_iter().filter(|(agent, _, _)| alive.contains(agent)));
     }

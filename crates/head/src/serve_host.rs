@@ -59,7 +59,7 @@ impl CoreHost {
             .iter()
             .find(|n| n.is_head_node)
             .or_else(|| usable.first())
-            .map(|n| format!("{}:{}", n.node_ip, n.agent_port))
+            .map(|n| n.agent_address())
             .ok_or_else(|| "no alive node can run replicas".to_string())
     }
 
@@ -67,7 +67,7 @@ impl CoreHost {
         self.membership
             .snapshot()
             .into_iter()
-            .find(|n| format!("{}:{}", n.node_ip, n.agent_port) == agent)
+            .find(|n| n.agent_address() == agent)
             .map(|n| n.node_id.hex())
             .unwrap_or_default()
     }

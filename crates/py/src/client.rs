@@ -341,7 +341,7 @@ impl Client {
     fn open_store(&self) -> Option<Arc<oxray_worker::NodeStore>> {
         let nodes = self.cluster.nodes().ok()?;
         let agent = self.local_node().ok()?.agent;
-        let node = nodes.iter().find(|n| format!("{}:{}", n.node_ip, n.agent_port) == agent)?;
+        let node = nodes.iter().find(|n| n.agent_address() == agent)?;
         let (memory, spill) = oxray_worker::object_store_dirs(node.agent_port);
         let owner = std::fs::read_to_string(memory.join("node")).ok()?;
         if owner.trim() != node.node_id.hex() {
@@ -371,11 +371,7 @@ impl Client {
             .or_else(|| usable.iter().find(|n| n.is_head_node))
             .or_else(|| usable.first())
             .ok_or_else(|| PyRuntimeError::new_err("no alive node can run tasks"))?;
-        let found = LocalNode {
-            agent: format!("{}:{}", node.node_ip, node.agent_port),
-            ip: node.node_ip.clone(),
-            id: node.node_id.hex(),
-        };
+        let found = LocalNode { agent: node.agent_address(), ip: node.node_ip.clone(), id: node.node_id.hex() };
         *slot = Some(found.clone());
         Ok(found)
     }

@@ -54,13 +54,6 @@ pub fn connect_agent_lazy(address: &str, token: &Token, call_timeout: Duration) 
     Ok(AgentServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 
-/// A node agent's lease service (worker leases, placement group bundles), connected on
-/// first use.
-pub fn connect_leases_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<LeaseClient, RpcError> {
-    let channel = crate::local::connect_lazy(endpoint(address, call_timeout)?);
-    Ok(LeaseServiceClient::with_interceptor(channel, ClientAuth::new(token)))
-}
-
 /// A process's object server, connected on first use.
 pub fn connect_objects_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<ObjectClient, RpcError> {
     let channel = crate::local::connect_lazy(endpoint(address, call_timeout)?);

@@ -1,18 +1,21 @@
 //! Clients and server plumbing for the control plane: the cluster token, the auth
 //! interceptors, and connecting to a head.
 
+mod agent_jobs;
 mod auth;
 mod client;
+mod clients;
 pub mod frames;
 mod leases;
 mod local;
 mod owners;
 mod socket;
 
+pub use agent_jobs::{AgentJobClients, AgentJobs};
 pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
 pub use client::{
-    connect_agent_lazy, connect_head, connect_head_lazy, connect_leases_lazy, connect_objects_lazy, explain,
-    root_cause, AgentClient, HeadClient, LeaseClient, ObjectClient, RpcError,
+    connect_agent_lazy, connect_head, connect_head_lazy, connect_objects_lazy, explain, root_cause, AgentClient,
+    HeadClient, LeaseClient, ObjectClient, RpcError,
 };
 
 pub use leases::{LeaseClients, Leases};

@@ -42,6 +42,11 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
+    /// Where the node's agent serves (its lease and agent services).
+    pub fn agent_address(&self) -> String {
+        format!("{}:{}", self.node_ip, self.agent_port)
+    }
+
     /// A node as its agent (this process) joins: alive, all of `resources` free, started now.
     pub fn joining(node_id: NodeId, node_ip: &str, node_name: &str, resources: ResourceSet) -> Self {
         NodeInfo {

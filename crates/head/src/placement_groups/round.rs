@@ -33,8 +33,7 @@ pub(super) fn plan(groups: &[Group], nodes: &[NodeInfo]) -> Vec<Reservation> {
         .collect();
     let mut waiting: Vec<&Group> = groups.iter().filter(|g| g.nodes.iter().any(Option::is_none)).collect();
     waiting.sort_by_key(|g| g.created_at_ms);
-    let agent_of =
-        |id: &str| nodes.iter().find(|n| n.node_id.hex() == id).map(|n| format!("{}:{}", n.node_ip, n.agent_port));
+    let agent_of = |id: &str| nodes.iter().find(|n| n.node_id.hex() == id).map(|n| n.agent_address());
     let mut out = Vec::new();
     for group in waiting {
         let placed: Vec<Option<String>> = group.nodes.iter().map(|n| n.as_ref().map(|n| n.0.clone())).collect();
