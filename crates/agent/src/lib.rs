@@ -120,7 +120,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
         },
         cache.clone(),
         gpus.clone(),
-        Arc::new(oxray_rpc::OwnerClients::new(config.token.clone(), workers::OWNER_WAIT)),
+        Arc::new(oxray_rpc::OwnerClients::new(config.token.clone())),
     ));
     workers::reap_periodically(&pool);
     pool.watch_memory(config.memory_monitor);

@@ -16,7 +16,7 @@ use tonic::Status;
 mod processes;
 mod reaping;
 
-pub use reaping::{reap_periodically, OWNER_WAIT};
+pub use reaping::reap_periodically;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The variable by which a library (Train) names the modules its workers load at start.

@@ -26,7 +26,7 @@ struct Table {
     records: HashMap<String, JobRecord>,
     /// Submission order.
     order: Vec<String>,
-    /// Jobs whose start the agent acknowledged since this head started.
+    /// Jobs whose start was sent (and not refused as unreachable) since this head started.
     dispatched: HashSet<String>,
 }
 

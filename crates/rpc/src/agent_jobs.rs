@@ -22,7 +22,13 @@ const AGENTS_KEPT: usize = 4096;
 
 impl AgentJobClients {
     pub fn new(token: Token, call_timeout: Duration) -> Self {
-        Self(Clients::new(token, Some(call_timeout), AGENTS_KEPT, AgentServiceClient::with_interceptor))
+        Self(Clients::new(
+            token,
+            Duration::from_secs(3),
+            Some(call_timeout),
+            AGENTS_KEPT,
+            AgentServiceClient::with_interceptor,
+        ))
     }
 }
 

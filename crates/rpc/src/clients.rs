@@ -21,8 +21,13 @@ pub(crate) struct Clients<C> {
 }
 
 impl<C: Clone> Clients<C> {
-    pub fn new(token: Token, call_timeout: Option<Duration>, kept: usize, make: fn(Channel, ClientAuth) -> C) -> Self {
-        let connect_timeout = Duration::from_secs(5).min(call_timeout.unwrap_or(Duration::MAX));
+    pub fn new(
+        token: Token,
+        connect_timeout: Duration,
+        call_timeout: Option<Duration>,
+        kept: usize,
+        make: fn(Channel, ClientAuth) -> C,
+    ) -> Self {
         Self { token, connect_timeout, call_timeout, kept, make, clients: Mutex::new(HashMap::new()) }
     }
 
@@ -62,7 +67,9 @@ mod tests {
     use super::*;
 
     fn clients(kept: usize) -> Clients<Channel> {
-        Clients::new(Token::generate(), Some(Duration::from_secs(1)), kept, |channel, _| channel)
+        Clients::new(Token::generate(), Duration::from_secs(1), Some(Duration::from_secs(1)), kept, |channel, _| {
+            channel
+        })
     }
 
     #[tokio::test]

@@ -33,7 +33,13 @@ impl LeaseClients {
     /// `call_timeout` `None`: calls wait as long as the agent takes (a lease pinned to a
     /// full node waits for room there).
     pub fn new(token: Token, call_timeout: Option<Duration>) -> Self {
-        Self(Clients::new(token, call_timeout, AGENTS_KEPT, LeaseServiceClient::with_interceptor))
+        Self(Clients::new(
+            token,
+            Duration::from_secs(5),
+            call_timeout,
+            AGENTS_KEPT,
+            LeaseServiceClient::with_interceptor,
+        ))
     }
 }
 

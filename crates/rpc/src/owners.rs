@@ -12,19 +12,20 @@ use tonic::Status;
 #[tonic::async_trait]
 pub trait Owners: Send + Sync + 'static {
     /// Tells an actor's owner that the actor's worker died: it restarts the actor or records
-    /// it dead.
+    /// it dead, and answers once it did (a restart takes as long as placing the actor).
     async fn actor_failed(&self, owner: &str, request: v1::ActorFailedRequest) -> Result<(), Status>;
 }
 
 /// The real object service clients, one per owner address. Owners come and go (each
-/// driver is one): a client is dropped when a call to it fails.
+/// driver is one): a client is dropped when its owner cannot be reached. Calls wait as
+/// long as the owner takes; an owner that cannot be reached is given up on at once.
 pub struct OwnerClients(Clients<ObjectClient>);
 
 const OWNERS_KEPT: usize = 256;
 
 impl OwnerClients {
-    pub fn new(token: Token, call_timeout: Duration) -> Self {
-        Self(Clients::new(token, Some(call_timeout), OWNERS_KEPT, ObjectServiceClient::with_interceptor))
+    pub fn new(token: Token) -> Self {
+        Self(Clients::new(token, Duration::from_secs(3), None, OWNERS_KEPT, ObjectServiceClient::with_interceptor))
     }
 }
 
@@ -32,7 +33,7 @@ impl OwnerClients {
 impl Owners for OwnerClients {
     async fn actor_failed(&self, owner: &str, request: v1::ActorFailedRequest) -> Result<(), Status> {
         let answered = self.0.get(owner)?.actor_failed(request).await;
-        if answered.is_err() {
+        if answered.as_ref().is_err_and(|s| s.code() == tonic::Code::Unavailable) {
             self.0.forget(owner);
         }
         answered.map(|_| ())

@@ -42,18 +42,6 @@ impl WorkerPool {
         owners
     }
 
-    /// Tells the owners of actors whose worker died, all at once, each within `OWNER_WAIT`
-    /// (an owner that does not answer learns of it when its next call breaks).
-    async fn tell_owners(&self, owners: Vec<(String, String, String)>) {
-        let told = owners.into_iter().map(|(owner, actor_id, address)| async move {
-            let request = v1::ActorFailedRequest { actor_id, address };
-            if let Err(s) = self.owners.actor_failed(&owner, request).await {
-                tracing::debug!(owner, "the actor's owner was not told: {}", s.message());
-            }
-        });
-        futures_util::future::join_all(told).await;
-    }
-
     /// Forgets idle workers that died and retires warm ones that waited too long.
     fn retire_idle(&self) {
         let now = worker_records::now_ms();
@@ -73,8 +61,9 @@ impl WorkerPool {
     }
 
     /// Takes back the leases whose owner on this machine has died, and retires warm workers
-    /// that waited too long (and idle ones that died).
-    pub async fn reap(&self) {
+    /// that waited too long (and idle ones that died). Returns the owners of actors whose
+    /// worker died, to tell (`tell_owner`).
+    pub fn reap(&self) -> Vec<(String, String, String)> {
         let owners = self.reap_dead_actors();
         self.retire_idle();
         let here = oxray_config::procs::identity();
@@ -89,7 +78,7 @@ impl WorkerPool {
             tracing::info!(lease = %id, "the lease's owner died; taking the worker back");
             self.give_back(&id, true, (ExitType::IntendedSystemExit, "the process that held its lease died"));
         }
-        self.tell_owners(owners).await;
+        owners
     }
 
     /// Ends the worker of the newest task lease (else actor lease) when `over` (read now)
@@ -127,9 +116,6 @@ impl WorkerPool {
     }
 }
 
-/// How long an actor's owner is given to hear that its worker died.
-pub const OWNER_WAIT: Duration = Duration::from_secs(3);
-
 /// Whether `owner` ran on this machine, in this pid space, and is no more.
 fn owner_is_gone(owner: &v1::ProcessIdentity, here: &oxray_config::procs::Identity) -> bool {
     if owner.boot_id != here.boot_id || owner.pid_namespace != here.pid_namespace || owner.pid == 0 {
@@ -138,16 +124,30 @@ fn owner_is_gone(owner: &v1::ProcessIdentity, here: &oxray_config::procs::Identi
     oxray_config::procs::start_ticks(owner.pid) != Some(owner.start_ticks)
 }
 
-/// Checks for dead lease owners until the pool is dropped.
+/// Tells an actor's owner that its worker died (`(owner, actor id, worker address)`); the
+/// owner answers once it restarted the actor, which may take a while.
+async fn tell_owner(owners: Arc<dyn oxray_rpc::Owners>, (owner, actor_id, address): (String, String, String)) {
+    let request = v1::ActorFailedRequest { actor_id, address };
+    if let Err(s) = owners.actor_failed(&owner, request).await {
+        tracing::debug!(owner, "the actor's owner was not told: {}", s.message());
+    }
+}
+
+/// Checks for dead lease owners until the pool is dropped. Owners are told by tasks the
+/// loop owns, beside it: a restart an owner makes before answering holds nothing up.
 pub fn reap_periodically(pool: &Arc<WorkerPool>) {
     let pool = Arc::downgrade(pool);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut telling = tokio::task::JoinSet::new();
         loop {
-            tick.tick().await;
-            match pool.upgrade() {
-                Some(p) => p.reap().await,
-                None => return,
+            tokio::select! {
+                _ = tick.tick() => {}
+                Some(_) = telling.join_next(), if !telling.is_empty() => continue,
+            }
+            let Some(pool) = pool.upgrade() else { return };
+            for owner in pool.reap() {
+                telling.spawn(tell_owner(pool.owners.clone(), owner));
             }
         }
     });
@@ -218,9 +218,15 @@ mod tests {
         let pool = pool(owners.clone(), dir.path());
         pool.lock().leases.insert("dead".into(), actor_lease(&["true"], "10.0.0.9:5000"));
         pool.lock().leases.insert("alive".into(), actor_lease(&["sleep", "30"], "10.0.0.9:5000"));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        pool.reap().await;
-        pool.reap().await;
+        let exited = async {
+            while pool.lock().leases.get_mut("dead").unwrap().worker.child.try_wait().unwrap().is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), exited).await.expect("`true` exits");
+        for told in [pool.reap(), pool.reap()].into_iter().flatten() {
+            tell_owner(pool.owners.clone(), told).await;
+        }
         assert_eq!(*owners.told.lock().unwrap(), vec!["10.0.0.9:5000 actor-1 127.0.0.1:4000"]);
         let leases: Vec<String> = pool.lock().leases.keys().cloned().collect();
         assert_eq!(leases, vec!["alive"], "the live actor keeps its lease");

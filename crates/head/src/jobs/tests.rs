@@ -114,8 +114,10 @@ async fn an_agent_out_of_reach_is_asked_again_and_one_that_refuses_fails_the_job
 }
 
 #[tokio::test]
-async fn a_waiting_job_stops_where_it_is_and_a_running_one_is_stopped_by_its_agent() {
+async fn a_waiting_job_stops_where_it_is_and_a_placed_one_is_stopped_by_its_agent_and_never_started() {
     let f = Fixture::new(2.0).await;
+    // The first start does not reach the agent: the placed job is to be sent again.
+    f.agents.starts.lock().unwrap().push_back(Err(Status::unavailable("connection refused")));
     f.submit("big", 2.0).await;
     f.submit("waits", 2.0).await;
     f.round().await;
@@ -125,5 +127,5 @@ async fn a_waiting_job_stops_where_it_is_and_a_running_one_is_stopped_by_its_age
     assert_eq!(f.asked(), vec!["start 127.0.0.1:7000 big", "stop 127.0.0.1:7000 big"]);
     assert!(f.job("big").stop_requested);
     f.round().await;
-    assert!(f.asked().is_empty(), "a stopped job is never started");
+    assert!(f.asked().is_empty(), "a job being stopped is not started again");
 }
