@@ -42,10 +42,6 @@ const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the head waits for an agent to start or stop a job's entrypoint.
 const JOB_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn agent_leases(token: &Token) -> Arc<dyn oxray_rpc::Leases> {
-    Arc::new(oxray_rpc::LeaseClients::new(token.clone(), Some(AGENT_CALL_TIMEOUT)))
-}
-
 #[derive(Debug, Clone)]
 pub struct HeadConfig {
     /// Interface the control plane listens on (all by default, so other machines can join).
@@ -123,8 +119,8 @@ impl Head {
             Arc::new(oxray_rpc::AgentJobClients::new(config.token.clone(), JOB_CALL_TIMEOUT)),
         )?);
         let actors = Arc::new(actors::Actors::open(store.clone())?);
-        let groups =
-            placement_groups::PlacementGroups::open(membership.clone(), agent_leases(&config.token), store.clone())?;
+        let leases = Arc::new(oxray_rpc::LeaseClients::new(config.token.clone(), Some(AGENT_CALL_TIMEOUT)));
+        let groups = placement_groups::PlacementGroups::open(membership.clone(), leases, store.clone())?;
         let states = Arc::new(task_states::TaskStates::new(config.max_ended_tasks));
         Ok(BoundHead { config, membership, jobs, events, actors, groups, states, store, control, http })
     }
