@@ -253,6 +253,38 @@ def test_with_parameters_and_resources(tune_cluster, storage):
     assert best.metrics["total"] == 9900 and best.metrics["ctx"] == best.metrics["trial_id"]
 
 
+def in_its_group(config):
+    import oxray
+    from oxray.util import get_current_placement_group
+
+    @oxray.remote(num_cpus=1)
+    def child():
+        return oxray.get_runtime_context().get_placement_group_id()
+
+    began = time.time()
+    group = get_current_placement_group()
+    children = oxray.get([child.remote() for _ in range(2)])
+    time.sleep(0.5)
+    bundles = tune.get_context().get_trial_resources().bundles
+    tune.report({"own_group": group is not None and children == [group.id.hex()] * 2, "bundles": len(bundles),
+                 "began": began, "ended": time.time()})
+
+
+def test_a_trial_of_several_bundles_runs_its_tasks_in_its_own_group(tune_cluster, storage):
+    """A PlacementGroupFactory's bundles are the trial's: its tasks run in its group, and
+    two trials that each need both CPUs of the cluster run one after the other."""
+    trainable = tune.with_resources(in_its_group, tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}]))
+    grid = Tuner(trainable, param_space={"k": tune.grid_search([1, 2])},
+                 run_config=RunConfig(name="bundles", storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0, [r.error for r in grid]
+    first, second = sorted((r.metrics for r in grid), key=lambda m: m["began"])
+    assert first["own_group"] and second["own_group"] and first["bundles"] == 2
+    assert second["began"] >= first["ended"], "the second trial waited for the first one's CPUs"
+    from oxray.util import placement_group_table
+
+    assert all(g["state"] == "REMOVED" for g in placement_group_table().values()), "groups end with their run"
+
+
 def train_style(config):
     from oxray import train
 

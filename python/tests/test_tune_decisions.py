@@ -11,7 +11,8 @@ from oxray import tune
 from oxray.tune import _trial
 from oxray.tune._result import Result, ResultGrid
 from oxray.tune._stopper import make_stopper
-from oxray.tune._trainable import resources_for
+from oxray.tune._pool import key_of
+from oxray.tune._trainable import TrialResources, resources_for
 from oxray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler, create_scheduler
 from oxray.tune.schedulers.asha import quantile
 from oxray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Searcher
@@ -202,13 +203,29 @@ def test_bad_trainables_are_refused_before_any_trial():
 
 
 def test_trial_resources():
-    assert resources_for(lambda c: None, {}) == {"CPU": 1.0}
+    assert resources_for(lambda c: None, {}).bundles == ({"CPU": 1.0},)
     with_gpu = tune.with_resources(lambda c: None, {"cpu": 2, "gpu": 1})
-    assert resources_for(with_gpu, {}) == {"CPU": 2.0, "GPU": 1.0}
+    assert resources_for(with_gpu, {}).head == {"CPU": 2.0, "GPU": 1.0}
     by_config = tune.with_resources(lambda c: None, lambda config: {"cpu": config["n"]})
-    assert resources_for(by_config, {"n": 3}) == {"CPU": 3.0}
-    pgf = tune.with_resources(lambda c: None, tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}]))
-    assert resources_for(pgf, {}) == {"CPU": 1.0}
+    assert resources_for(by_config, {"n": 3}).total == {"CPU": 3.0}
+    assert not resources_for(by_config, {"n": 3}).grouped
+
+
+def test_trial_resources_from_a_placement_group_factory():
+    pgf = tune.with_resources(lambda c: None, tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2, "GPU": 1}],
+                                                                         strategy="SPREAD"))
+    resources = resources_for(pgf, {})
+    assert resources.grouped and resources.strategy == "SPREAD"
+    assert resources.head == {"CPU": 1.0} and resources.total == {"CPU": 3.0, "GPU": 1.0}
+    assert TrialResources.from_json(resources.to_json()) == resources
+    assert TrialResources.from_json({"CPU": 2.0}) == TrialResources(({"CPU": 2.0},)), "a run saved before bundles"
+    worker_only = resources_for(tune.with_resources(lambda c: None, tune.PlacementGroupFactory([{"GPU": 1}])), {})
+    assert worker_only.head == {"GPU": 1.0, "CPU": 0.0}
+    with pytest.raises(ValueError, match="asks for nothing"):
+        resources_for(tune.with_resources(lambda c: None, tune.PlacementGroupFactory([{"CPU": 1}, {}])), {})
+    with pytest.raises(ValueError, match="strategy='TIGHT'"):
+        tune.PlacementGroupFactory([{"CPU": 1}], strategy="TIGHT")
+    assert key_of(resources) != key_of(TrialResources(resources.bundles, "PACK")), "pooled apart by strategy"
 
 
 # ----- checkpoints and results
@@ -555,7 +572,7 @@ def _trials(n, status="TERMINATED"):
     out = []
     for i in range(n):
         trial = _trial.Trial(f"abcde_{i:05d}", "fit", {"lr": 0.1 * (i + 1), "layers": {"width": 8}, "seed": 7},
-                             str(i), f"/tmp/t{i}", {"CPU": 1.0}, status=status)
+                             str(i), f"/tmp/t{i}", TrialResources(({"CPU": 1.0},)), status=status)
         trial.last_result = {"training_iteration": i + 1, "time_total_s": 0.5 * i, "loss": 1.0 / (i + 1),
                              "accuracy": 0.5 + i / 100, "done": True, "config": trial.config}
         out.append(trial)

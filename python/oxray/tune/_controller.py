@@ -112,7 +112,7 @@ class TuneController:
         checkpoint = (Checkpoint(os.path.join(trial.path, trial.latest_checkpoint))
                       if trial.latest_checkpoint else None)
         info = {"trial_id": trial.trial_id, "trial_name": str(trial), "trial_dir": trial.path,
-                "experiment_name": self.experiment.name, "config": trial.config, "resources": trial.resources,
+                "experiment_name": self.experiment.name, "config": trial.config, "resources": trial.resources.to_json(),
                 "iteration": resume.get("training_iteration", 0) if checkpoint else 0,
                 "time_total_s": resume.get("time_total_s", 0.0) if checkpoint else 0.0,
                 "checkpoint_index": trial.checkpoint_index}
@@ -128,7 +128,7 @@ class TuneController:
         if self.tune_config.max_concurrent_trials:
             return self.tune_config.max_concurrent_trials
         probe = self.trials[0].resources if self.trials else resources_for(self.trainable, {})
-        return default_concurrency(probe)
+        return default_concurrency(probe.total)
 
     def _fill(self, limit: int) -> None:
         while len(self.running) < limit:
@@ -190,7 +190,7 @@ class TuneController:
         """What the running trials hold, against the cluster's totals, as Ray's status says it."""
         held: Dict[str, float] = {}
         for run in self.running.values():
-            for name, amount in run.trial.resources.items():
+            for name, amount in run.trial.resources.total.items():
                 held[name] = held.get(name, 0.0) + amount
         total = oxray.cluster_resources()
         return (f"{held.get('CPU', 0.0):.1f}/{total.get('CPU', 0.0):g} CPUs, "

@@ -1,13 +1,16 @@
 """The warm pool of trial workers: actors made once per run and given one trial after
 another, so starting a trial is one actor call, not a new process. An idle worker with
-other resources than the next trial needs is ended to make room."""
+other resources than the next trial needs is ended to make room. A trial of several
+bundles gets its worker inside a placement group of its own, which captures what the
+trial starts, and which the worker keeps while it is pooled."""
 
 from typing import Dict, List, Tuple
 
 import oxray
 from oxray.tune._runner import TrialRunner
+from oxray.tune._trainable import TrialResources
 
-Key = Tuple[Tuple[str, float], ...]
+Key = Tuple
 
 
 def actor_options(resources: Dict[str, float]) -> Dict:
@@ -20,8 +23,8 @@ def actor_options(resources: Dict[str, float]) -> Dict:
     return options
 
 
-def key_of(resources: Dict[str, float]) -> Key:
-    return tuple(sorted(resources.items()))
+def key_of(resources: TrialResources) -> Key:
+    return tuple(tuple(sorted(b.items())) for b in resources.bundles) + (resources.strategy,)
 
 
 class WorkerPool:
@@ -29,50 +32,67 @@ class WorkerPool:
         self.runtime_env = runtime_env
         self.idle: Dict[Key, List] = {}
         self.busy: set = set()
+        self.groups: Dict = {}  # worker -> the placement group it runs in
         self.created = 0
 
-    def _new(self, resources: Dict[str, float]):
-        options = actor_options(resources)
+    def _new(self, resources: TrialResources):
+        options = actor_options(resources.head)
         if self.runtime_env:
             options["runtime_env"] = self.runtime_env
-        self.created += 1
-        return oxray.remote(TrialRunner).options(**options).remote()
+        group = None
+        if resources.grouped:
+            from oxray.util.placement_group import placement_group
+            from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    def prewarm(self, count: int, resources: Dict[str, float]) -> None:
+            group = placement_group([dict(b) for b in resources.bundles], strategy=resources.strategy)
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                group, 0, placement_group_capture_child_tasks=True)
+        self.created += 1
+        actor = oxray.remote(TrialRunner).options(**options).remote()
+        if group is not None:
+            self.groups[actor] = group
+        return actor
+
+    def prewarm(self, count: int, resources: TrialResources) -> None:
         """Starts `count` workers now, so the first trials do not wait for processes."""
         for _ in range(count):
             self.idle.setdefault(key_of(resources), []).append(self._new(resources))
 
-    def acquire(self, resources: Dict[str, float]):
+    def acquire(self, resources: TrialResources):
         key = key_of(resources)
         if self.idle.get(key):
             actor = self.idle[key].pop()
         else:
             for other, actors in self.idle.items():  # its resources are better used by this trial
                 if other != key and actors:
-                    _kill(actors.pop())
+                    self._end(actors.pop())
                     break
             actor = self._new(resources)
         self.busy.add(actor)
         return actor
 
-    def release(self, actor, resources: Dict[str, float]) -> None:
+    def release(self, actor, resources: TrialResources) -> None:
         self.busy.discard(actor)
         self.idle.setdefault(key_of(resources), []).append(actor)
 
     def discard(self, actor) -> None:
         self.busy.discard(actor)
-        _kill(actor)
+        self._end(actor)
 
     def shutdown(self) -> None:
         for actor in list(self.busy) + [a for actors in self.idle.values() for a in actors]:
-            _kill(actor)
+            self._end(actor)
         self.busy.clear()
         self.idle.clear()
 
-
-def _kill(actor) -> None:
-    try:
-        oxray.kill(actor)
-    except Exception:  # already gone
-        pass
+    def _end(self, actor) -> None:
+        try:
+            oxray.kill(actor)
+        except Exception:  # already gone
+            pass
+        group = self.groups.pop(actor, None)
+        if group is not None:
+            try:
+                oxray.util.remove_placement_group(group)
+            except Exception:  # already removed
+                pass

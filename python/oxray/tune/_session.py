@@ -29,8 +29,12 @@ class TuneContext:
     def get_experiment_name(self) -> str:
         return self._info["experiment_name"]
 
-    def get_trial_resources(self) -> Dict[str, float]:
-        return dict(self._info.get("resources") or {})
+    def get_trial_resources(self):
+        """A PlacementGroupFactory of the trial's bundles, as in Ray."""
+        from oxray.tune._trainable import PlacementGroupFactory
+
+        resources = self._info.get("resources") or {"bundles": [{"CPU": 1.0}]}
+        return PlacementGroupFactory(resources["bundles"], resources.get("strategy", "PACK"))
 
     def get_world_rank(self) -> int:
         return 0

@@ -2,12 +2,13 @@
 whose `step()` the worker calls in a loop; plus `with_resources` and `with_parameters`."""
 
 import copy
+import dataclasses
 import inspect
 import os
 import pickle
 import shutil
 import tempfile
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from oxray.train._checkpoint import Checkpoint
 
@@ -72,12 +73,18 @@ class Trainable:
         return get_context().get_trial_dir()
 
 
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
 class PlacementGroupFactory:
-    """Resources as bundles; the trial's own worker holds the first bundle."""
+    """Resources as bundles; the trial's own worker holds the first bundle, and the tasks
+    and actors it starts run in the others (its placement group captures them)."""
 
     def __init__(self, bundles: List[Dict[str, float]], strategy: str = "PACK", *args, **kwargs):
         if not bundles or not all(isinstance(b, dict) for b in bundles):
             raise ValueError("PlacementGroupFactory takes a non-empty list of resource dicts")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"PlacementGroupFactory(strategy={strategy!r}): one of {', '.join(STRATEGIES)}")
         self.bundles, self.strategy = [dict(b) for b in bundles], strategy
 
     @property
@@ -153,25 +160,68 @@ def with_parameters(trainable: Any, **kwargs) -> Any:
     return _Wrapped(trainable, refs)
 
 
-def resources_for(trainable: Any, config: Dict) -> Dict[str, float]:
-    """The trial worker's resources, in oxray's names (CPU, GPU, custom): 1 CPU by default."""
+@dataclasses.dataclass(frozen=True)
+class TrialResources:
+    """What a trial holds while it runs: its worker's bundle first, then (from a
+    PlacementGroupFactory) the bundles its own tasks and actors run in."""
+
+    bundles: Tuple[Dict[str, float], ...]
+    strategy: str = "PACK"
+
+    @property
+    def head(self) -> Dict[str, float]:
+        return self.bundles[0]
+
+    @property
+    def total(self) -> Dict[str, float]:
+        total: Dict[str, float] = {}
+        for bundle in self.bundles:
+            for k, v in bundle.items():
+                total[k] = total.get(k, 0.0) + v
+        return total
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the trial needs a placement group of its own."""
+        return len(self.bundles) > 1
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"bundles": list(self.bundles), "strategy": self.strategy}
+
+    @classmethod
+    def from_json(cls, value: Dict[str, Any]) -> "TrialResources":
+        if "bundles" not in value:  # a run saved with one bundle, as a plain dict
+            return cls((dict(value),))
+        return cls(tuple(dict(b) for b in value["bundles"]), value.get("strategy", "PACK"))
+
+
+def resources_for(trainable: Any, config: Dict) -> TrialResources:
+    """The trial's resources, in oxray's names (CPU, GPU, custom): 1 CPU by default."""
     request = getattr(trainable, "_oxray_tune_resources", None)
     if request is None and is_class_trainable(trainable):
         request = trainable.default_resource_request(config)
     if callable(request) and not isinstance(request, PlacementGroupFactory):
         request = request(config)
     if request is None:
-        return {"CPU": 1.0}
+        return TrialResources(({"CPU": 1.0},))
     if isinstance(request, PlacementGroupFactory):
-        request = request.head_bundle
+        return TrialResources(tuple(_bundle(b, i == 0) for i, b in enumerate(request.bundles)), request.strategy)
     if not isinstance(request, dict):
         raise TypeError(f"trial resources must be a dict or a PlacementGroupFactory, got {type(request).__name__}")
+    return TrialResources((_bundle(request, True),))
+
+
+def _bundle(request: Dict[str, Any], worker: bool) -> Dict[str, float]:
+    """One bundle in oxray's names; the trial worker's takes 1 CPU unless it names others."""
     names = {"cpu": "CPU", "gpu": "GPU"}
     resources = {names.get(k, k): float(v) for k, v in request.items()}
     for k, v in resources.items():
         if v < 0:
             raise ValueError(f"trial resources: {k}={v} is not an amount >= 0")
-    resources.setdefault("CPU", 0.0 if resources else 1.0)
+    if worker:
+        resources.setdefault("CPU", 0.0 if resources else 1.0)
+    elif not any(resources.values()):
+        raise ValueError(f"trial resources: the bundle {request!r} asks for nothing")
     return resources
 
 

@@ -11,6 +11,7 @@ import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
 from oxray.tune._metrics import flatten, is_number, to_json
+from oxray.tune._trainable import TrialResources
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 
@@ -22,7 +23,7 @@ class Trial:
     config: Dict[str, Any]
     experiment_tag: str
     path: str
-    resources: Dict[str, float]
+    resources: TrialResources
     status: str = PENDING
     last_result: Dict[str, Any] = dataclasses.field(default_factory=dict)
     num_results: int = 0
@@ -53,7 +54,7 @@ class Trial:
         """What restore needs (a line of the experiment state)."""
         return {"trial_id": self.trial_id, "status": self.status, "path": os.path.basename(self.path),
                 "experiment_tag": self.experiment_tag, "trainable_name": self.trainable_name,
-                "resources": self.resources, "checkpoints": [c for c, _ in self.checkpoints],
+                "resources": self.resources.to_json(), "checkpoints": [c for c, _ in self.checkpoints],
                 "resume_from": self.resume_from, "checkpoint_index": self.checkpoint_index,
                 "num_failures": self.num_failures, "error_msg": self.error_msg}
 

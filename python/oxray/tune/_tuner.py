@@ -12,7 +12,7 @@ from oxray.tune._controller import TuneController
 from oxray.tune._errors import TuneError
 from oxray.tune._experiment import TUNER_PKL, Experiment, load_states, newest_searcher_state
 from oxray.tune._result import ResultGrid, load_trial
-from oxray.tune._trainable import check_picklable, trainable_name
+from oxray.tune._trainable import TrialResources, check_picklable, trainable_name
 from oxray.tune._trial import ERROR, PENDING, TERMINATED, Trial
 from oxray.tune.schedulers import FIFOScheduler, TrialScheduler
 from oxray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Searcher
@@ -173,7 +173,7 @@ def _trial_from_state(experiment: Experiment, state: Dict) -> Trial:
     except (OSError, pickle.UnpicklingError, EOFError):
         pass
     trial = Trial(state["trial_id"], state["trainable_name"], config, state["experiment_tag"], path,
-                  state["resources"], status=state["status"], resume_from=state.get("resume_from"),
+                  TrialResources.from_json(state["resources"]), status=state["status"], resume_from=state.get("resume_from"),
                   checkpoint_index=state.get("checkpoint_index", 0), num_failures=state.get("num_failures", 0),
                   error_msg=state.get("error_msg"))
     trial.checkpoints = [(c, {}) for c in state.get("checkpoints", []) if os.path.isdir(os.path.join(path, c))]
