@@ -203,6 +203,41 @@ def test_restore_resumes_errored_trials_from_checkpoints(tune_cluster, storage, 
     assert by_id[0].metrics["step"] == 2
 
 
+def test_storage_through_a_pyarrow_filesystem(tune_cluster, tmp_path):
+    """The path of an s3:// storage: a pyarrow filesystem (here a local subtree standing
+    for a bucket). Workers write checkpoints straight to it, the driver uploads its files
+    from a staging copy it removes at the end, and a restore reads everything back."""
+    fs = pytest.importorskip("pyarrow.fs")
+    from oxray.tune._experiment import Experiment
+
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    remote = fs.SubTreeFileSystem(str(bucket), fs.LocalFileSystem())
+    space = {"id": tune.grid_search([0, 1]), "marker": str(tmp_path / "marker")}
+    run = RunConfig(name="remote", storage_path="results", storage_filesystem=remote, verbose=0,
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+    first = Tuner(fails_until_marker, param_space=space, run_config=run).fit()
+    assert first.num_errors == 1 and first.experiment_path == "results/remote"
+    ok = next(r for r in first if r.error is None)
+    assert ok.filesystem is remote and ok.path.startswith("results/remote/fails_until_marker_")
+    trial_dir = bucket / ok.path
+    assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == ["checkpoint_000001", "checkpoint_000002"]
+    assert len((trial_dir / "result.json").read_text().splitlines()) == 3
+    assert (bucket / "results" / "remote" / "tuner.pkl").exists()
+    assert list((bucket / "results" / "remote").glob("experiment_state-*.json"))
+    with ok.checkpoint.as_directory() as d:
+        assert Path(d, "step").read_text() == "2"
+    assert not os.path.exists(Experiment("results", "remote", remote).root), "the staging copy is removed"
+
+    Path(tmp_path / "marker").write_text("go on")
+    assert Tuner.can_restore("results/remote", storage_filesystem=remote)
+    restored = Tuner.restore("results/remote", fails_until_marker, resume_errored=True,
+                             storage_filesystem=remote).fit()
+    by_id = {r.config["id"]: r for r in restored}
+    assert restored.num_errors == 0 and by_id[1].metrics["start"] == 1, "resumed from its checkpoint in storage"
+    assert by_id[1].metrics["training_iteration"] == 3 and by_id[0].metrics["step"] == 2
+
+
 def scored(config):
     tune.report({"score": -((config["x"] - 0.3) ** 2)})
 

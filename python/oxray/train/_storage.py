@@ -94,13 +94,17 @@ class Storage:
         return self.fs.get_file_info(self.path(rel)).type != pyarrow.fs.FileType.NotFound
 
     def read_text(self, rel: str) -> Optional[str]:
+        data = self.read_bytes(rel)
+        return None if data is None else data.decode()
+
+    def read_bytes(self, rel: str) -> Optional[bytes]:
         if not self.exists(rel):
             return None
         if self.fs is None:
-            with open(self.path(rel), encoding="utf-8") as f:
+            with open(self.path(rel), "rb") as f:
                 return f.read()
         with self.fs.open_input_stream(self.path(rel)) as f:
-            return f.read().decode()
+            return f.read()
 
     def write_text(self, rel: str, text: str) -> None:
         """Whole or not at all: a crash never leaves half a file."""

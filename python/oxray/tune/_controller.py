@@ -14,7 +14,6 @@ from typing import Dict, List, Optional
 
 import oxray
 from oxray.exceptions import RayActorError, RayError
-from oxray.train._checkpoint import Checkpoint
 from oxray.tune import _trial
 from oxray.tune._experiment import Experiment
 from oxray.tune._exploit import adopt, discard, stage_checkpoint
@@ -109,9 +108,10 @@ class TuneController:
     def _start(self, trial: Trial) -> None:
         actor = self.pool.acquire(trial.resources)
         resume = trial.resume_from or {}
-        checkpoint = (Checkpoint(os.path.join(trial.path, trial.latest_checkpoint))
+        checkpoint = (self.experiment.checkpoint(trial.path, trial.latest_checkpoint)
                       if trial.latest_checkpoint else None)
         info = {"trial_id": trial.trial_id, "trial_name": str(trial), "trial_dir": trial.path,
+                "storage": self.experiment.trial_storage(trial.path),
                 "experiment_name": self.experiment.name, "config": trial.config, "resources": trial.resources.to_json(),
                 "iteration": resume.get("training_iteration", 0) if checkpoint else 0,
                 "time_total_s": resume.get("time_total_s", 0.0) if checkpoint else 0.0,
@@ -168,9 +168,11 @@ class TuneController:
                     break
                 self._step()
                 self.reporter.maybe_print(self.trials, resources=self._usage)
+                self.experiment.sync()
         finally:
             self.pool.shutdown()
             self._save_searcher(force=True)
+            self.experiment.sync(force=True)
         self.reporter.maybe_print(self.trials, final=True, resources=self._usage)
         for callback in self.run_config.callbacks:
             callback.on_experiment_end(self.trials)
@@ -246,7 +248,8 @@ class TuneController:
             trial.checkpoints.append((result["checkpoint_dir_name"], result))
             trial.checkpoint_index = int(result["checkpoint_dir_name"].rsplit("_", 1)[1]) + 1
             trial.resume_from = {k: result.get(k) for k in ("training_iteration", "time_total_s")}
-            _trial.prune_checkpoints(trial, self.run_config.checkpoint_config)
+            _trial.prune_checkpoints(trial, self.run_config.checkpoint_config,
+                                     lambda name: self.experiment.delete_checkpoint(trial.path, name))
             self.experiment.record(trial)
         flat = flatten(result)
         self.searcher.on_trial_result(trial.trial_id, flat)
@@ -265,7 +268,7 @@ class TuneController:
         trial.stopping = decision == TrialScheduler.STOP
         trial.pausing = decision == TrialScheduler.PAUSE
         if not trial.pausing:
-            discard(trial)
+            discard(self.experiment, trial)
         return "stop" if trial.stopping or trial.pausing else "continue"
 
     # ----- pausing and exploiting
@@ -280,7 +283,7 @@ class TuneController:
         donor = self._by_id(donor_id)
         if donor is None or donor.latest_checkpoint is None:
             return False
-        staged = stage_checkpoint(donor, trial)
+        staged = stage_checkpoint(self.experiment, donor, trial)
         trial.exploit = (config, staged, dict(donor.checkpoints[-1][1]))
         return True
 
@@ -310,7 +313,7 @@ class TuneController:
         """A paused trial goes on: from a top trial's checkpoint when the scheduler planned an
         exploit for it (a synchronous PBT plans them as it resumes its trials), else its own."""
         if trial.exploit is not None or self._plan_exploit(trial):
-            adopt(trial)
+            adopt(self.experiment, trial)
         self._requeue(trial)
 
     def _requeue(self, trial: Trial) -> None:

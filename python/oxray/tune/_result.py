@@ -40,7 +40,9 @@ def read_reports(trial_dir: str) -> List[Dict[str, Any]]:
 
 
 def load_trial(trial_dir: str, error: Optional[BaseException] = None, config: Optional[Dict] = None,
-               done: bool = False) -> Result:
+               done: bool = False, experiment=None) -> Result:
+    """A trial's result from its files in `trial_dir`; with `experiment`, the trial's
+    checkpoints and path are those in the experiment's storage."""
     reports = read_reports(trial_dir)
     if config is None:
         try:
@@ -49,14 +51,19 @@ def load_trial(trial_dir: str, error: Optional[BaseException] = None, config: Op
         except FileNotFoundError:
             config = {}
     by_name = {r.get("checkpoint_dir_name"): r for r in reports if r.get("checkpoint_dir_name")}
-    kept = sorted(d for d in os.listdir(trial_dir) if re.fullmatch(r"checkpoint_\d{6}", d)) \
-        if os.path.isdir(trial_dir) else []
-    best = [(Checkpoint(os.path.join(trial_dir, d)), by_name.get(d, {})) for d in kept]
+    if experiment is not None:
+        filesystem, path = experiment.trial_storage(trial_dir)
+        best = [(experiment.checkpoint(trial_dir, d), by_name.get(d, {})) for d in experiment.checkpoint_names(trial_dir)]
+    else:
+        filesystem, path = None, trial_dir
+        kept = sorted(d for d in os.listdir(trial_dir) if re.fullmatch(r"checkpoint_\d{6}", d)) \
+            if os.path.isdir(trial_dir) else []
+        best = [(Checkpoint(os.path.join(trial_dir, d)), by_name.get(d, {})) for d in kept]
     metrics = dict(reports[-1]) if reports else {}
     if metrics and done:
         metrics["done"] = True
-    return Result(metrics=metrics, checkpoint=best[-1][0] if best else None, path=trial_dir, error=error,
-                  best_checkpoints=best, _reports=reports, config=config)
+    return Result(metrics=metrics, checkpoint=best[-1][0] if best else None, path=path, filesystem=filesystem,
+                  error=error, best_checkpoints=best, _reports=reports, config=config)
 
 
 def _trial_score(result: Result, metric: str, scope: str) -> Optional[float]:

@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from oxray.train._checkpoint import Checkpoint
+from oxray.train._storage import copy_dir
 from oxray.tune._errors import StopTrial
 
 
@@ -66,14 +67,20 @@ class TrialSession:
         self.node_ip = os.environ.get("OXRAY_NODE_IP") or "127.0.0.1"
 
     def persist(self, checkpoint: Checkpoint) -> str:
+        """Copies the checkpoint into the trial's directory in storage, straight from here."""
         name = checkpoint_dir_name(self.checkpoint_index)
-        target = os.path.join(self.info["trial_dir"], name)
-        if checkpoint.filesystem is not None:
+        fs, trial_dir = self.info.get("storage") or (None, self.info["trial_dir"])
+        target = f"{trial_dir}/{name}"
+        if fs is None and checkpoint.filesystem is not None:
             checkpoint.to_directory(target)
-        elif os.path.abspath(checkpoint.path) != target:
-            shutil.copytree(checkpoint.path, target, dirs_exist_ok=True)
+        elif fs is None:
+            if os.path.abspath(checkpoint.path) != os.path.abspath(target):
+                shutil.copytree(checkpoint.path, target, dirs_exist_ok=True)
+        else:
+            with checkpoint.as_directory() as local:
+                copy_dir(local, None, target, fs)
         self.checkpoint_index += 1
-        self.checkpoint = Checkpoint(target)
+        self.checkpoint = Checkpoint(target, fs)
         return name
 
     def report(self, metrics: Dict[str, Any], checkpoint: Optional[Checkpoint] = None) -> None:

@@ -7,8 +7,7 @@ import dataclasses
 import io
 import os
 import pickle
-import shutil
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from oxray.tune._metrics import flatten, is_number, to_json
 from oxray.tune._trainable import TrialResources
@@ -139,10 +138,10 @@ def checkpoints_to_delete(checkpoints: List[Tuple[str, Dict[str, Any]]], num_to_
     return [name for _, (name, _) in ranked if name != latest][:excess]
 
 
-def prune_checkpoints(trial: Trial, checkpoint_config) -> None:
+def prune_checkpoints(trial: Trial, checkpoint_config, delete: Callable[[str], None]) -> None:
     doomed = checkpoints_to_delete(trial.checkpoints, checkpoint_config.num_to_keep,
                                    checkpoint_config.checkpoint_score_attribute,
                                    checkpoint_config.checkpoint_score_order)
     for name in doomed:
-        shutil.rmtree(os.path.join(trial.path, name), ignore_errors=True)
+        delete(name)
     trial.checkpoints = [c for c in trial.checkpoints if c[0] not in doomed]

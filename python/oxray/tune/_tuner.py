@@ -7,6 +7,7 @@ import pickle
 from typing import Any, Dict, List, Optional
 
 
+from oxray.train._storage import Storage, is_uri
 from oxray.tune._config import RunConfig, TuneConfig, default_storage_path
 from oxray.tune._controller import TuneController
 from oxray.tune._errors import TuneError
@@ -91,13 +92,16 @@ class Tuner:
         searcher = prepare_searcher(self.tune_config, self.param_space)
         scheduler = prepare_scheduler(self.tune_config)
         experiment = self._experiment()
+        if self._restored:
+            experiment.download()
         experiment.create(self._tuner_state())
         trials = self._restored_trials(experiment, searcher) if self._restored else []
         controller = TuneController(self.trainable, trainable_name(self.trainable), experiment, searcher, scheduler,
                                     self.tune_config, self.run_config, trials)
         trials = controller.run()
-        self._results = ResultGrid([_to_result(t) for t in trials], experiment.root, self.tune_config.metric,
-                                   self.tune_config.mode)
+        self._results = ResultGrid([_to_result(t, experiment) for t in trials], experiment.storage_path,
+                                   self.tune_config.metric, self.tune_config.mode)
+        experiment.close()
         return self._results
 
     def get_results(self) -> ResultGrid:
@@ -119,7 +123,7 @@ class Tuner:
 
     @classmethod
     def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
-        return os.path.exists(os.path.join(os.path.expanduser(str(path)), TUNER_PKL))
+        return _where(path, storage_filesystem).exists(TUNER_PKL)
 
     @classmethod
     def restore(cls, path: str, trainable: Any, resume_unfinished: bool = True, resume_errored: bool = False,
@@ -127,15 +131,15 @@ class Tuner:
                 _resume_config=None) -> "Tuner":
         """The run at `path` (its experiment directory, possibly moved): finished trials
         kept, unfinished ones resumed from their newest checkpoint."""
-        path = os.path.abspath(os.path.expanduser(str(path)))
-        if not cls.can_restore(path):
+        where = _where(path, storage_filesystem)
+        if not where.exists(TUNER_PKL):
             raise TuneError(f"no Tune run to restore at {path!r} (it has no {TUNER_PKL})")
-        with open(os.path.join(path, TUNER_PKL), "rb") as f:
-            state = pickle.load(f)
+        state = pickle.loads(where.read_bytes(TUNER_PKL))
         if "tune_config" not in state:
             raise TuneError(f"the run at {path!r} had a search space or config that could not be saved")
         run_config = state["run_config"]
-        run_config.storage_path, run_config.name = os.path.dirname(path), os.path.basename(path)
+        run_config.storage_path, run_config.name = _parent_and_name(path, storage_filesystem)
+        run_config.storage_filesystem = storage_filesystem
         flags = {"resume_unfinished": resume_unfinished, "resume_errored": resume_errored,
                  "restart_errored": restart_errored}
         return cls(trainable, param_space=param_space if param_space is not None else state["param_space"],
@@ -176,7 +180,7 @@ def _trial_from_state(experiment: Experiment, state: Dict) -> Trial:
                   TrialResources.from_json(state["resources"]), status=state["status"], resume_from=state.get("resume_from"),
                   checkpoint_index=state.get("checkpoint_index", 0), num_failures=state.get("num_failures", 0),
                   error_msg=state.get("error_msg"))
-    trial.checkpoints = [(c, {}) for c in state.get("checkpoints", []) if os.path.isdir(os.path.join(path, c))]
+    trial.checkpoints = [(c, {}) for c in state.get("checkpoints", []) if experiment.has_checkpoint(path, c)]
     reports = [r for r in _read(path)]
     if reports:
         trial.last_result = reports[-1]
@@ -192,8 +196,22 @@ def _read(path: str):
     return read_reports(path)
 
 
-def _to_result(trial: Trial):
+def _to_result(trial: Trial, experiment: Experiment):
     return load_trial(trial.path, error=trial.error if trial.status == ERROR else None, config=trial.config,
-                      done=trial.status == TERMINATED)
+                      done=trial.status == TERMINATED, experiment=experiment)
+
+
+def _parent_and_name(path: str, storage_filesystem: Any = None):
+    """`(storage_path, name)` of an experiment's path: a local one made absolute, one on a
+    filesystem or a URI kept as given."""
+    path = str(path).rstrip("/")
+    if storage_filesystem is None and not is_uri(path):
+        path = os.path.abspath(os.path.expanduser(path))
+    parent, _, name = path.rpartition("/")
+    return parent, name
+
+
+def _where(path: str, storage_filesystem: Any = None) -> Storage:
+    return Storage(*_parent_and_name(path, storage_filesystem), storage_filesystem)
 
 
