@@ -2,6 +2,7 @@
 schedulers on scripted results, stop conditions, checkpoint pruning, result picking."""
 
 import math
+import os
 import random
 import threading
 
@@ -613,3 +614,32 @@ def test_a_large_run_shows_a_few_trials_of_each_status():
     assert rows[-1] == "... 25 more TERMINATED" and len(rows) == 8
     assert status_block(trials, None, None, 1.0).splitlines()[-1] == "... 25 more TERMINATED"
     assert len(shown_rows(_trials(20))) == 20
+
+
+def test_what_a_remote_experiment_uploads(tmp_path):
+    """Only files that changed since their last upload, no temporary files, and never a
+    checkpoint (workers write those to storage themselves)."""
+    from oxray.tune._experiment import changed_files, is_checkpoint_file
+
+    (tmp_path / "trial_a").mkdir()
+    (tmp_path / "trial_a" / "result.json").write_text("{}\n")
+    (tmp_path / "tuner.pkl").write_bytes(b"x")
+    (tmp_path / "tuner.pkl.tmp").write_bytes(b"half")
+    first = changed_files(str(tmp_path), {})
+    assert [rel for rel, _ in first] == ["trial_a/result.json", "tuner.pkl"]
+    uploaded = dict(first)
+    assert changed_files(str(tmp_path), uploaded) == []
+    (tmp_path / "trial_a" / "result.json").write_text("{}\n{}\n")
+    assert [rel for rel, _ in changed_files(str(tmp_path), uploaded)] == ["trial_a/result.json"]
+    assert is_checkpoint_file("trial_a/checkpoint_000003/model.pt")
+    assert is_checkpoint_file("trial_a/.exploit_checkpoint/model.pt")
+    assert not is_checkpoint_file("trial_a/result.json") and not is_checkpoint_file("checkpoint_000001/x")
+
+
+def test_where_a_run_to_restore_is():
+    from oxray.tune._tuner import _parent_and_name
+
+    assert _parent_and_name("s3://bucket/results/run/") == ("s3://bucket/results", "run")
+    assert _parent_and_name("results/run", storage_filesystem=object()) == ("results", "run")
+    parent, name = _parent_and_name("results/run")
+    assert os.path.isabs(parent) and name == "run"
