@@ -18,7 +18,7 @@ from oxray.tune import _trial
 from oxray.tune._experiment import Experiment
 from oxray.tune._exploit import adopt, discard, stage_checkpoint
 from oxray.tune._metrics import flatten
-from oxray.tune._pool import WorkerPool
+from oxray.tune._pool import WorkerPool, key_of
 from oxray.tune._progress import Reporter
 from oxray.tune._stopper import make_stopper
 from oxray.tune._trainable import resources_for
@@ -48,6 +48,7 @@ class Running:
 
     def __init__(self, trial: Trial, actor, poll):
         self.trial, self.actor, self.poll = trial, actor, poll
+        self.answered = False  # whether its worker has answered a poll: it runs somewhere
 
 
 class TuneController:
@@ -106,7 +107,13 @@ class TuneController:
         return trial
 
     def _start(self, trial: Trial) -> None:
-        actor = self.pool.acquire(trial.resources)
+        self._launch(trial, self.pool.acquire(trial.resources))
+        trial.status, trial.stopping, trial.pausing, trial.after_pause = RUNNING, False, False, None
+        self.experiment.record(trial)
+        for callback in self.run_config.callbacks:
+            callback.on_trial_start(self.iteration, self.trials, trial)
+
+    def _launch(self, trial: Trial, actor) -> None:
         resume = trial.resume_from or {}
         checkpoint = (self.experiment.checkpoint(trial.path, trial.latest_checkpoint)
                       if trial.latest_checkpoint else None)
@@ -117,12 +124,8 @@ class TuneController:
                 "time_total_s": resume.get("time_total_s", 0.0) if checkpoint else 0.0,
                 "checkpoint_index": trial.checkpoint_index}
         actor.start.remote(info, self.trainable, checkpoint, self.run_config.checkpoint_config)
-        trial.status, trial.stopping, trial.pausing, trial.after_pause = RUNNING, False, False, None
-        self.experiment.record(trial)
         poll = actor.poll.remote(POLL_S, None)
         self.running[poll] = Running(trial, actor, poll)
-        for callback in self.run_config.callbacks:
-            callback.on_trial_start(self.iteration, self.trials, trial)
 
     def _limit(self) -> int:
         if self.tune_config.max_concurrent_trials:
@@ -207,6 +210,7 @@ class TuneController:
                 ready = list(ready) + list(more)
         for ref in ready:
             run = self.running.pop(ref)
+            run.answered = True
             try:
                 item = oxray.get(ref)
             except (RayActorError, RayError) as error:
@@ -223,15 +227,30 @@ class TuneController:
         elif "result" in item:
             self._poll(run, self._on_result(trial, item["result"]))
         elif "error" in item:
-            self.pool.release(run.actor, trial.resources)
+            self._release(run)
             error, trace = item["error"]
             self._failed(trial, error, trace)
         else:  # it ended, or stopped when asked to
-            self.pool.release(run.actor, trial.resources)
+            self._release(run)
             if "stopped" in item and trial.pausing:
                 self._let_go(trial)
             else:
                 self._complete(trial)
+
+    def _release(self, run: Running) -> None:
+        """A trial let go of its worker. A trial still waiting for a worker that has not
+        started (there is no room for it while pooled workers hold theirs: a trial retried
+        after its node died) takes this one; one that needs other resources gets room, as
+        this one ends."""
+        waiting = next((r for r in self.running.values() if not r.answered), None)
+        if waiting is None:
+            self.pool.release(run.actor, run.trial.resources)
+        elif key_of(waiting.trial.resources) == key_of(run.trial.resources):
+            del self.running[waiting.poll]
+            self.pool.discard(waiting.actor)
+            self._launch(waiting.trial, run.actor)
+        else:
+            self.pool.discard(run.actor)
 
     def _poll(self, run: Running, decision: Optional[str]) -> None:
         run.poll = run.actor.poll.remote(POLL_S, decision)
