@@ -643,3 +643,18 @@ def test_where_a_run_to_restore_is():
     assert _parent_and_name("results/run", storage_filesystem=object()) == ("results", "run")
     parent, name = _parent_and_name("results/run")
     assert os.path.isabs(parent) and name == "run"
+
+
+def test_the_pool_hands_out_idle_workers_by_resources():
+    """An idle worker of the same bundles is taken; one of other bundles is ended instead,
+    so that its room frees for the worker the trial waits for."""
+    from oxray.tune._pool import WorkerPool
+
+    pool, ended = WorkerPool(), []
+    pool._end = ended.append
+    one_cpu, two_cpus = TrialResources(({"CPU": 1.0},)), TrialResources(({"CPU": 2.0},))
+    pool.release("a", one_cpu)
+    assert pool.take_idle(two_cpus) is None and ended == ["a"]
+    pool.release("b", two_cpus)
+    assert pool.take_idle(two_cpus) == "b" and "b" in pool.busy and ended == ["a"]
+    assert pool.take_idle(two_cpus) is None and ended == ["a"], "nothing idle: nothing ended"

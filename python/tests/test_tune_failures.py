@@ -111,7 +111,8 @@ def test_restore_after_the_driver_was_killed_finishes_only_what_had_not(two_agen
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Two trials done (one at a time), the third under way: then the driver dies.
-        _wait_for(lambda: len(_starts(log)) >= 3 and _reported(storage, _starts(log)[2]["id"]), "a third trial's report")
+        _wait_for(lambda: len(_starts(log)) >= 3 and _reported(storage, _starts(log)[2]["id"]),
+                  "a third trial's report")
     finally:
         driver.kill()
         driver.wait()

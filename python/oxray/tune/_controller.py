@@ -18,7 +18,7 @@ from oxray.tune import _trial
 from oxray.tune._experiment import Experiment
 from oxray.tune._exploit import adopt, discard, stage_checkpoint
 from oxray.tune._metrics import flatten
-from oxray.tune._pool import WorkerPool, key_of
+from oxray.tune._pool import WorkerPool
 from oxray.tune._progress import Reporter
 from oxray.tune._stopper import make_stopper
 from oxray.tune._trainable import resources_for
@@ -32,6 +32,9 @@ POLL_S = 1.0
 SEARCHER_SAVE_S = 5.0
 # Trials made ahead of free workers for a scheduler that waits for the whole population.
 MAX_AHEAD = 1000
+# A trial's worker that has not answered within this is taken to wait for room (a started
+# worker answers its first poll within POLL_S).
+START_WAIT_S = 3.0
 
 
 def default_concurrency(resources: Dict[str, float]) -> int:
@@ -49,6 +52,7 @@ class Running:
     def __init__(self, trial: Trial, actor, poll):
         self.trial, self.actor, self.poll = trial, actor, poll
         self.answered = False  # whether its worker has answered a poll: it runs somewhere
+        self.launched = time.monotonic()
 
 
 class TuneController:
@@ -170,6 +174,7 @@ class TuneController:
                         continue
                     break
                 self._step()
+                self._hand_idle_workers()
                 self.reporter.maybe_print(self.trials, resources=self._usage)
                 self.experiment.sync()
         finally:
@@ -227,30 +232,32 @@ class TuneController:
         elif "result" in item:
             self._poll(run, self._on_result(trial, item["result"]))
         elif "error" in item:
-            self._release(run)
+            self.pool.release(run.actor, trial.resources)
             error, trace = item["error"]
             self._failed(trial, error, trace)
         else:  # it ended, or stopped when asked to
-            self._release(run)
+            self.pool.release(run.actor, trial.resources)
             if "stopped" in item and trial.pausing:
                 self._let_go(trial)
             else:
                 self._complete(trial)
 
-    def _release(self, run: Running) -> None:
-        """A trial let go of its worker. A trial still waiting for a worker that has not
-        started (there is no room for it while pooled workers hold theirs: a trial retried
-        after its node died) takes this one; one that needs other resources gets room, as
-        this one ends."""
-        waiting = next((r for r in self.running.values() if not r.answered), None)
-        if waiting is None:
-            self.pool.release(run.actor, run.trial.resources)
-        elif key_of(waiting.trial.resources) == key_of(run.trial.resources):
-            del self.running[waiting.poll]
-            self.pool.discard(waiting.actor)
-            self._launch(waiting.trial, run.actor)
-        else:
-            self.pool.discard(run.actor)
+    def _hand_idle_workers(self) -> None:
+        """A trial whose worker has not started within START_WAIT_S may wait for room that
+        idle pooled workers hold (a trial retried after its node died, started while the
+        others still ran): an idle worker of its resources takes it over, or one of other
+        resources ends to make room."""
+        if not any(self.pool.idle.values()):
+            return
+        now = time.monotonic()
+        for run in list(self.running.values()):
+            if run.answered or now - run.launched < START_WAIT_S:
+                continue
+            actor = self.pool.take_idle(run.trial.resources)
+            if actor is not None:
+                del self.running[run.poll]
+                self.pool.discard(run.actor)
+                self._launch(run.trial, actor)
 
     def _poll(self, run: Running, decision: Optional[str]) -> None:
         run.poll = run.actor.poll.remote(POLL_S, decision)

@@ -159,7 +159,8 @@ def staging_dir(storage: Storage) -> str:
     """The driver's local copy of a remote experiment: one per storage location."""
     where = f"{type(storage.fs).__name__}:{storage.experiment_path}"
     digest = hashlib.sha256(where.encode()).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), "oxray-tune-staging", f"{os.path.basename(storage.experiment_path)}-{digest}")
+    name = f"{os.path.basename(storage.experiment_path)}-{digest}"
+    return os.path.join(tempfile.gettempdir(), "oxray-tune-staging", name)
 
 
 def is_checkpoint_dir(name: str) -> bool:

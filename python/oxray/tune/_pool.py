@@ -59,17 +59,24 @@ class WorkerPool:
             self.idle.setdefault(key_of(resources), []).append(self._new(resources))
 
     def acquire(self, resources: TrialResources):
+        actor = self.take_idle(resources)  # else an idle one of other resources made room
+        if actor is None:
+            actor = self._new(resources)
+            self.busy.add(actor)
+        return actor
+
+    def take_idle(self, resources: TrialResources):
+        """An idle worker of these resources, now busy; else None, and an idle worker of
+        other resources is ended so that its room frees."""
         key = key_of(resources)
         if self.idle.get(key):
             actor = self.idle[key].pop()
-        else:
-            for other, actors in self.idle.items():  # its resources are better used by this trial
-                if other != key and actors:
-                    self._end(actors.pop())
-                    break
-            actor = self._new(resources)
-        self.busy.add(actor)
-        return actor
+            self.busy.add(actor)
+            return actor
+        other = next((actors for actors in self.idle.values() if actors), None)
+        if other:
+            self._end(other.pop())
+        return None
 
     def release(self, actor, resources: TrialResources) -> None:
         self.busy.discard(actor)

@@ -53,7 +53,8 @@ def load_trial(trial_dir: str, error: Optional[BaseException] = None, config: Op
     by_name = {r.get("checkpoint_dir_name"): r for r in reports if r.get("checkpoint_dir_name")}
     if experiment is not None:
         filesystem, path = experiment.trial_storage(trial_dir)
-        best = [(experiment.checkpoint(trial_dir, d), by_name.get(d, {})) for d in experiment.checkpoint_names(trial_dir)]
+        best = [(experiment.checkpoint(trial_dir, d), by_name.get(d, {}))
+                for d in experiment.checkpoint_names(trial_dir)]
     else:
         filesystem, path = None, trial_dir
         kept = sorted(d for d in os.listdir(trial_dir) if re.fullmatch(r"checkpoint_\d{6}", d)) \

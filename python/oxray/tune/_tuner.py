@@ -177,9 +177,9 @@ def _trial_from_state(experiment: Experiment, state: Dict) -> Trial:
     except (OSError, pickle.UnpicklingError, EOFError):
         pass
     trial = Trial(state["trial_id"], state["trainable_name"], config, state["experiment_tag"], path,
-                  TrialResources.from_json(state["resources"]), status=state["status"], resume_from=state.get("resume_from"),
-                  checkpoint_index=state.get("checkpoint_index", 0), num_failures=state.get("num_failures", 0),
-                  error_msg=state.get("error_msg"))
+                  TrialResources.from_json(state["resources"]), status=state["status"],
+                  resume_from=state.get("resume_from"), checkpoint_index=state.get("checkpoint_index", 0),
+                  num_failures=state.get("num_failures", 0), error_msg=state.get("error_msg"))
     trial.checkpoints = [(c, {}) for c in state.get("checkpoints", []) if experiment.has_checkpoint(path, c)]
     reports = [r for r in _read(path)]
     if reports:
