@@ -7,12 +7,17 @@ by side, each workload in a process of its own on a local cluster with the same 
 - start latency: trials run one after another (max_concurrent_trials=1); the median time
   between the starts of consecutive trials, which is what starting a trial costs;
 - fast reports: one trial per CPU, each reporting R results as fast as it can; results per
-  second through the driver, all of them accounted for.
+  second through the driver, all of them accounted for;
+- trials of 1 s: N trials that each sleep a second; the ideal wall time (N / CPUs seconds)
+  as a share of the measured one (spec: 10k such trials on 16 CPUs within 5 % of ideal);
+- paced reports: one trial per CPU reporting 50 results a second; the 99th percentile of
+  the time a report waits for the driver's answer (spec: 50 results/s per trial, no lag).
 
 Usage: .venv/bin/python bench/tune.py [--trials N] [--optuna-trials N] [--reports R]
-       [--cpus C] [--oxray PATH] [--no-ray] [--only trivial,optuna,latency,reports]
+       [--second-trials N] [--paced-reports R] [--cpus C] [--oxray PATH] [--no-ray]
+       [--only trivial,optuna,latency,reports,seconds,paced]
 Targets (spec B10): trial start <= 50 ms; 100 trivial OptunaSearch trials <= 2 s; >= 10x Ray
-on trivial trials."""
+on trivial trials; trials of 1 s within 5 % of ideal; paced reports without lag."""
 
 import argparse
 import json
@@ -24,7 +29,7 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WORKLOADS = ("trivial", "optuna", "latency", "reports")
+WORKLOADS = ("trivial", "optuna", "latency", "reports", "seconds", "paced")
 
 SIDE = textwrap.dedent("""
     import json, statistics, sys, tempfile, time
@@ -50,6 +55,20 @@ SIDE = textwrap.dedent("""
         for i in range(config["reports"]):
             tune.report({"i": i})
 
+    def second_long(config):
+        time.sleep(1.0)
+        tune.report({"i": config["i"]})
+
+    def paced(config):
+        # 50 results a second; each report's wait for the driver's answer is noted.
+        waits, began = [], time.perf_counter()
+        for i in range(config["reports"]):
+            time.sleep(max(0.0, began + i / 50 - time.perf_counter()))
+            sent = time.perf_counter()
+            tune.report({"i": i, "last_wait_ms": waits[-1] if waits else 0.0})
+            waits.append((time.perf_counter() - sent) * 1000)
+        tune.report({"p99_wait_ms": sorted(waits)[int(len(waits) * 0.99)]})
+
     def fit(trainable, space, **tune_options):
         with tempfile.TemporaryDirectory(prefix="tune-bench-") as storage:
             started = time.perf_counter()
@@ -73,6 +92,12 @@ SIDE = textwrap.dedent("""
         starts = sorted(r.metrics["started"] for r in grid)
         gap = statistics.median(b - a for a, b in zip(starts, starts[1:]))
         out = {"wall_s": wall, "rate": gap * 1000}
+    elif workload == "seconds":
+        grid, wall = fit(second_long, {"i": tune.grid_search(list(range(count)))})
+        out = {"wall_s": wall, "rate": 100 * (count * 1.0 / cpus) / wall}
+    elif workload == "paced":
+        grid, wall = fit(paced, {"reports": count, "i": tune.grid_search(list(range(cpus)))})
+        out = {"wall_s": wall, "rate": max(r.metrics["p99_wait_ms"] for r in grid)}
     else:
         grid, wall = fit(chatty, {"reports": count, "i": tune.grid_search(list(range(cpus)))})
         iterations = sum(r.metrics["training_iteration"] for r in grid)
@@ -84,7 +109,7 @@ SIDE = textwrap.dedent("""
 
 # Per workload: what its figure is, and whether more of it is better.
 FIGURES = {"trivial": ("trials/s", True), "optuna": ("trials/s", True), "latency": ("ms per start", False),
-           "reports": ("results/s", True)}
+           "reports": ("results/s", True), "seconds": ("% of ideal", True), "paced": ("p99 ms per report", False)}
 
 
 def run_side(kind, workload, count, cpus, env):
@@ -128,6 +153,8 @@ def main():
     parser.add_argument("--optuna-trials", type=int, default=100)
     parser.add_argument("--latency-trials", type=int, default=30)
     parser.add_argument("--reports", type=int, default=1000, help="results each fast-reporting trial sends")
+    parser.add_argument("--second-trials", type=int, default=40, help="trials of 1 s each")
+    parser.add_argument("--paced-reports", type=int, default=250, help="results each 50-a-second trial sends")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--oxray", default=os.environ.get("OXRAY_BIN", str(REPO / "target/debug/oxray")))
     parser.add_argument("--no-ray", action="store_true")
@@ -141,7 +168,7 @@ def main():
         print("(optuna is not installed here: the optuna row is left out)")
         workloads.remove("optuna")
     counts = {"trivial": args.trials, "optuna": args.optuna_trials, "latency": args.latency_trials,
-              "reports": args.reports}
+              "reports": args.reports, "seconds": args.second_trials, "paced": args.paced_reports}
 
     results = {"oxray": oxray_side(args, workloads, counts)}
     if not args.no_ray and real_ray_tune_importable():
@@ -152,7 +179,9 @@ def main():
     print(f"\non {args.cpus} CPUs; wall s of Tuner.fit() and the workload's figure")
     print(f"{'workload':44}" + "".join(f"{name + ' wall s':>14}{name:>14}" for name in results) + "   oxray vs Ray")
     labels = {"trivial": f"{args.trials} trivial trials", "optuna": f"{args.optuna_trials} OptunaSearch trials",
-              "latency": f"start latency, {args.latency_trials} in a row", "reports": f"{args.cpus} x {args.reports} fast reports"}
+              "latency": f"start latency, {args.latency_trials} in a row",
+              "reports": f"{args.cpus} x {args.reports} fast reports",
+              "seconds": f"{args.second_trials} trials of 1 s", "paced": f"{args.cpus} trials x 50 results/s"}
     for workload in workloads:
         unit, more_is_better = FIGURES[workload]
         line = f"{labels[workload] + ' (' + unit + ')':44}"
