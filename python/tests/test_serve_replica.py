@@ -347,19 +347,24 @@ def test_stop_gives_up_at_the_timeout(driver, tmp_path):
     assert time.monotonic() - start < 5 and answer["in_flight"] == 1
 
 
-# Streamed HTTP responses (`__serve_http_stream__`): (status, headers) first, then each chunk.
+# Streamed HTTP responses (`__serve_http_stream__`): a response made in one piece is one
+# item, (status, headers, body); others are (status, headers), then each chunk.
 
 def http_stream(actor, method="GET", path="/", query=b"", headers=(), body=b"", root_path="/", request_id="st-1"):
-    """The stream's items, each with when it arrived (seconds since the call)."""
+    """(status, headers, body chunks, when each item arrived (seconds since the call), whether
+    the response came whole in one item)."""
     start = time.monotonic()
     gen = ActorMethod(actor, "__serve_http_stream__", 1).options(num_returns="streaming").remote(
         method, path, query, list(headers), body, root_path, request_id, "127.0.0.1:5555")
     items = []
     for ref in gen:
         items.append((oxray.get(ref, timeout=30), time.monotonic() - start))
-    (status, out), _ = items[0]
-    return status, {bytes(k).decode(): bytes(v).decode() for k, v in out}, [bytes(c) for c, _ in items[1:]], \
-        [t for _, t in items]
+    first, times = items[0][0], [t for _, t in items]
+    status, out = first[:2]
+    whole = len(first) == 3
+    chunks = ([bytes(first[2])] if first[2] else []) if whole else [bytes(c) for c, _ in items[1:]]
+    assert not (whole and len(items) > 1), "nothing follows a whole response"
+    return status, {bytes(k).decode(): bytes(v).decode() for k, v in out}, chunks, times, whole
 
 
 TICK_S = 0.8
@@ -420,29 +425,30 @@ def streaming_ingress_class():
     return Streamer
 
 
-def test_stream_of_a_plain_return_is_the_head_and_one_chunk(driver):
+def test_stream_of_a_plain_return_is_one_whole_item(driver):
+    """A replica that dies while it answers is then a 500 at the proxy, never a body cut short."""
     actor = make(Echo)
     assert ready(actor)["ok"]
-    status, headers, chunks, _ = http_stream(actor, query=b"kind=str")
+    status, headers, chunks, _, whole = http_stream(actor, query=b"kind=str")
     assert status == 200 and headers == {"content-type": "text/plain; charset=utf-8", "x-request-id": "st-1"}
-    assert chunks == ["héllo".encode()]
-    status, _, chunks, _ = http_stream(actor, query=b"kind=json")
-    assert status == 200 and chunks == [b'{"n":[1,2]}']
-    status, headers, chunks, _ = http_stream(actor, query=b"kind=starlette")
-    assert (status, chunks, headers["x-own"]) == (202, [b"made"], "1")
+    assert chunks == ["héllo".encode()] and whole
+    status, _, chunks, _, whole = http_stream(actor, query=b"kind=json")
+    assert status == 200 and chunks == [b'{"n":[1,2]}'] and whole
+    status, headers, chunks, _, whole = http_stream(actor, query=b"kind=starlette")
+    assert (status, chunks, headers["x-own"], whole) == (202, [b"made"], "1", True), "an ASGI body in one message"
 
 
-def test_stream_of_an_empty_body_is_the_head_alone(driver):
+def test_stream_of_an_empty_body_is_whole_too(driver):
     actor = make(Echo)
-    status, headers, chunks, _ = http_stream(actor, query=b"kind=none", request_id="e")
-    assert (status, headers, chunks) == (200, {"content-type": "text/plain", "x-request-id": "e"}, [])
+    status, headers, chunks, _, whole = http_stream(actor, query=b"kind=none", request_id="e")
+    assert (status, headers, chunks, whole) == (200, {"content-type": "text/plain", "x-request-id": "e"}, [], True)
 
 
 def test_stream_of_an_async_generator_sends_each_chunk_as_it_is_yielded(driver):
     actor = make(Ticker)
     assert ready(actor)["ok"]
-    status, headers, chunks, times = http_stream(actor)
-    assert status == 200 and headers["content-type"] == "text/plain; charset=utf-8"
+    status, headers, chunks, times, whole = http_stream(actor)
+    assert status == 200 and headers["content-type"] == "text/plain; charset=utf-8" and not whole
     assert chunks == [b"tick0;", b"tick1;", b"tick2;"]
     # The generator sleeps twice after its first chunk: that chunk came long before its end.
     assert times[-1] - times[1] > 1.5 * TICK_S, times
@@ -455,24 +461,25 @@ def test_stream_of_a_fastapi_streaming_response(driver):
     pytest.importorskip("fastapi")
     actor = make(streaming_ingress_class())
     assert ready(actor)["ok"]
-    status, headers, chunks, times = http_stream(actor, path="/api/events", query=b"n=3", root_path="/api")
+    status, headers, chunks, times, whole = http_stream(actor, path="/api/events", query=b"n=3", root_path="/api")
+    assert not whole
     assert status == 200 and headers["x-stream"] == "yes" and headers["x-request-id"] == "st-1"
     assert headers["content-type"].startswith("text/event-stream")
     assert chunks == [b"event0\n", b"event1\n", b"event2\n"]
     assert times[-1] - times[1] > 1.5 * TICK_S, times
-    status, _, chunks, _ = http_stream(actor, path="/api/missing", root_path="/api")
+    status, _, chunks, _, _ = http_stream(actor, path="/api/missing", root_path="/api")
     assert status == 404 and b"".join(chunks) == b'{"detail":"Not Found"}'
 
 
 def test_stream_of_a_user_error(driver):
     actor = make(Echo)
-    status, headers, chunks, _ = http_stream(actor, query=b"kind=fail", request_id="bad")
+    status, headers, chunks, _, _ = http_stream(actor, query=b"kind=fail", request_id="bad")
     assert status == 500 and headers == {"content-type": "text/plain; charset=utf-8", "x-request-id": "bad"}
     text = b"".join(chunks)
     assert b"Traceback" in text and b"ValueError: user failure" in text
     # Once the head is out, an error only ends the stream.
     ticker = make(Ticker)
-    status, _, chunks, _ = http_stream(ticker, query=b"fail=1")
+    status, _, chunks, _, _ = http_stream(ticker, query=b"fail=1")
     assert status == 200 and chunks == [b"tick0;"]
     assert http(ticker, query=b"fail=1")[0] == 500
     assert json.loads(call(ticker, "__serve_stop__", 0.05, 5.0))["in_flight"] == 0

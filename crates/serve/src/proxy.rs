@@ -234,34 +234,48 @@ impl Proxy {
             Arg::Str(id.to_string()),
             Arg::Str(client),
         ]);
-        // Every response streams: the head first, then the body's pieces as the replica
-        // makes them (a token stream reaches the client token by token).
+        // A response whose body the replica made in one piece comes as one item, so that a
+        // replica dying midway is a 500, never a body cut short; others stream: the head
+        // with the first piece, then each piece as it is made (a token stream reaches the
+        // client token by token).
         let streamed = self.host.stream(&target.actor_id, &target.worker_address, "__serve_http_stream__", args).await;
         let mut items = match streamed {
             Ok(items) => items,
             Err(e) => return self.failed(&target.replica_id, e),
         };
-        let head = match items.recv().await {
-            Some(Ok(data)) => match wire::http_head(&data) {
-                Ok(head) => head,
+        let (head, whole) = match items.recv().await {
+            Some(Ok(data)) => match wire::http_start(&data) {
+                Ok(start) => start,
                 Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e),
             },
             Some(Err(e)) => return self.failed(&target.replica_id, e),
             None => return text(StatusCode::INTERNAL_SERVER_ERROR, "the replica sent no response".into()),
         };
-        // The request counts at its replica until its last piece is sent (or the client left).
-        let pieces = futures_util::stream::unfold((items, slot), |(mut items, slot)| async move {
-            match items.recv().await? {
-                Ok(data) => match wire::body_chunk(&data) {
-                    Ok(chunk) => Some((Ok::<_, std::io::Error>(bytes::Bytes::from(chunk)), (items, slot))),
-                    Err(e) => Some((Err(std::io::Error::other(e)), (items, slot))),
-                },
-                Err(e) => Some((Err(std::io::Error::other(e.to_string())), (items, slot))),
-            }
-        });
-        let mut response = Response::new(Body::from_stream(pieces));
-        *response.status_mut() = StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        for (k, v) in head.headers {
+        let wire::HttpReply { status, headers, body } = head;
+        let body = if whole {
+            // What the app runs after its response (background tasks) still counts at the
+            // replica until its stream ends.
+            tokio::spawn(async move {
+                let _slot = slot;
+                while items.recv().await.is_some() {}
+            });
+            Body::from(body)
+        } else {
+            // The request counts at its replica until its last piece is sent (or the client left).
+            let pieces = futures_util::stream::unfold((items, slot), |(mut items, slot)| async move {
+                match items.recv().await? {
+                    Ok(data) => match wire::body_chunk(&data) {
+                        Ok(chunk) => Some((Ok::<_, std::io::Error>(bytes::Bytes::from(chunk)), (items, slot))),
+                        Err(e) => Some((Err(std::io::Error::other(e)), (items, slot))),
+                    },
+                    Err(e) => Some((Err(std::io::Error::other(e.to_string())), (items, slot))),
+                }
+            });
+            Body::from_stream(pieces)
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        for (k, v) in headers {
             if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(&k), HeaderValue::from_bytes(&v)) {
                 response.headers_mut().append(k, v);
             }

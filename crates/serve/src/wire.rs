@@ -83,30 +83,24 @@ fn bytes(v: Value) -> Option<Vec<u8>> {
     }
 }
 
-/// The first item of `__serve_http_stream__`: `(status, [(name, value), ...])`.
-pub fn http_head(data: &[u8]) -> Result<HttpReply, String> {
-    let bad = || "a replica's HTTP reply does not begin with (status, headers)".to_string();
-    let Value::Tuple(parts) = load(data)? else { return Err(bad()) };
-    if parts.len() != 2 {
-        return Err(bad());
-    }
-    head(parts, Vec::new()).ok_or_else(bad)
+/// The first item of `__serve_http_stream__`: `(status, [(name, value), ...], body)` for a
+/// response that is whole (`true`), or `(status, [(name, value), ...])` for one whose body
+/// comes in the items after it.
+pub fn http_start(data: &[u8]) -> Result<(HttpReply, bool), String> {
+    let bad = || "a replica's HTTP reply does not begin with (status, headers[, body])".to_string();
+    let Value::Tuple(mut parts) = load(data)? else { return Err(bad()) };
+    let whole = match parts.len() {
+        2 => false,
+        3 => true,
+        _ => return Err(bad()),
+    };
+    let body = if whole { bytes(parts.pop().expect("three")).ok_or_else(bad)? } else { Vec::new() };
+    head(parts, body).map(|reply| (reply, whole)).ok_or_else(bad)
 }
 
 /// A later item of `__serve_http_stream__`: a piece of the body.
 pub fn body_chunk(data: &[u8]) -> Result<Vec<u8>, String> {
     bytes(load(data)?).ok_or_else(|| "a replica sent a body piece that is not bytes".to_string())
-}
-
-/// `__serve_http__`'s reply: `(status, [(name, value), ...], body)`.
-pub fn http_reply(data: &[u8]) -> Result<HttpReply, String> {
-    let bad = || "a replica's HTTP reply is not (status, headers, body)".to_string();
-    let Value::Tuple(mut parts) = load(data)? else { return Err(bad()) };
-    if parts.len() != 3 {
-        return Err(bad());
-    }
-    let body = bytes(parts.pop().expect("three")).ok_or_else(bad)?;
-    head(parts, body).ok_or_else(bad)
 }
 
 fn head(mut parts: Vec<Value>, body: Vec<u8>) -> Option<HttpReply> {
@@ -147,34 +141,27 @@ mod tests {
     }
 
     #[test]
-    fn reads_http_replies_and_refuses_other_shapes() {
-        let reply = Value::Tuple(vec![
-            Value::I64(201),
-            Value::List(vec![Value::Tuple(vec![
-                Value::Bytes(b"content-type".to_vec()),
-                Value::Bytes(b"text/plain".to_vec()),
-            ])]),
-            Value::Bytes(b"hi".to_vec()),
-        ]);
-        let data = serde_pickle::value_to_vec(&reply, SerOptions::new()).unwrap();
-        let read = http_reply(&data).unwrap();
+    fn reads_whole_replies_heads_and_chunks_and_refuses_other_shapes() {
+        let headers = Value::List(vec![Value::Tuple(vec![
+            Value::Bytes(b"content-type".to_vec()),
+            Value::Bytes(b"text/plain".to_vec()),
+        ])]);
+        let whole = Value::Tuple(vec![Value::I64(201), headers.clone(), Value::Bytes(b"hi".to_vec())]);
+        let (read, is_whole) = http_start(&serde_pickle::value_to_vec(&whole, SerOptions::new()).unwrap()).unwrap();
+        assert!(is_whole);
         assert_eq!(read.status, 201);
         assert_eq!(read.headers, vec![(b"content-type".to_vec(), b"text/plain".to_vec())]);
         assert_eq!(read.body, b"hi");
-        let wrong = serde_pickle::value_to_vec(&Value::I64(1), SerOptions::new()).unwrap();
-        assert!(http_reply(&wrong).is_err());
-        assert!(http_reply(b"garbage").is_err());
-    }
-
-    #[test]
-    fn reads_streamed_heads_and_chunks() {
-        let head = Value::Tuple(vec![Value::I64(200), Value::List(vec![])]);
-        let data = serde_pickle::value_to_vec(&head, SerOptions::new()).unwrap();
-        assert_eq!(http_head(&data).unwrap(), HttpReply { status: 200, headers: vec![], body: vec![] });
+        let head = serde_pickle::value_to_vec(&Value::Tuple(vec![Value::I64(200), headers]), SerOptions::new()).unwrap();
+        let (read, is_whole) = http_start(&head).unwrap();
+        assert!(!is_whole && read.status == 200 && read.body.is_empty());
         let chunk = serde_pickle::value_to_vec(&Value::Bytes(b"tok".to_vec()), SerOptions::new()).unwrap();
         assert_eq!(body_chunk(&chunk).unwrap(), b"tok");
-        assert!(http_head(&chunk).is_err());
-        assert!(body_chunk(&data).is_err());
+        assert!(http_start(&chunk).is_err());
+        assert!(body_chunk(&head).is_err());
+        let four = Value::Tuple(vec![Value::I64(200), Value::List(vec![]), Value::Bytes(vec![]), Value::I64(1)]);
+        assert!(http_start(&serde_pickle::value_to_vec(&four, SerOptions::new()).unwrap()).is_err());
+        assert!(http_start(b"garbage").is_err());
     }
 
     #[test]

@@ -70,6 +70,11 @@ class _Receive:
 _END = object()
 
 
+class LastChunk(bytes):
+    """The body's last piece: after it the response is whole (what runs after it, such as
+    background tasks, sends nothing more)."""
+
+
 async def stream_asgi(app, scope: Dict[str, Any], body: bytes):
     """Runs an ASGI app on one request: yields (status, headers) once it starts its response,
     then each body chunk as it sends it. The stream ends when the app returns, not at its
@@ -86,8 +91,11 @@ async def stream_asgi(app, scope: Dict[str, Any], body: bytes):
             messages.put_nowait((int(message["status"]),
                                  [(bytes(k), bytes(v)) for k, v in message.get("headers") or []]))
         elif kind == "http.response.body":
-            messages.put_nowait(bytes(message.get("body") or b""))
-            if not message.get("more_body"):
+            body = bytes(message.get("body") or b"")
+            if message.get("more_body"):
+                messages.put_nowait(body)
+            else:
+                messages.put_nowait(LastChunk(body))
                 receive.finish()
 
     async def run():
