@@ -150,6 +150,56 @@ def test_an_import_path_with_arguments_deploys_one_app(setup, tmp_path):
     wait_for(lambda: "echo" not in yaml.safe_load(cli(cluster, "status").stdout)["applications"], "echo deleted")
 
 
+BUILT_APP = '''
+from oxray import serve
+
+
+@serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.5})
+class Model:
+    def __call__(self, text):
+        return text.upper()
+
+
+@serve.deployment
+class Front:
+    def __init__(self, model):
+        self.model = model
+
+    async def __call__(self, request):
+        return await self.model.remote("built")
+
+
+app = Front.bind(Model.bind())
+'''
+
+
+def test_serve_build_writes_a_config_that_deploys(setup, tmp_path):
+    """The config has the options the code sets, in Ray's shape; with the places a user
+    fills in (where to listen, where the code is), it deploys as written."""
+    cluster, code, port = setup
+    (code / "built_app.py").write_text(BUILT_APP)
+    out = tmp_path / "built.yaml"
+    cli(cluster, "build", "--app-dir", str(code), "built_app:app", "-o", str(out))
+    config = yaml.safe_load(out.read_text())
+    assert out.read_text().startswith("# This file was generated")
+    assert config["proxy_location"] == "EveryNode" and config["http_options"] == {"host": "0.0.0.0", "port": 8000}
+    (app,) = config["applications"]
+    assert (app["name"], app["route_prefix"], app["import_path"]) == ("app1", "/", "built_app:app")
+    assert app["deployments"] == [{"name": "Model", "num_replicas": 2, "ray_actor_options": {"num_cpus": 0.5}},
+                                  {"name": "Front"}]
+    config["http_options"] = {"host": "127.0.0.1", "port": port}
+    app.update(route_prefix="/built", runtime_env={"working_dir": str(code)})
+    deploy(cluster, tmp_path, config)
+    wait_for(lambda: app_status(cluster, "app1") == "RUNNING", "app1 RUNNING")
+    assert fetch(port, "/built") == "BUILT"
+    status = yaml.safe_load(cli(cluster, "status", "-n", "app1").stdout)
+    assert status["deployments"]["Model"]["replica_states"] == {"RUNNING": 2}
+    two = yaml.safe_load(cli(cluster, "build", "--app-dir", str(code), "built_app:app", "echo_app:app").stdout)
+    assert [(a["name"], a["route_prefix"]) for a in two["applications"]] == [("app1", "/app1"), ("app2", "/app2")]
+    missing = cli(cluster, "build", "no_such_module:app", check=False)
+    assert missing.returncode == 1 and "No module named 'no_such_module'" in missing.stderr
+
+
 def test_a_bad_config_file_is_refused_with_the_reason(setup, tmp_path):
     cluster, code, port = setup
     p = deploy(cluster, tmp_path, {"applications": [{"name": "x"}]}, check=False)

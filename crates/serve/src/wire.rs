@@ -152,7 +152,8 @@ mod tests {
         assert_eq!(read.status, 201);
         assert_eq!(read.headers, vec![(b"content-type".to_vec(), b"text/plain".to_vec())]);
         assert_eq!(read.body, b"hi");
-        let head = serde_pickle::value_to_vec(&Value::Tuple(vec![Value::I64(200), headers]), SerOptions::new()).unwrap();
+        let head =
+            serde_pickle::value_to_vec(&Value::Tuple(vec![Value::I64(200), headers]), SerOptions::new()).unwrap();
         let (read, is_whole) = http_start(&head).unwrap();
         assert!(!is_whole && read.status == 200 && read.body.is_empty());
         let chunk = serde_pickle::value_to_vec(&Value::Bytes(b"tok".to_vec()), SerOptions::new()).unwrap();

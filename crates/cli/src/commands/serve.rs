@@ -1,5 +1,6 @@
-//! `oxray serve deploy|run|status|config|shutdown`: Ray's `serve` CLI commands of the same
-//! names, as clients of Serve's REST API on the dashboard port (`run`: `serve_run.rs`).
+//! `oxray serve deploy|run|status|config|shutdown|build`: Ray's `serve` CLI commands of the
+//! same names, as clients of Serve's REST API on the dashboard port (`run`: `serve_run.rs`;
+//! `build` imports the applications in Python and talks to no cluster).
 
 use super::job::client::{JobClient, JobTarget};
 use anyhow::{bail, Context, Result};
@@ -25,6 +26,22 @@ pub enum ServeCommand {
     Config(NameArgs),
     /// Delete every application and stop Serve.
     Shutdown(ShutdownArgs),
+    /// Write the config file (Ray's ServeDeploySchema, YAML) of applications given by import
+    /// path, with the options their code sets: for `serve deploy` or a RayService.
+    Build(BuildArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BuildArgs {
+    /// Import paths of applications (`module:app`), one application each.
+    #[arg(required = true)]
+    pub import_paths: Vec<String>,
+    /// The directory the import paths are found in.
+    #[arg(short = 'd', long, default_value = ".")]
+    pub app_dir: String,
+    /// Where to write the config (else standard output).
+    #[arg(short = 'o', long)]
+    pub output_path: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -66,8 +83,67 @@ pub fn run(command: ServeCommand) -> Result<ExitCode> {
             ServeCommand::Status(a) => status(a).await,
             ServeCommand::Config(a) => config(a).await,
             ServeCommand::Shutdown(a) => shutdown(a).await,
+            ServeCommand::Build(a) => build(a),
         }
     })
+}
+
+/// The config with its keys in the order Ray's `serve build` writes them (the rest after).
+fn in_ray_order(config: &Value) -> Result<serde_norway::Value> {
+    fn ordered(value: &Value, first: &[&str]) -> Result<serde_norway::Value> {
+        let Value::Object(map) = value else { return Ok(serde_norway::to_value(value)?) };
+        let mut out = serde_norway::Mapping::new();
+        let known = first.iter().filter_map(|k| map.get_key_value(*k));
+        for (k, v) in known.chain(map.iter().filter(|(k, _)| !first.contains(&k.as_str()))) {
+            let v = match (k.as_str(), v) {
+                ("applications", Value::Array(apps)) => {
+                    serde_norway::Value::Sequence(apps.iter().map(|a| ordered(a, APP_KEYS)).collect::<Result<_>>()?)
+                }
+                ("deployments", Value::Array(deps)) => {
+                    serde_norway::Value::Sequence(deps.iter().map(|d| ordered(d, &["name"])).collect::<Result<_>>()?)
+                }
+                _ => serde_norway::to_value(v)?,
+            };
+            out.insert(serde_norway::Value::String(k.clone()), v);
+        }
+        Ok(serde_norway::Value::Mapping(out))
+    }
+    const TOP_KEYS: &[&str] = &["proxy_location", "http_options", "grpc_options", "logging_config", "applications"];
+    const APP_KEYS: &[&str] = &["name", "route_prefix", "import_path", "runtime_env", "deployments"];
+    ordered(config, TOP_KEYS)
+}
+
+/// Imports the applications in the Python that runs oxray's workers, which writes their
+/// config as JSON; written here as YAML.
+fn build(a: BuildArgs) -> Result<ExitCode> {
+    let python = oxray_agent::detect::default_python();
+    let out = std::process::Command::new(&python)
+        .args(["-m", "oxray.serve._build_config", "--app-dir", &a.app_dir])
+        .args(&a.import_paths)
+        .output()
+        .with_context(|| format!("cannot run {python} (set OXRAY_PYTHON to the Python with oxray installed)"))?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        let hint = if said.contains("No module named 'oxray'") {
+            format!("\n{python} has no oxray package: set OXRAY_PYTHON to the Python oxray is installed in")
+        } else {
+            String::new()
+        };
+        bail!("building the config failed:\n{}{hint}", said.trim_end());
+    }
+    let config: Value = serde_json::from_slice(&out.stdout).context("the config built is not JSON")?;
+    let text = format!(
+        "# This file was generated using the `oxray serve build` command.\n\n{}",
+        serde_norway::to_string(&in_ray_order(&config)?).context("cannot write the config as YAML")?
+    );
+    match a.output_path {
+        Some(path) => {
+            std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+            println!("Wrote the config to {}.", path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Whether the argument names a file (else it is an import path, as Ray decides).
