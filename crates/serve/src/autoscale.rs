@@ -46,12 +46,17 @@ impl Policy {
     }
 }
 
-/// The load seen over time, and the wish to scale that has held since when.
+/// Decisions kept for `autoscaling_detail`, newest last.
+const DECISIONS_KEPT: usize = 20;
+
+/// The load seen over time, the wish to scale that has held since when, and the decisions
+/// made.
 #[derive(Debug, Clone, Default)]
 pub struct Load {
     samples: VecDeque<(f64, f64)>,
     wish: Option<(u32, f64)>,
     pub last_measured: Option<f64>,
+    decisions: VecDeque<serde_json::Value>,
 }
 
 impl Load {
@@ -99,10 +104,51 @@ impl Load {
         };
         if now - since >= delay {
             self.wish = None;
+            let reason = format!(
+                "{:.1} ongoing requests on average over the last {:.0} s, for a target of {} per replica",
+                self.average(),
+                policy.look_back_period_s,
+                policy.target_ongoing_requests
+            );
+            if self.decisions.len() == DECISIONS_KEPT {
+                self.decisions.pop_front();
+            }
+            self.decisions.push_back(serde_json::json!({
+                "timestamp_s": now, "reason": reason, "prev_num_replicas": current,
+                "curr_num_replicas": wanted, "policy": "default",
+            }));
             wanted
         } else {
             current
         }
+    }
+
+    /// Ray's `DeploymentAutoscalingDetail`: which way the autoscaler leans, its recent
+    /// decisions, the load it sees, and whether that load is fresh (measured within two
+    /// intervals: healthy; ten: delayed; else unavailable).
+    pub fn detail(&self, policy: &Policy, current: u32, now: f64) -> serde_json::Value {
+        let status = match self.wish {
+            Some((wanted, _)) if wanted > current => "UPSCALING",
+            Some(_) => "DOWNSCALING",
+            None => "STABLE",
+        };
+        let every = policy.measure_every_s();
+        let health = match self.last_measured.map(|t| now - t) {
+            Some(age) if age <= 2.0 * every => "healthy",
+            Some(age) if age <= 10.0 * every => "delayed",
+            _ => "unavailable",
+        };
+        serde_json::json!({
+            "scaling_status": status,
+            "decisions": self.decisions,
+            "metrics": {
+                "total_ongoing_requests": self.average(),
+                "target_ongoing_requests": policy.target_ongoing_requests,
+                "look_back_period_s": policy.look_back_period_s,
+            },
+            "metrics_health": health,
+            "errors": [],
+        })
     }
 }
 
@@ -150,6 +196,36 @@ mod tests {
             "upscale_delay_s": 3, "downscale_delay_s": 10, "look_back_period_s": 5
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_detail_shows_the_lean_the_decisions_and_how_fresh_the_load_is() {
+        let p = policy();
+        let mut load = Load::default();
+        assert_eq!(load.detail(&p, 1, 0.0)["metrics_health"], "unavailable");
+        load.record(0.0, 6.0, &p);
+        assert_eq!(load.decide(&p, 1, 0.0), 1, "the upscale delay has not passed");
+        let detail = load.detail(&p, 1, 0.5);
+        assert_eq!(
+            (detail["scaling_status"].as_str(), detail["metrics_health"].as_str()),
+            (Some("UPSCALING"), Some("healthy"))
+        );
+        assert_eq!(detail["metrics"]["total_ongoing_requests"], 6.0);
+        assert_eq!(load.decide(&p, 1, 3.0), 3);
+        let detail = load.detail(&p, 3, 3.0);
+        assert_eq!(detail["scaling_status"], "STABLE");
+        let decision = &detail["decisions"][0];
+        assert_eq!(
+            (decision["prev_num_replicas"].as_u64(), decision["curr_num_replicas"].as_u64()),
+            (Some(1), Some(3))
+        );
+        assert!(decision["reason"].as_str().unwrap().starts_with("6.0 ongoing requests"));
+        assert_eq!(load.detail(&p, 3, 3.0 + 20.0 * p.measure_every_s())["metrics_health"], "unavailable");
+        for t in 0..30 {
+            load.record(10.0 + t as f64, 0.0, &p);
+            load.decide(&p, 1 + t % 2, 10.0 + t as f64 + 100.0);
+        }
+        assert!(load.detail(&p, 1, 50.0)["decisions"].as_array().unwrap().len() <= DECISIONS_KEPT);
     }
 
     #[test]

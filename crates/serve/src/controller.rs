@@ -510,5 +510,6 @@ fn deployment_details(d: &Deployment) -> serde_json::Value {
         "user_config": d.spec.user_config,
         "required_resources": d.spec.resources,
         "replicas": replicas,
+        "autoscaling_detail": d.spec.autoscaling_config.as_ref().map(|p| d.load.detail(p, d.wanted(), now_s())),
     })
 }

@@ -95,6 +95,7 @@ fn deployment(d: &Value) -> Value {
         "required_resources": resources,
         "replicas": d["replicas"].as_array().map(|rs| rs.iter().map(replica).collect::<Vec<_>>()).unwrap_or_default(),
         "recent_dead_replicas": [],
+        "autoscaling_detail": d["autoscaling_detail"],
     })
 }
 
