@@ -438,6 +438,27 @@ def _parsed_by_rays_model(model, value):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@serve.deployment(autoscaling_config={
+    "min_replicas": 0, "max_replicas": 1, "initial_replicas": 0, "target_ongoing_requests": 1,
+    "upscale_delay_s": 0, "downscale_delay_s": 1, "look_back_period_s": 1, "metrics_interval_s": 0.2})
+class Doubler:
+    def __call__(self, x):
+        return x * 2
+
+
+def test_a_deployment_at_zero_replicas_scales_up_for_requests_through_handles(clean):
+    """No HTTP request reaches it: the handle's waiting request is what the autoscaler sees."""
+    serve.run(Doubler.bind(), name="zero", route_prefix=None)
+    assert _replicas("zero", "Doubler") == 0
+    handle = serve.get_deployment_handle("Doubler", "zero")
+    assert handle.remote(21).result(timeout_s=60) == 42
+    assert _replicas("zero", "Doubler") == 1
+    deadline = time.monotonic() + 30
+    while _replicas("zero", "Doubler") > 0:  # and back to zero once idle
+        assert time.monotonic() < deadline, serve.status()
+        time.sleep(0.2)
+
+
 @serve.deployment(num_replicas=2, max_ongoing_requests=8)
 class Steady:
     async def __call__(self, request):

@@ -19,6 +19,7 @@ pub fn router(serve: Arc<Serve>) -> axum::Router {
         .route("/api/oxray/serve/applications/{name}", put(deploy).delete(remove))
         .route("/api/serve/applications/", delete(shutdown).put(apply).get(ray_details))
         .route("/api/v1/applications/{app}/deployments/{deployment}/scale", axum::routing::post(scale))
+        .route("/api/oxray/serve/queued", axum::routing::post(handle_queues))
         .with_state(serve)
 }
 
@@ -85,6 +86,23 @@ async fn scale(
         .into_response(),
         Err(e @ ScaleError::NotFound) => error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e @ ScaleError::NotEnabled(_)) => error(StatusCode::PRECONDITION_FAILED, e.to_string()),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct QueuedReport {
+    process: String,
+    /// `[app, deployment, requests waiting]` triples.
+    queued: Vec<(String, String, i64)>,
+}
+
+async fn handle_queues(State(serve): State<Arc<Serve>>, body: axum::body::Bytes) -> Response {
+    match serde_json::from_slice::<QueuedReport>(&body) {
+        Ok(report) => {
+            serve.controller().report_handle_queues(&report.process, &report.queued);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => error(StatusCode::BAD_REQUEST, format!("Invalid request body: {e}")),
     }
 }
 

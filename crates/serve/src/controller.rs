@@ -182,6 +182,8 @@ pub struct Controller {
     pub(crate) routes_changed: tokio::sync::watch::Sender<u64>,
     /// Requests the HTTP proxy holds waiting for a replica with room, per application.
     pub(crate) queued: Arc<Mutex<HashMap<String, i64>>>,
+    /// Requests handles in other processes hold, per deployment.
+    pub(crate) handle_queued: Mutex<crate::handle_queues::HandleQueues>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -226,7 +228,17 @@ impl Controller {
             changed: Notify::new(),
             routes_changed: tokio::sync::watch::Sender::new(0),
             queued: Arc::default(),
+            handle_queued: Mutex::default(),
         }))
+    }
+
+    /// What a process's handles hold waiting, by (application, deployment); a deployment
+    /// with nothing to run them on is looked at now.
+    pub fn report_handle_queues(&self, process: &str, counts: &[(String, String, i64)]) {
+        self.handle_queued.lock().expect("handle queues lock").report(process, counts, Instant::now());
+        if counts.iter().any(|c| c.2 > 0) {
+            self.changed.notify_one();
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

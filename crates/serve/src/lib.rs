@@ -8,6 +8,7 @@ pub mod autoscale;
 pub mod builds;
 pub mod controller;
 pub mod declarative;
+pub mod handle_queues;
 pub mod host;
 pub mod plan;
 pub mod proxy;

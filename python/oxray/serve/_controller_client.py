@@ -10,6 +10,7 @@ from oxray.serve.exceptions import RayServeException
 
 APPS_PATH = "/api/oxray/serve/applications"
 SHUTDOWN_PATH = "/api/serve/applications/"
+QUEUED_PATH = "/api/oxray/serve/queued"
 
 
 class ControllerError(RayServeException):
@@ -48,6 +49,13 @@ def request(method: str, path: str, body: Any = None, timeout: float = 30.0, con
     except urllib.error.URLError as e:
         raise ConnectionError(f"Cannot reach the Serve controller at {base}: {e.reason}") from None
     return json.loads(text) if text else {}
+
+
+def report_queued(process: str, queued) -> None:
+    """What this process's handles hold waiting: (app, deployment, count) triples; the
+    autoscaler counts them as load."""
+    request("POST", QUEUED_PATH, {"process": process, "queued": [list(q) for q in queued]}, timeout=5.0,
+            connect=False)
 
 
 def app_path(name: str) -> str:

@@ -10,6 +10,8 @@ import itertools
 import os
 import random
 import threading
+import time
+import uuid
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from oxray.serve.exceptions import BackPressureError, DeploymentUnavailableError, RequestCancelledError
@@ -18,6 +20,8 @@ from oxray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 # wait with no replica to go to.
 REFRESH_S = 1.0
 REFRESH_WAITING_S = 0.1
+# Requests waiting here are reported to the controller at most this often.
+REPORT_S = 0.5
 # How long the watcher waits for one of the calls in flight before taking in new ones.
 WATCH_SLICE_S = 0.02
 
@@ -289,6 +293,8 @@ class _Directory:
         self.thread: Optional[threading.Thread] = None
         self.actors: Dict[str, Any] = {}
         self.connection = None
+        self.process = uuid.uuid4().hex
+        self.reported_at: Optional[float] = None  # when waiting requests were last reported
 
     def router(self, app_name: str, deployment_name: str) -> Router:
         key = (app_name, deployment_name)
@@ -334,6 +340,20 @@ class _Directory:
                 live.add(slot.actor_name)
         for name in [n for n in self.actors if n not in live]:
             del self.actors[name]
+        self._report_queued(routers)
+
+    def _report_queued(self, routers) -> None:
+        """Tells the controller what waits here for room (at most every REPORT_S), and once
+        that nothing does any more."""
+        from oxray.serve import _controller_client
+
+        queued = [(r.app_name, r.deployment_name, len(r.queue)) for r in routers if r.queue]
+        now = time.monotonic()
+        if queued and self.reported_at is not None and now - self.reported_at < REPORT_S:
+            return
+        if queued or self.reported_at is not None:
+            _controller_client.report_queued(self.process, queued)
+            self.reported_at = now if queued else None
 
     def _run(self) -> None:
         while True:

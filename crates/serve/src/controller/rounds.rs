@@ -375,7 +375,9 @@ impl Controller {
         });
         let running: f64 = futures_util::future::join_all(asks).await.into_iter().sum();
         let queued = if ingress { self.queued.lock().expect("queue lock").get(app).copied().unwrap_or(0) } else { 0 };
-        let total = running + queued.max(0) as f64;
+        let in_handles =
+            self.handle_queued.lock().expect("handle queues lock").total(app, deployment, std::time::Instant::now());
+        let total = running + (queued.max(0) + in_handles) as f64;
         self.change_deployment(app, deployment, |d| {
             let Some(policy) = d.spec.autoscaling_config.clone() else { return };
             let now = now_s();
