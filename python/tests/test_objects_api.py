@@ -75,6 +75,48 @@ def test_the_cli_lists_summarizes_and_shows_memory_by_node(cluster, holder):
     assert big not in cli(cluster, "memory", "--stats-only")
 
 
+HELD_IN_WAYS = textwrap.dedent('''
+    import sys, time
+    import oxray
+
+    @oxray.remote
+    def gate(seconds):
+        time.sleep(seconds)
+
+    @oxray.remote
+    def use(arg, after):
+        return len(arg)
+
+    oxray.init()
+    arg = oxray.put(b"a" * 100)
+    pending = use.remote(arg, gate.remote(20))  # waits for the gate: arg goes with it
+    inner = oxray.put(b"i" * 100)
+    outer = oxray.put([inner])
+    print(arg.hex(), inner.hex(), outer.hex(), flush=True)
+    del inner  # only `outer` holds it now
+    sys.stdin.read()
+''')
+
+
+def test_rows_say_how_each_object_is_held(cluster):
+    """Ray's reference types: an argument of a task still waiting, a Python reference, a
+    reference only inside another object."""
+    process = subprocess.Popen([sys.executable, "-c", HELD_IN_WAYS], env=cluster.env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        arg, inner, outer = process.stdout.readline().split()
+        time.sleep(0.5)  # `del inner` runs after the print
+        rows = {r["object_id"]: r for r in state(cluster, "objects", limit=1000)["result"] if r["pid"] == process.pid}
+        assert rows[arg]["reference_type"] == "USED_BY_PENDING_TASK", rows[arg]
+        assert rows[inner]["reference_type"] == "CAPTURED_IN_OBJECT", rows[inner]
+        assert rows[outer]["reference_type"] == "LOCAL_REFERENCE", rows[outer]
+        counts = state(cluster, "objects/summarize")["result"]["node_id_to_summary"]["cluster"]["summary"]
+        assert counts["disabled"]["ref_type_counts"]["CAPTURED_IN_OBJECT"] >= 1
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+
+
 def test_a_process_that_ended_is_forgotten(cluster):
     process = subprocess.Popen([sys.executable, "-c", HOLDER], env=cluster.env, stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True)

@@ -39,7 +39,7 @@ pub fn object_row(process: &v1::ProcessInfo, entry: &v1::ObjectEntry) -> Value {
         "object_size": entry.size,
         "task_status": task_status,
         "attempt_number": attempt_number,
-        "reference_type": "LOCAL_REFERENCE",
+        "reference_type": if entry.reference_type.is_empty() { "LOCAL_REFERENCE" } else { &entry.reference_type },
         "call_site": "disabled",
         "type": process.kind,
         "pid": process.pid,

@@ -1,7 +1,7 @@
 //! This process's object server: other processes holding references to objects it owns
 //! fetch them here and report the references they take and drop.
 
-use crate::objects::ObjectTable;
+use crate::objects::{ObjectTable, Use};
 use crate::tasks::ActorOwner;
 use oxray_proto::v1::{self, object_service_server};
 use oxray_rpc::{ServerAuth, Token};
@@ -43,10 +43,10 @@ impl object_service_server::ObjectService for Service {
     ) -> Result<Response<v1::UpdateRefsReply>, Status> {
         for change in request.into_inner().changes {
             for _ in 0..change.delta.max(0) {
-                self.objects.add_ref(&change.object_id);
+                self.objects.add_use(&change.object_id, Use::Remote);
             }
             for _ in 0..(-change.delta).max(0) {
-                self.objects.release(&change.object_id);
+                self.objects.release_use(&change.object_id, Use::Remote);
             }
         }
         Ok(Response::new(v1::UpdateRefsReply {}))

@@ -77,6 +77,33 @@ pub enum Hold {
     Remote { id: String, owner: String },
 }
 
+/// What a reference is for, so that the state API can say how an object is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// A Python `ObjectRef` of this process.
+    Local,
+    /// An argument of a task this process submitted, until the task has it.
+    PendingTask,
+    /// Another process's, as it reported it.
+    Remote,
+}
+
+/// Ray's reference type of an object here, by Ray's precedence: an argument of a pending
+/// task, else a Python reference, else inside another object, else none of those (only
+/// other processes hold it).
+fn reference_type(slot: &Slot, captured: u32) -> &'static str {
+    let local = slot.refs.saturating_sub(slot.pending_tasks + slot.remote + captured);
+    if slot.pending_tasks > 0 {
+        "USED_BY_PENDING_TASK"
+    } else if local > 0 {
+        "LOCAL_REFERENCE"
+    } else if captured > 0 {
+        "CAPTURED_IN_OBJECT"
+    } else {
+        "UNKNOWN_STATUS"
+    }
+}
+
 /// How a process reaches the owners of the objects it borrows.
 pub trait Owners: Send + Sync + 'static {
     /// The object's value from its owner; `Ready::lost` when the owner cannot give it.
@@ -90,7 +117,12 @@ pub trait Owners: Send + Sync + 'static {
 #[derive(Default)]
 struct Slot {
     value: Option<Ready>,
+    /// Every reference: Python's, pending tasks', other objects' and other processes'.
     refs: u32,
+    /// Of `refs`, those the tasks this process submitted hold until they have their args.
+    pending_tasks: u32,
+    /// Of `refs`, those other processes reported (this process owns the object).
+    remote: u32,
     /// Set for a borrowed object: the owner's object server.
     owner: Option<String>,
     fetching: bool,
@@ -221,6 +253,12 @@ impl ObjectTable {
     /// The objects referenced here, at most `limit`, for the state API; and how many there are.
     pub fn entries(&self, limit: usize) -> (Vec<oxray_proto::v1::ObjectEntry>, usize) {
         let inner = self.lock();
+        let mut captured: HashMap<&str, u32> = HashMap::new();
+        for hold in inner.slots.values().flat_map(|s| &s.holds) {
+            if let Hold::Local(id) = hold {
+                *captured.entry(id.as_str()).or_default() += 1;
+            }
+        }
         let entries = inner
             .slots
             .iter()
@@ -238,6 +276,7 @@ impl ObjectTable {
                     ready: slot.value.is_some(),
                     refs: slot.refs,
                     spilled: slot.file.as_ref().is_some_and(|f| !f.in_memory),
+                    reference_type: reference_type(slot, captured.get(id.as_str()).copied().unwrap_or(0)).into(),
                 }
             })
             .collect();
@@ -255,9 +294,30 @@ impl ObjectTable {
     }
 
     pub fn add_ref(&self, id: &str) {
+        self.add_use(id, Use::Local);
+    }
+
+    /// A reference taken for `use_` (`release_use` gives it back).
+    pub fn add_use(&self, id: &str, use_: Use) {
         if let Some(slot) = self.lock().slots.get_mut(id) {
             slot.refs += 1;
+            match use_ {
+                Use::Local => {}
+                Use::PendingTask => slot.pending_tasks += 1,
+                Use::Remote => slot.remote += 1,
+            }
         }
+    }
+
+    pub fn release_use(&self, id: &str, use_: Use) {
+        if let Some(slot) = self.lock().slots.get_mut(id) {
+            match use_ {
+                Use::Local => {}
+                Use::PendingTask => slot.pending_tasks = slot.pending_tasks.saturating_sub(1),
+                Use::Remote => slot.remote = slot.remote.saturating_sub(1),
+            }
+        }
+        self.release(id);
     }
 
     /// A reference to an object `owner` owns. Returns whether it is the first here: the
@@ -307,7 +367,11 @@ impl ObjectTable {
     /// stays counted at the owner. `this_process` is this process's object server address.
     pub fn adopt(&self, id: String, owner: String, this_process: Option<&str>) -> Hold {
         if this_process == Some(owner.as_str()) {
-            // The task's reference was added to this table already.
+            // The task's reference was added to this table already, as another process's:
+            // the result holds it now.
+            if let Some(slot) = self.lock().slots.get_mut(&id) {
+                slot.remote = slot.remote.saturating_sub(1);
+            }
             return Hold::Local(id);
         }
         let mut inner = self.lock();

@@ -2,7 +2,7 @@
 //! that worker, record the result as an object this process owns, give the lease back.
 
 use crate::channels::Authed;
-use crate::objects::{ObjectTable, Outcome};
+use crate::objects::{ObjectTable, Outcome, Use};
 use oxray_proto::v1::{self, worker_service_client::WorkerServiceClient};
 use oxray_rpc::Token;
 use oxray_types::ResourceSet;
@@ -292,11 +292,11 @@ impl Submitter {
         let ids: Vec<String> = (0..spec.num_returns.max(1)).map(|_| self.objects.pending()).collect();
         // The arguments stay alive until the task has them, even if the caller lets go.
         for dep in &spec.dependencies {
-            self.objects.add_ref(dep);
+            self.objects.add_use(dep, Use::PendingTask);
         }
         let contained = std::mem::take(&mut spec.contained);
         for nested in &contained {
-            self.objects.add_ref(nested);
+            self.objects.add_use(nested, Use::PendingTask);
         }
         if spec.streaming {
             self.expect_items(&ids[0]);
@@ -355,7 +355,7 @@ impl Submitter {
         self.pushes.forget_items(&ids[0]);
         self.note_ended(&ids[0], actor, &outcome);
         for nested in contained {
-            self.objects.release(nested);
+            self.objects.release_use(nested, Use::PendingTask);
         }
         let (data, outcome) = match outcome {
             Ok(reply) => return self.record(ids, reply),
@@ -403,7 +403,7 @@ impl Submitter {
     async fn run(self: &Arc<Self>, task_id: &str, spec: TaskSpec) -> Result<v1::PushTaskReply, Failure> {
         let values = self.objects.get(&spec.dependencies, None).await;
         for dep in &spec.dependencies {
-            self.objects.release(dep);
+            self.objects.release_use(dep, Use::PendingTask);
         }
         let values = values.map_err(|e| Failure::System(e.to_string()))?;
         self.note_args_ready(task_id, !spec.dependencies.is_empty());

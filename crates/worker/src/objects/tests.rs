@@ -108,6 +108,31 @@ async fn objects_inside_others_live_as_long_as_their_container() {
     assert!(table.is_empty(), "both go with the container");
 }
 
+#[tokio::test]
+async fn entries_say_how_each_object_is_held_in_ray_s_precedence() {
+    let table = Arc::new(ObjectTable::default());
+    let type_of = |id: &str| {
+        let (entries, _) = table.entries(usize::MAX);
+        entries.into_iter().find(|e| e.object_id == id).map(|e| e.reference_type)
+    };
+    let arg = table.put(b"arg".to_vec(), &[]);
+    table.add_ref(&arg);
+    assert_eq!(type_of(&arg).as_deref(), Some("LOCAL_REFERENCE"));
+    table.add_use(&arg, Use::PendingTask);
+    assert_eq!(type_of(&arg).as_deref(), Some("USED_BY_PENDING_TASK"), "before the Python reference");
+    table.release_use(&arg, Use::PendingTask);
+    let outer = table.put(b"outer".to_vec(), std::slice::from_ref(&arg));
+    table.add_ref(&outer);
+    assert_eq!(type_of(&arg).as_deref(), Some("LOCAL_REFERENCE"));
+    table.release(&arg);
+    assert_eq!(type_of(&arg).as_deref(), Some("CAPTURED_IN_OBJECT"), "only its container holds it");
+    table.add_use(&outer, Use::Remote);
+    table.release(&outer);
+    assert_eq!(type_of(&outer).as_deref(), Some("UNKNOWN_STATUS"), "only another process holds it");
+    table.release_use(&outer, Use::Remote);
+    assert!(table.is_empty());
+}
+
 /// Owners that answer from a map and record the changes they are sent.
 #[derive(Default)]
 struct FakeOwners {
