@@ -221,7 +221,9 @@ def test_trial_resources_from_a_placement_group_factory():
     assert TrialResources.from_json(resources.to_json()) == resources
     assert TrialResources.from_json({"CPU": 2.0}) == TrialResources(({"CPU": 2.0},)), "a run saved before bundles"
     worker_only = resources_for(tune.with_resources(lambda c: None, tune.PlacementGroupFactory([{"GPU": 1}])), {})
-    assert worker_only.head == {"GPU": 1.0, "CPU": 0.0}
+    assert worker_only.head == {"GPU": 1.0} and not worker_only.grouped
+    empty_head = resources_for(tune.with_resources(lambda c: None, tune.PlacementGroupFactory([{}, {"CPU": 2}])), {})
+    assert empty_head.head == {} and empty_head.total == {"CPU": 2.0}, "the worker itself holds nothing, as in Ray"
     with pytest.raises(ValueError, match="asks for nothing"):
         resources_for(tune.with_resources(lambda c: None, tune.PlacementGroupFactory([{"CPU": 1}, {}])), {})
     with pytest.raises(ValueError, match="strategy='TIGHT'"):

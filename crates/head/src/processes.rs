@@ -130,13 +130,23 @@ mod tests {
 
     #[test]
     fn rows_say_who_holds_what_as_ray_does() {
-        let owned =
-            v1::ObjectEntry { object_id: "o".into(), size: 10, owned: true, ready: true, refs: 1, spilled: false };
+        let owned = v1::ObjectEntry {
+            object_id: "o".into(),
+            size: 10,
+            owned: true,
+            ready: true,
+            refs: 1,
+            spilled: false,
+            reference_type: "CAPTURED_IN_OBJECT".into(),
+        };
         let row = object_row(&info("a:1"), &owned);
         assert_eq!(
             (row["task_status"].clone(), row["type"].clone(), row["pid"].clone()),
             (json!("FINISHED"), json!("DRIVER"), json!(7))
         );
+        assert_eq!(row["reference_type"], "CAPTURED_IN_OBJECT");
+        let older = v1::ObjectEntry { reference_type: String::new(), ..owned.clone() };
+        assert_eq!(object_row(&info("a:1"), &older)["reference_type"], "LOCAL_REFERENCE", "a process that says none");
         let borrowed = v1::ObjectEntry { owned: false, ready: false, size: -1, ..owned };
         let row = object_row(&info("a:1"), &borrowed);
         assert_eq!(

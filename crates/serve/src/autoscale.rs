@@ -221,11 +221,17 @@ mod tests {
         );
         assert!(decision["reason"].as_str().unwrap().starts_with("6.0 ongoing requests"));
         assert_eq!(load.detail(&p, 3, 3.0 + 20.0 * p.measure_every_s())["metrics_health"], "unavailable");
+        // Without delays every swing of the load is a decision; only the newest are kept.
+        let swift = Policy { upscale_delay_s: 0.0, downscale_delay_s: 0.0, look_back_period_s: 0.5, ..p.clone() };
+        let mut current = 3;
         for t in 0..30 {
-            load.record(10.0 + t as f64, 0.0, &p);
-            load.decide(&p, 1 + t % 2, 10.0 + t as f64 + 100.0);
+            let at = 10.0 + t as f64;
+            load.record(at, if t % 2 == 0 { 0.0 } else { 8.0 }, &swift);
+            current = load.decide(&swift, current, at);
         }
-        assert!(load.detail(&p, 1, 50.0)["decisions"].as_array().unwrap().len() <= DECISIONS_KEPT);
+        let decisions = load.detail(&swift, current, 40.0)["decisions"].as_array().unwrap().clone();
+        assert_eq!(decisions.len(), DECISIONS_KEPT);
+        assert_eq!(decisions.last().unwrap()["timestamp_s"], 39.0, "the newest kept");
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub use executor::{Executor, Incoming};
 pub use local::{find_oxray_binary, LocalCluster, LocalOptions};
 pub use object_links::OwnerLinks;
 pub use object_server::serve as serve_objects;
-pub use objects::{new_id, GetError, Hold, ObjectTable, Outcome, Owners, Ready};
+pub use objects::{new_id, GetError, Hold, ObjectTable, Outcome, Owners, Ready, Use};
 pub use oxray_object_store::{dirs::object_store_dirs, NodeStore, StoredFile};
 pub use oxray_proto::v1::{ContainedRef, MetricSample, NamedActor, PlacementGroupState, PushTaskReply};
 pub use oxray_rpc::Token;

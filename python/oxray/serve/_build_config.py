@@ -4,6 +4,7 @@ RayService's `serveConfigV2`. Run as `python -m oxray.serve._build_config [--app
 IMPORT_PATH...`; prints the config as JSON."""
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any, Dict, List
@@ -45,7 +46,9 @@ def main(argv: List[str]) -> int:
     parser.add_argument("import_paths", nargs="+")
     args = parser.parse_args(argv)
     sys.path.insert(0, args.app_dir)
-    print(json.dumps(build_config(args.import_paths)))
+    with contextlib.redirect_stdout(sys.stderr):  # what the user's modules print is not the config
+        config = build_config(args.import_paths)
+    print(json.dumps(config))
     return 0
 
 

@@ -72,7 +72,8 @@ _END = object()
 
 class LastChunk(bytes):
     """The body's last piece: after it the response is whole (what runs after it, such as
-    background tasks, sends nothing more)."""
+    background tasks, sends nothing more). A response whose last piece came with its head
+    is one event, `(status, headers, LastChunk)`."""
 
 
 async def stream_asgi(app, scope: Dict[str, Any], body: bytes):
@@ -117,6 +118,19 @@ async def stream_asgi(app, scope: Dict[str, Any], body: bytes):
                 if started:
                     continue
                 started = True
+                # A body sent in one message right after the head (a plain Response: its
+                # sends never wait) is queued already: the response is whole. A stream's
+                # head goes at once.
+                following = None if messages.empty() else messages.get_nowait()
+                if isinstance(following, LastChunk):
+                    yield message + (following,)
+                    continue
+                yield message
+                if following is None:
+                    continue
+                if following is _END:
+                    break
+                message = following
             elif not started:
                 continue
             yield message
@@ -132,13 +146,14 @@ async def stream_asgi(app, scope: Dict[str, Any], body: bytes):
 
 
 async def collect(events) -> Tuple[int, Headers, bytes]:
-    """A streamed response ((status, headers), then chunks) joined into one."""
+    """A streamed response ((status, headers), then chunks; or one whole event) joined."""
     from contextlib import aclosing
 
     async with aclosing(events):
-        status, headers = await events.__anext__()
-        chunks = [chunk async for chunk in events]
-    return status, headers, b"".join(chunks)
+        first = await events.__anext__()
+        status, headers = first[:2]
+        chunks = list(first[2:]) + [chunk async for chunk in events]
+    return status, headers, b"".join(bytes(c) for c in chunks)
 
 
 async def run_asgi(app, scope: Dict[str, Any], body: bytes) -> Tuple[int, Headers, bytes]:

@@ -287,31 +287,22 @@ class Replica:
 
     async def __serve_http_stream__(self, method: str, path: str, query: bytes, headers: list, body: bytes,
                                     root_path: str, request_id: str, client: str):
-        """`__serve_http__` sent as it is made. A response whose body comes in one piece is
-        one item, `(status, headers, body)`, so that it reaches the client whole or not at
-        all; else `(status, headers)` with the first piece of the body, then each piece.
-        The request counts as in flight until the stream ends or is closed."""
+        """`__serve_http__` sent as it is made. A response whose body is made with its head
+        (a plain return, an ASGI body in one message) is one item, `(status, headers, body)`,
+        so that it reaches the client whole or not at all; else `(status, headers)` at once,
+        then each piece of the body. The request counts as in flight until the stream ends
+        or is closed."""
         self._in_flight += 1
         events = self._http_response(method, path, query, headers, body, root_path, request_id, client)
-        head, started, whole = None, False, False
+        started = False
         try:
             async for event in events:
-                if head is None:
-                    status, out = event
-                    head = (status, _http.with_request_id(out, request_id))
-                elif not started:
+                if not started:
                     started = True
-                    whole = isinstance(event, _http.LastChunk)
-                    if whole:
-                        yield head + (bytes(event),)
-                    else:
-                        yield head
-                        if event:
-                            yield bytes(event)
-                elif event and not whole:
+                    status, out = event[:2]
+                    yield (status, _http.with_request_id(out, request_id)) + tuple(bytes(b) for b in event[2:])
+                elif event:
                     yield bytes(event)
-            if not started:  # a response with no body message at all
-                yield head + (b"",)
         except Exception as error:
             text = _traceback(error)
             if started:  # too late for an error response: the client sees the body cut short
@@ -360,8 +351,7 @@ class Replica:
                     yield _http.chunk_bytes(value)
         else:
             status, out, data = _http.encode(result)
-            yield status, out
-            yield _http.LastChunk(data)
+            yield status, out, _http.LastChunk(data)
 
     async def handle_request(self, method_name: str, args: tuple, kwargs: dict, meta: dict):
         from oxray.object_ref import ObjectRef

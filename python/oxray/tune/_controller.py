@@ -32,8 +32,7 @@ POLL_S = 1.0
 SEARCHER_SAVE_S = 5.0
 # Trials made ahead of free workers for a scheduler that waits for the whole population.
 MAX_AHEAD = 1000
-# A trial's worker that has not answered within this is taken to wait for room (a started
-# worker answers its first poll within POLL_S).
+# A trial whose worker has not started it within this is taken to wait for room.
 START_WAIT_S = 3.0
 
 
@@ -49,9 +48,10 @@ def default_concurrency(resources: Dict[str, float]) -> int:
 class Running:
     """A started trial: its worker and the poll in flight."""
 
-    def __init__(self, trial: Trial, actor, poll):
+    def __init__(self, trial: Trial, actor, poll, started):
         self.trial, self.actor, self.poll = trial, actor, poll
-        self.answered = False  # whether its worker has answered a poll: it runs somewhere
+        self.started = started  # the start call: answered once the trial runs in its worker
+        self.answered = False  # whether it is known to run
         self.launched = time.monotonic()
 
 
@@ -127,9 +127,9 @@ class TuneController:
                 "iteration": resume.get("training_iteration", 0) if checkpoint else 0,
                 "time_total_s": resume.get("time_total_s", 0.0) if checkpoint else 0.0,
                 "checkpoint_index": trial.checkpoint_index}
-        actor.start.remote(info, self.trainable, checkpoint, self.run_config.checkpoint_config)
+        started = actor.start.remote(info, self.trainable, checkpoint, self.run_config.checkpoint_config)
         poll = actor.poll.remote(POLL_S, None)
-        self.running[poll] = Running(trial, actor, poll)
+        self.running[poll] = Running(trial, actor, poll, started)
 
     def _limit(self) -> int:
         if self.tune_config.max_concurrent_trials:
@@ -252,6 +252,9 @@ class TuneController:
         now = time.monotonic()
         for run in list(self.running.values()):
             if run.answered or now - run.launched < START_WAIT_S:
+                continue
+            if oxray.wait([run.started], timeout=0)[0]:
+                run.answered = True  # it runs already: never started twice
                 continue
             actor = self.pool.take_idle(run.trial.resources)
             if actor is not None:

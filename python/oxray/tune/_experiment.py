@@ -4,13 +4,12 @@ line per trial state change, appended: the newest line of a trial is its state.
 
 Storage given as a URI (`s3://...`) or a pyarrow filesystem is reached through pyarrow,
 where nothing can be appended to: the driver then keeps its files (states, results,
-params, errors) in a local staging copy and uploads what changed every `SYNC_S`, when a
-trial ends and at the end, while trial workers write their checkpoints straight to
-storage, as Ray Tune does."""
+params, errors) in a local staging copy, made for the run, and uploads what changed every
+`SYNC_S` and at the end, while trial workers write their checkpoints straight to storage,
+as Ray Tune does."""
 
 import datetime
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ from oxray.tune._metrics import to_json
 
 TUNER_PKL = "tuner.pkl"
 SYNC_S = 10.0
+STAGING = "oxray-tune-staging"
 
 
 class Experiment:
@@ -31,7 +31,7 @@ class Experiment:
         self.name = name
         self.storage = Storage(storage_path, name, storage_filesystem)
         self.remote = self.storage.fs is not None
-        self.root = staging_dir(self.storage) if self.remote else self.storage.experiment_path
+        self.root = staging_dir(name) if self.remote else self.storage.experiment_path
         self.state_file: Optional[str] = None
         self.searcher_file: Optional[str] = None
         self.uploaded: Dict[str, Tuple[int, int]] = {}  # staged file -> (size, mtime) last uploaded
@@ -95,8 +95,6 @@ class Experiment:
             return
         import pyarrow.fs
 
-        shutil.rmtree(self.root, ignore_errors=True)
-        os.makedirs(self.root)
         selector = pyarrow.fs.FileSelector(self.storage_path, recursive=True, allow_not_found=True)
         for info in self.storage.fs.get_file_info(selector):
             rel = info.path[len(self.storage_path):].lstrip("/")
@@ -111,8 +109,11 @@ class Experiment:
 
     def close(self) -> None:
         """After the last sync: a remote experiment's staging copy is no longer needed."""
-        if self.remote:
+        if not self.remote:
+            return
+        try:
             self.sync(force=True)
+        finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
     # ----- checkpoints, where trial workers write them
@@ -141,8 +142,10 @@ class Experiment:
         source, target = self.checkpoint(trial_dir, src_name), self.checkpoint(trial_dir, dst_name)
         if self.storage.fs is None:
             os.replace(source.path, target.path)
-        else:
-            self.storage.fs.move(source.path, target.path)
+            return
+        # Object stores (s3, gs) move single objects, not directories: copy, then delete.
+        copy_dir(source.path, self.storage.fs, target.path, self.storage.fs)
+        self.delete_checkpoint(trial_dir, src_name)
 
     def checkpoint_names(self, trial_dir: str) -> List[str]:
         base = os.path.basename(trial_dir)
@@ -155,12 +158,11 @@ class Experiment:
         return sorted(os.path.basename(i.path) for i in infos if is_checkpoint_dir(os.path.basename(i.path)))
 
 
-def staging_dir(storage: Storage) -> str:
-    """The driver's local copy of a remote experiment: one per storage location."""
-    where = f"{type(storage.fs).__name__}:{storage.experiment_path}"
-    digest = hashlib.sha256(where.encode()).hexdigest()[:12]
-    name = f"{os.path.basename(storage.experiment_path)}-{digest}"
-    return os.path.join(tempfile.gettempdir(), "oxray-tune-staging", name)
+def staging_dir(name: str) -> str:
+    """A fresh local copy of a remote experiment for this run (a restore downloads into it)."""
+    parent = os.path.join(tempfile.gettempdir(), STAGING)
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"{name}-", dir=parent)
 
 
 def is_checkpoint_dir(name: str) -> bool:

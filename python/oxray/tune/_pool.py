@@ -41,14 +41,22 @@ class WorkerPool:
             options["runtime_env"] = self.runtime_env
         group = None
         if resources.grouped:
-            from oxray.util.placement_group import placement_group
+            from oxray.util.placement_group import placement_group, remove_placement_group
             from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-            group = placement_group([dict(b) for b in resources.bundles], strategy=resources.strategy)
+            # A worker that holds nothing (an empty first bundle) runs in any bundle.
+            held = any(resources.head.values())
+            bundles = [dict(b) for b in resources.bundles if b is not resources.head or held]
+            group = placement_group(bundles, strategy=resources.strategy)
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                group, 0, placement_group_capture_child_tasks=True)
+                group, 0 if held else -1, placement_group_capture_child_tasks=True)
         self.created += 1
-        actor = oxray.remote(TrialRunner).options(**options).remote()
+        try:
+            actor = oxray.remote(TrialRunner).options(**options).remote()
+        except BaseException:
+            if group is not None:
+                remove_placement_group(group)
+            raise
         if group is not None:
             self.groups[actor] = group
         return actor

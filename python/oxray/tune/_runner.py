@@ -4,7 +4,9 @@ decision in its next poll, so a result costs one round trip."""
 
 import os
 import queue
+import shutil
 import sys
+import tempfile
 import threading
 import traceback
 from typing import Any, Dict, Optional
@@ -37,6 +39,10 @@ class TrialRunner:
             self.results.put({"result": result})
             return self.decisions.get()
 
+        scratch = None
+        if (info.get("storage") or (None,))[0] is not None:
+            # Storage elsewhere: the trial's own directory is scratch space on this node.
+            scratch = info["trial_dir"] = tempfile.mkdtemp(prefix=f"{info['trial_name']}-")
         session = _session.TrialSession(info, checkpoint, exchange)
 
         def run():
@@ -59,6 +65,8 @@ class TrialRunner:
                 _session.install(None)
                 if train_session is not None:
                     train_session.install(None)
+                if scratch is not None:
+                    shutil.rmtree(scratch, ignore_errors=True)
             self.results.put(item)
 
         self.thread = threading.Thread(target=run, name="tune-trial", daemon=True)

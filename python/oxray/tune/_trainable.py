@@ -205,22 +205,24 @@ def resources_for(trainable: Any, config: Dict) -> TrialResources:
     if request is None:
         return TrialResources(({"CPU": 1.0},))
     if isinstance(request, PlacementGroupFactory):
-        return TrialResources(tuple(_bundle(b, i == 0) for i, b in enumerate(request.bundles)), request.strategy)
+        # The first bundle is the trial worker's, as given: empty, the worker holds nothing.
+        bundles = [_bundle(request.bundles[0])] + [_bundle(b, needed=True) for b in request.bundles[1:]]
+        return TrialResources(tuple(bundles), request.strategy)
     if not isinstance(request, dict):
         raise TypeError(f"trial resources must be a dict or a PlacementGroupFactory, got {type(request).__name__}")
-    return TrialResources((_bundle(request, True),))
+    resources = _bundle(request)
+    resources.setdefault("CPU", 0.0 if resources else 1.0)  # 1 CPU unless it names others
+    return TrialResources((resources,))
 
 
-def _bundle(request: Dict[str, Any], worker: bool) -> Dict[str, float]:
-    """One bundle in oxray's names; the trial worker's takes 1 CPU unless it names others."""
+def _bundle(request: Dict[str, Any], needed: bool = False) -> Dict[str, float]:
+    """One bundle in oxray's names; `needed`: it must ask for something."""
     names = {"cpu": "CPU", "gpu": "GPU"}
     resources = {names.get(k, k): float(v) for k, v in request.items()}
     for k, v in resources.items():
         if v < 0:
             raise ValueError(f"trial resources: {k}={v} is not an amount >= 0")
-    if worker:
-        resources.setdefault("CPU", 0.0 if resources else 1.0)
-    elif not any(resources.values()):
+    if needed and not any(resources.values()):
         raise ValueError(f"trial resources: the bundle {request!r} asks for nothing")
     return resources
 

@@ -92,16 +92,18 @@ class Tuner:
         searcher = prepare_searcher(self.tune_config, self.param_space)
         scheduler = prepare_scheduler(self.tune_config)
         experiment = self._experiment()
-        if self._restored:
-            experiment.download()
-        experiment.create(self._tuner_state())
-        trials = self._restored_trials(experiment, searcher) if self._restored else []
-        controller = TuneController(self.trainable, trainable_name(self.trainable), experiment, searcher, scheduler,
-                                    self.tune_config, self.run_config, trials)
-        trials = controller.run()
-        self._results = ResultGrid([_to_result(t, experiment) for t in trials], experiment.storage_path,
-                                   self.tune_config.metric, self.tune_config.mode)
-        experiment.close()
+        try:
+            if self._restored:
+                experiment.download()
+            experiment.create(self._tuner_state())
+            trials = self._restored_trials(experiment, searcher) if self._restored else []
+            controller = TuneController(self.trainable, trainable_name(self.trainable), experiment, searcher,
+                                        scheduler, self.tune_config, self.run_config, trials)
+            trials = controller.run()
+            self._results = ResultGrid([_to_result(t, experiment) for t in trials], experiment.storage_path,
+                                       self.tune_config.metric, self.tune_config.mode)
+        finally:
+            experiment.close()
         return self._results
 
     def get_results(self) -> ResultGrid:
@@ -205,6 +207,8 @@ def _parent_and_name(path: str, storage_filesystem: Any = None):
     """`(storage_path, name)` of an experiment's path: a local one made absolute, one on a
     filesystem or a URI kept as given."""
     path = str(path).rstrip("/")
+    if path.startswith("file://"):
+        path = path[len("file://"):]
     if storage_filesystem is None and not is_uri(path):
         path = os.path.abspath(os.path.expanduser(path))
     parent, _, name = path.rpartition("/")

@@ -142,7 +142,9 @@ impl Client {
                     owner
                 }
                 None => {
-                    self.objects.add_ref(&id);
+                    // The caller's reference, given back through `UpdateRefs` as another
+                    // process's.
+                    self.objects.add_use(&id, oxray_worker::Use::Remote);
                     self.owner_address(py)?
                 }
             };
