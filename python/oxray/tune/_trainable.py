@@ -76,6 +76,15 @@ class Trainable:
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
+def summed(bundles) -> Dict[str, float]:
+    """Each resource over all the bundles."""
+    total: Dict[str, float] = {}
+    for bundle in bundles:
+        for k, v in bundle.items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
 class PlacementGroupFactory:
     """Resources as bundles; the trial's own worker holds the first bundle, and the tasks
     and actors it starts run in the others (its placement group captures them)."""
@@ -93,11 +102,7 @@ class PlacementGroupFactory:
 
     @property
     def required_resources(self) -> Dict[str, float]:
-        total: Dict[str, float] = {}
-        for bundle in self.bundles:
-            for k, v in bundle.items():
-                total[k] = total.get(k, 0) + v
-        return total
+        return summed(self.bundles)
 
     def __eq__(self, other):
         return isinstance(other, PlacementGroupFactory) and (self.bundles, self.strategy) == (other.bundles,
@@ -174,11 +179,7 @@ class TrialResources:
 
     @property
     def total(self) -> Dict[str, float]:
-        total: Dict[str, float] = {}
-        for bundle in self.bundles:
-            for k, v in bundle.items():
-                total[k] = total.get(k, 0.0) + v
-        return total
+        return summed(self.bundles)
 
     @property
     def grouped(self) -> bool:
