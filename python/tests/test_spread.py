@@ -5,6 +5,7 @@ import collections
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,13 @@ def test_tasks_are_placed_without_the_head(four_nodes):
 
     # Workers started while the head answers; the run below needs none new.
     oxray.get([where.remote() for _ in range(8)], timeout=60)
+    # The agents place from the view the head last pushed them: stopping the head while a
+    # node still looked busy would keep it out of the run below for good.
+    deadline = time.monotonic() + 10
+    while oxray.available_resources().get("CPU", 0) < oxray.cluster_resources().get("CPU", 0):
+        assert time.monotonic() < deadline, "the nodes did not all look free again"
+        time.sleep(0.05)
+    time.sleep(0.5)  # the last change reaches every agent
     head = _head_pid()
     os.kill(head, signal.SIGSTOP)
     try:
