@@ -227,8 +227,10 @@ def test_storage_through_a_pyarrow_filesystem(tune_cluster, tmp_path):
     assert list((bucket / "results" / "remote").glob("experiment_state-*.json"))
     with ok.checkpoint.as_directory() as d:
         assert Path(d, "step").read_text() == "2"
+    again = tune.Result.from_path(ok.path, storage_filesystem=remote)
+    assert again.metrics["step"] == 2 and again.path == ok.path and again.checkpoint.path == ok.checkpoint.path
     staging = Path(tempfile.gettempdir(), STAGING)
-    assert not list(staging.glob("remote-*")), "the staging copy is removed"
+    assert not list(staging.glob("remote-*")), "the staging copies are removed"
 
     Path(tmp_path / "marker").write_text("go on")
     assert Tuner.can_restore("results/remote", storage_filesystem=remote)

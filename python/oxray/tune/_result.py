@@ -27,8 +27,22 @@ class Result(TrainResult):
 
     @classmethod
     def from_path(cls, path: str, storage_filesystem: Any = None) -> "Result":
-        """A trial's result from its directory."""
-        return load_trial(path.rstrip("/"))
+        """A trial's result from its directory: a local one, or one on a URI or a pyarrow
+        filesystem (its experiment's files are read through a staging copy)."""
+        from oxray.train._storage import resolve
+        from oxray.tune._experiment import Experiment
+
+        filesystem, inner = resolve(path.rstrip("/"), storage_filesystem)
+        if filesystem is None:
+            return load_trial(inner)
+        experiment_path, _, trial = inner.rpartition("/")
+        parent, _, name = experiment_path.rpartition("/")
+        experiment = Experiment(parent, name, filesystem)
+        try:
+            experiment.download()
+            return load_trial(experiment.path(trial), experiment=experiment)
+        finally:
+            experiment.close()
 
 
 def read_reports(trial_dir: str) -> List[Dict[str, Any]]:
