@@ -368,6 +368,35 @@ def test_a_streamed_response_reaches_the_client_piece_by_piece(clean):
     assert pieces[-1][1] >= 0.9, pieces
 
 
+@serve.deployment
+class BreaksMidway:
+    async def __call__(self, request):
+        async def tokens():
+            yield "token0 "
+            await asyncio.sleep(0.1)
+            raise RuntimeError("the model broke")
+
+        from starlette.responses import StreamingResponse
+
+        return StreamingResponse(tokens(), media_type="text/plain")
+
+
+def test_an_error_after_a_streamed_response_started_aborts_the_connection(clean):
+    """Too late for a 500: the client must see the body cut short, not a clean end (Ray does
+    the same)."""
+    serve.run(BreaksMidway.bind(), name="breaks", route_prefix="/breaks")
+    with requests.get(URL + "/breaks", stream=True, timeout=30) as response:
+        assert response.status_code == 200
+        pieces = []
+        with pytest.raises(requests.exceptions.ChunkedEncodingError):
+            for piece in response.iter_content(chunk_size=None):
+                pieces.append(piece)
+    assert b"".join(pieces) == b"token0 "
+    # The proxy and the replica serve on.
+    with requests.get(URL + "/breaks", stream=True, timeout=30) as response:
+        assert response.status_code == 200
+
+
 @serve.deployment(max_ongoing_requests=2, autoscaling_config={
     "min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1, "upscale_delay_s": 0,
     "downscale_delay_s": 1, "look_back_period_s": 1, "metrics_interval_s": 0.2})

@@ -477,10 +477,15 @@ def test_stream_of_a_user_error(driver):
     assert status == 500 and headers == {"content-type": "text/plain; charset=utf-8", "x-request-id": "bad"}
     text = b"".join(chunks)
     assert b"Traceback" in text and b"ValueError: user failure" in text
-    # Once the head is out, an error only ends the stream.
+    # Once the head is out, an error fails the stream (the proxy then aborts the connection).
     ticker = make(Ticker)
-    status, _, chunks, _, _ = http_stream(ticker, query=b"fail=1")
-    assert status == 200 and chunks == [b"tick0;"]
+    gen = ActorMethod(ticker, "__serve_http_stream__", 1).options(num_returns="streaming").remote(
+        "GET", "/", b"fail=1", [], b"", "/", "late", "127.0.0.1:5555")
+    items = []
+    with pytest.raises(Exception, match="broken midway"):
+        for ref in gen:
+            items.append(oxray.get(ref, timeout=30))
+    assert [items[0][0], bytes(items[1])] == [200, b"tick0;"]
     assert http(ticker, query=b"fail=1")[0] == 500
     assert json.loads(call(ticker, "__serve_stop__", 0.05, 5.0))["in_flight"] == 0
 

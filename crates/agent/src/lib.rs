@@ -9,6 +9,7 @@ mod jobs;
 mod leases;
 mod logs;
 pub mod memory;
+mod serve_proxy;
 mod usage;
 mod worker_records;
 mod workers;
@@ -224,6 +225,19 @@ impl JoinedAgent {
                 .serve_with_incoming_shutdown(oxray_rpc::incoming(listener), shutdown.clone().cancelled_owned()),
             shutdown.clone(),
         ));
+        if !self.config.is_head_node {
+            // The head node's proxy runs in the head.
+            let proxy = serve_proxy::NodeProxy {
+                client: self.client.clone(),
+                token: self.config.token.clone(),
+                head_address: self.config.head_address.clone(),
+                agent_address: self.node.agent_address(),
+                node_ip: self.node.node_ip.clone(),
+                node_id: self.node_id.clone(),
+                failed: Default::default(),
+            };
+            tokio::spawn(proxy.run(shutdown.clone()));
+        }
         let pool = self.pool.clone();
         let has_gpus = self.config.resources.get(oxray_types::resource_names::GPU) > 0.0;
         let store = store_dirs::object_store_dirs(self.node.agent_port);

@@ -252,6 +252,7 @@ impl BoundHead {
             session_name: session_name.clone(),
             dashboard,
             processes: processes.clone(),
+            serve: serve.clone(),
             shutdown: shutdown.clone(),
         };
         let grpc = oxray_rpc::server()

@@ -8,20 +8,13 @@ use crate::membership::Membership;
 use crate::store::Store;
 use oxray_proto::v1;
 use oxray_rpc::Token;
-use oxray_serve::{ActorHost, CallError, NewReplica, Placed, StateStore};
-use oxray_worker::{ActorCall, ObjectTable, Outcome, OwnerLinks, RestartPlan, Strategy, Submitter, TaskSpec};
+use oxray_serve::core_calls::{call_of, CoreCaller};
+use oxray_serve::{ActorHost, CallError, NewReplica, Placed, ReplicaCalls, StateStore};
+use oxray_worker::{ObjectTable, OwnerLinks, RestartPlan, Strategy, TaskSpec};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 const NAMESPACE: &str = "serve";
-
-/// One submitter per interpreter (a lease names the interpreter its worker runs), each with
-/// its object server.
-struct Owner {
-    submitter: Arc<Submitter>,
-    address: String,
-}
 
 pub struct CoreHost {
     control: String,
@@ -31,9 +24,10 @@ pub struct CoreHost {
     membership: Arc<Membership>,
     objects: Arc<ObjectTable>,
     links: tokio::sync::OnceCell<Arc<OwnerLinks>>,
-    owners: tokio::sync::Mutex<HashMap<String, Arc<Owner>>>,
+    /// One submitter per interpreter (a lease names the interpreter its worker runs).
+    owners: tokio::sync::Mutex<HashMap<String, Arc<CoreCaller>>>,
     /// Which owner made each actor this head made.
-    made_by: Mutex<HashMap<String, Arc<Owner>>>,
+    made_by: Mutex<HashMap<String, Arc<CoreCaller>>>,
 }
 
 impl CoreHost {
@@ -72,7 +66,7 @@ impl CoreHost {
             .unwrap_or_default()
     }
 
-    async fn owner(&self, python: &str) -> Result<Arc<Owner>, String> {
+    async fn owner(&self, python: &str) -> Result<Arc<CoreCaller>, String> {
         let mut owners = self.owners.lock().await;
         if let Some(o) = owners.get(python) {
             return Ok(o.clone());
@@ -86,32 +80,24 @@ impl CoreHost {
             })
             .await
             .clone();
-        let head = oxray_rpc::connect_head(&self.control, &self.token, Duration::from_secs(10))
-            .await
-            .map_err(|e| format!("cannot reach the head's own control plane: {e}"))?;
-        let submitter = Arc::new(Submitter::new(
+        let owner = CoreCaller::start(
             self.objects.clone(),
-            &self.agent()?,
-            self.token.clone(),
-            python.to_string(),
-            Some(head),
-            Arc::default(),
             links,
-        ));
-        let actors: Arc<dyn oxray_worker::ActorOwner> = Arc::new(submitter.clone());
-        let port = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-        let address = format!("{}:{port}", self.ip);
-        submitter.set_object_address(address.clone());
-        let owner = Arc::new(Owner { submitter, address });
+            &self.token,
+            &self.control,
+            &self.agent()?,
+            &self.ip,
+            python,
+        )
+        .await
+        .map(Arc::new)?;
         owners.insert(python.to_string(), owner.clone());
         Ok(owner)
     }
 
     /// The owner that made `actor_id`, else any (after a restart the head calls replicas it
     /// did not make; the interpreter only matters for new workers).
-    async fn caller(&self, actor_id: &str) -> Result<Arc<Owner>, String> {
+    async fn caller(&self, actor_id: &str) -> Result<Arc<CoreCaller>, String> {
         if let Some(o) = self.made_by.lock().expect("owners lock").get(actor_id) {
             return Ok(o.clone());
         }
@@ -121,32 +107,6 @@ impl CoreHost {
             None => self.owner("python3").await,
         }
     }
-}
-
-fn call_of(actor_id: &str, address: &str, method: &str, creation: bool) -> ActorCall {
-    ActorCall {
-        actor_id: actor_id.to_string(),
-        address: address.to_string(),
-        owner: None,
-        method: method.to_string(),
-        creation,
-        max_task_retries: 0,
-        place: None,
-        dead: None,
-        gpu_ids: Vec::new(),
-    }
-}
-
-/// A call of `method` with plain arguments (no ObjectRefs among them).
-fn method_call(actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> TaskSpec {
-    TaskSpec::actor(
-        method.to_string(),
-        Vec::new(),
-        args,
-        Vec::new(),
-        Vec::new(),
-        call_of(actor_id, address, method, false),
-    )
 }
 
 #[async_trait::async_trait]
@@ -203,70 +163,6 @@ impl ActorHost for CoreHost {
         Ok(Placed { actor_id, worker_address: placed.worker_address, node_id: self.node_of(&placed.agent_address) })
     }
 
-    async fn call(&self, actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> Result<Vec<u8>, CallError> {
-        let owner = self.caller(actor_id).await.map_err(CallError::Died)?;
-        let ids =
-            owner.submitter.submit(&tokio::runtime::Handle::current(), method_call(actor_id, address, method, args));
-        let ready = self.objects.get(&ids, None).await;
-        for id in &ids {
-            self.objects.release(id);
-        }
-        let ready = ready.map_err(|e| CallError::Died(e.to_string()))?;
-        let Some(first) = ready.into_iter().next() else { return Err(CallError::Died("no reply".into())) };
-        reply(first, method)
-    }
-
-    async fn stream(
-        &self,
-        actor_id: &str,
-        address: &str,
-        method: &str,
-        args: Vec<u8>,
-    ) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<u8>, CallError>>, CallError> {
-        let owner = self.caller(actor_id).await.map_err(CallError::Died)?;
-        let spec = TaskSpec { streaming: true, ..method_call(actor_id, address, method, args) };
-        let ids = owner.submitter.submit(&tokio::runtime::Handle::current(), spec);
-        let (items, taken) = tokio::sync::mpsc::channel(16);
-        let objects = self.objects.clone();
-        let method = method.to_string();
-        tokio::spawn(async move {
-            let done = ids[0].clone();
-            let mut index = 0;
-            loop {
-                let item = match owner.submitter.next_item(&done, index, None).await {
-                    Ok(Some(id)) => {
-                        index += 1;
-                        let read = objects.get(std::slice::from_ref(&id), None).await;
-                        objects.release(&id);
-                        match read {
-                            Ok(mut ready) => reply(ready.remove(0), &method),
-                            Err(e) => Err(CallError::Died(e.to_string())),
-                        }
-                    }
-                    // Ended: its result says how.
-                    Ok(None) => match objects.get(std::slice::from_ref(&done), None).await {
-                        Ok(mut ready) => match reply(ready.remove(0), &method) {
-                            Ok(_) => break,
-                            Err(e) => Err(e),
-                        },
-                        Err(e) => Err(CallError::Died(e.to_string())),
-                    },
-                    Err(e) => Err(CallError::Died(e.to_string())),
-                };
-                let failed = item.is_err();
-                // The receiver gone: the client went away.
-                if items.send(item).await.is_err() || failed {
-                    break;
-                }
-            }
-            owner.submitter.drop_items(&done);
-            for id in &ids {
-                objects.release(id);
-            }
-        });
-        Ok(taken)
-    }
-
     async fn kill(&self, actor_id: &str, _address: &str, name: &str) {
         let made = self.made_by.lock().expect("owners lock").remove(actor_id);
         match made {
@@ -289,12 +185,20 @@ impl ActorHost for CoreHost {
     }
 }
 
-/// A call's outcome as the controller sees it.
-fn reply(ready: oxray_worker::Ready, method: &str) -> Result<Vec<u8>, CallError> {
-    match ready.outcome {
-        Outcome::Value => Ok(ready.data.as_ref().clone()),
-        Outcome::TaskError => Err(CallError::Failed(format!("the replica's {method} raised an exception"))),
-        _ => Err(CallError::Died(String::from_utf8_lossy(&ready.data).into_owned())),
+#[async_trait::async_trait]
+impl ReplicaCalls for CoreHost {
+    async fn call(&self, actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> Result<Vec<u8>, CallError> {
+        self.caller(actor_id).await.map_err(CallError::Died)?.call(actor_id, address, method, args).await
+    }
+
+    async fn stream(
+        &self,
+        actor_id: &str,
+        address: &str,
+        method: &str,
+        args: Vec<u8>,
+    ) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<u8>, CallError>>, CallError> {
+        self.caller(actor_id).await.map_err(CallError::Died)?.stream(actor_id, address, method, args).await
     }
 }
 

@@ -18,6 +18,7 @@ pub struct HeadService {
     pub session_name: String,
     pub dashboard: crate::Dashboard,
     pub processes: Arc<crate::processes::Processes>,
+    pub serve: Arc<oxray_serve::Serve>,
     /// Ends the node change streams when the head stops.
     pub shutdown: tokio_util::sync::CancellationToken,
 }
@@ -100,6 +101,48 @@ impl head_service_server::HeadService for HeadService {
             }
         });
         Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    type WatchServeRoutesStream = tokio_stream::wrappers::ReceiverStream<Result<v1::ServeRoutes, Status>>;
+
+    async fn watch_serve_routes(
+        &self,
+        _request: Request<v1::WatchServeRoutesRequest>,
+    ) -> Result<Response<Self::WatchServeRoutesStream>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let controller = self.serve.controller().clone();
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            let mut changed = controller.subscribe_routes();
+            let mut sent = Vec::new();
+            loop {
+                changed.borrow_and_update();
+                let table = serde_json::to_vec(&controller.table()).expect("the routing table serializes");
+                if table != sent {
+                    if tx.send(Ok(v1::ServeRoutes { table: table.clone() })).await.is_err() {
+                        return;
+                    }
+                    sent = table;
+                }
+                tokio::select! {
+                    moved = changed.changed() => if moved.is_err() { return },
+                    _ = tx.closed() => return,
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    async fn report_serve_proxy(
+        &self,
+        request: Request<v1::ServeProxyReport>,
+    ) -> Result<Response<v1::ServeProxyReportReply>, Status> {
+        let r = request.into_inner();
+        let queued: Vec<(String, String, i64)> =
+            r.queued.into_iter().map(|q| (q.app, q.deployment, q.requests)).collect();
+        self.serve.report_node_proxy(&r.node_id, &r.node_ip, r.running, &queued);
+        Ok(Response::new(v1::ServeProxyReportReply {}))
     }
 
     async fn report_events(

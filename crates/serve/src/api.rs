@@ -20,6 +20,7 @@ pub fn router(serve: Arc<Serve>) -> axum::Router {
         .route("/api/serve/applications/", delete(shutdown).put(apply).get(ray_details))
         .route("/api/v1/applications/{app}/deployments/{deployment}/scale", axum::routing::post(scale))
         .route("/api/oxray/serve/queued", axum::routing::post(handle_queues))
+        .route("/api/oxray/serve/http", put(start_http))
         .with_state(serve)
 }
 
@@ -40,6 +41,28 @@ async fn deploy(State(serve): State<Arc<Serve>>, Path(name): Path<String>, body:
         Ok(()) => Json(serde_json::json!({})).into_response(),
         Err(DeployError::Invalid(e)) => error(StatusCode::BAD_REQUEST, e),
         Err(DeployError::Proxy(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartHttp {
+    #[serde(default)]
+    http_options: crate::HttpOptions,
+    #[serde(default)]
+    proxy_location: Option<crate::routing::ProxyLocation>,
+}
+
+/// `serve start`: the proxies run from now on, with no application; answers the HTTP
+/// options in force (another Serve's, when one ran already).
+async fn start_http(State(serve): State<Arc<Serve>>, body: axum::body::Bytes) -> Response {
+    let wanted: StartHttp = match serde_json::from_slice(&body) {
+        Ok(w) => w,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid Serve start request: {e}")),
+    };
+    match serve.start_http(&wanted.http_options, wanted.proxy_location).await {
+        Ok(options) => Json(serde_json::json!({ "http_options": options })).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 

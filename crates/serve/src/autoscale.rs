@@ -55,6 +55,9 @@ const DECISIONS_KEPT: usize = 20;
 pub struct Load {
     samples: VecDeque<(f64, f64)>,
     wish: Option<(u32, f64)>,
+    /// When the replicas were last asked (measurements are paced by it).
+    pub last_asked: Option<f64>,
+    /// When a measurement last came back: `metrics_health` says how fresh it is.
     pub last_measured: Option<f64>,
     decisions: VecDeque<serde_json::Value>,
 }

@@ -8,6 +8,7 @@
 use crate::controller::{Controller, Origin};
 use crate::declarative::{self, AppConfig, DeployConfig};
 use crate::host::{ActorHost, NewReplica, Placed, StateStore};
+use crate::routing::ProxyLocation;
 use crate::spec::AppSpec;
 use crate::wire::{self, Arg};
 use serde_json::Value;
@@ -110,6 +111,7 @@ impl Declarative {
     }
 
     fn start_builds(self: &Arc<Self>, config: &DeployConfig) {
+        self.controller.set_proxy_location(ProxyLocation::parse(&config.proxy_location).unwrap_or_default());
         let deployed: BTreeMap<String, Origin> =
             self.controller.origins().into_iter().map(|(name, origin, _)| (name, origin)).collect();
         let mut started = Vec::new();
@@ -241,6 +243,7 @@ impl Declarative {
 
     /// Forgets the config (Serve shut down).
     pub fn clear(&self) {
+        self.controller.set_proxy_location(ProxyLocation::default());
         let mut state = self.lock();
         state.config = None;
         state.builds.clear();

@@ -5,6 +5,7 @@
 
 use crate::host::{ActorHost, CallError, NewReplica, StateStore};
 use crate::plan::{self, AppStatus, DeploymentStatus, Replica, ReplicaState, Step};
+use crate::routing::{ProxyLocation, Route, Routing, Table, Target};
 use crate::spec::{self, AppSpec, DeploymentSpec, HttpOptions};
 use crate::wire::{self, Arg};
 use serde::{Deserialize, Serialize};
@@ -153,24 +154,10 @@ impl App {
 struct State {
     apps: BTreeMap<String, App>,
     http: Option<HttpOptions>,
-}
-
-/// A replica requests may go to.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Target {
-    pub replica_id: String,
-    pub actor_id: String,
-    pub worker_address: String,
-}
-
-/// What the proxy needs to route a request to an application.
-#[derive(Debug, Clone)]
-pub struct Route {
-    pub app: String,
-    pub status: AppStatus,
-    pub replicas: Vec<Target>,
-    pub max_ongoing_requests: u32,
-    pub max_queued_requests: i64,
+    location: ProxyLocation,
+    /// Started on its own (`serve start`): the proxies run with no application, until a
+    /// shutdown.
+    started: bool,
 }
 
 pub struct Controller {
@@ -276,6 +263,11 @@ impl Controller {
                 )));
             }
         }
+        if state.http.is_none() {
+            if let Some(location) = spec.proxy_location {
+                state.location = location;
+            }
+        }
         let http = state.http.get_or_insert_with(|| spec.http_options.clone().unwrap_or_default()).clone();
         let app = state.apps.entry(name.to_string()).or_insert_with(|| App {
             spec: spec.clone(),
@@ -359,7 +351,26 @@ impl Controller {
     }
 
     /// Starts deleting every application.
+    /// Starts Serve with no application (`serve start`): the HTTP options in force (those of
+    /// a running Serve, else `wanted`) and where proxies run (taken only by a Serve not
+    /// running yet, as the options are).
+    pub fn start_http(&self, wanted: &HttpOptions, location: Option<ProxyLocation>) -> HttpOptions {
+        let options = {
+            let mut state = self.lock();
+            state.started = true;
+            if state.http.is_none() {
+                if let Some(location) = location {
+                    state.location = location;
+                }
+            }
+            state.http.get_or_insert_with(|| wanted.clone()).clone()
+        };
+        self.touched();
+        options
+    }
+
     pub fn delete_all(&self) {
+        self.lock().started = false;
         let names: Vec<String> = self.lock().apps.keys().cloned().collect();
         for name in names {
             self.delete(&name);
@@ -393,46 +404,55 @@ impl Controller {
     /// Forgets the HTTP options once no application is left (the next deploy sets them).
     pub fn clear_http_if_empty(&self) -> bool {
         let mut state = self.lock();
-        if state.apps.is_empty() {
-            state.http = None;
-            true
-        } else {
-            false
+        if !state.apps.is_empty() || state.started {
+            return false;
         }
+        if state.http.take().is_some() {
+            drop(state);
+            self.touched();
+        }
+        true
     }
 
     /// Route prefixes and their applications, for HTTP.
     pub fn routes(&self) -> Vec<(String, String)> {
-        let state = self.lock();
-        state
-            .apps
-            .iter()
-            .filter(|(_, a)| !a.deleting)
-            .filter_map(|(name, a)| a.spec.route_prefix.clone().map(|p| (p, name.clone())))
-            .collect()
+        prefixes_of(&self.lock())
     }
 
     /// How to reach application `app`'s ingress deployment.
     pub fn route(&self, app: &str) -> Option<Route> {
+        route_of(&self.lock(), app)
+    }
+
+    /// Where proxies run (Ray's `proxy_location`, from a declarative config).
+    pub fn set_proxy_location(&self, location: ProxyLocation) {
+        let changed = {
+            let mut state = self.lock();
+            std::mem::replace(&mut state.location, location) != location
+        };
+        if changed {
+            self.touched();
+        }
+    }
+
+    pub fn proxy_location(&self) -> ProxyLocation {
+        self.lock().location
+    }
+
+    /// The routing state, for the proxies of other nodes.
+    pub fn table(&self) -> Table {
         let state = self.lock();
-        let a = state.apps.get(app)?;
-        let d = a.deployments.get(&a.spec.ingress)?;
-        Some(Route {
-            app: app.to_string(),
-            status: a.status(),
-            replicas: d
-                .replicas
-                .iter()
-                .filter(|r| r.state == ReplicaState::Running)
-                .map(|r| Target {
-                    replica_id: r.replica_id.clone(),
-                    actor_id: r.actor_id.clone(),
-                    worker_address: r.worker_address.clone(),
-                })
-                .collect(),
-            max_ongoing_requests: d.spec.max_ongoing_requests,
-            max_queued_requests: d.spec.max_queued_requests,
-        })
+        Table {
+            http: state.http.clone(),
+            location: state.location,
+            prefixes: prefixes_of(&state),
+            routes: state.apps.keys().filter_map(|name| route_of(&state, name).map(|r| (name.clone(), r))).collect(),
+        }
+    }
+
+    /// Wakes when the routing state may have changed.
+    pub fn subscribe_routes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.routes_changed.subscribe()
     }
 
     /// A call to the replica failed because it is gone: replace it now rather than at its
@@ -490,6 +510,60 @@ impl Controller {
             })
             .collect();
         serde_json::json!({ "applications": apps, "http": state.http })
+    }
+}
+
+fn prefixes_of(state: &State) -> Vec<(String, String)> {
+    state
+        .apps
+        .iter()
+        .filter(|(_, a)| !a.deleting)
+        .filter_map(|(name, a)| a.spec.route_prefix.clone().map(|p| (p, name.clone())))
+        .collect()
+}
+
+fn route_of(state: &State, app: &str) -> Option<Route> {
+    let a = state.apps.get(app)?;
+    let d = a.deployments.get(&a.spec.ingress)?;
+    Some(Route {
+        app: app.to_string(),
+        deployment: a.spec.ingress.clone(),
+        status: a.status(),
+        replicas: d
+            .replicas
+            .iter()
+            .filter(|r| r.state == ReplicaState::Running)
+            .map(|r| Target {
+                replica_id: r.replica_id.clone(),
+                actor_id: r.actor_id.clone(),
+                worker_address: r.worker_address.clone(),
+                node_id: r.node_id.clone(),
+            })
+            .collect(),
+        max_ongoing_requests: d.spec.max_ongoing_requests,
+        max_queued_requests: d.spec.max_queued_requests,
+    })
+}
+
+impl Routing for Controller {
+    fn prefixes(&self) -> Vec<(String, String)> {
+        self.routes()
+    }
+
+    fn route(&self, app: &str) -> Option<Route> {
+        Controller::route(self, app)
+    }
+
+    fn changed(&self) -> &Notify {
+        &self.changed
+    }
+
+    fn replica_died(&self, replica_id: &str) {
+        Controller::replica_died(self, replica_id)
+    }
+
+    fn waiting(&self) -> Arc<Mutex<HashMap<String, i64>>> {
+        self.queued.clone()
     }
 }
 

@@ -40,11 +40,9 @@ pub enum CallError {
     Died(String),
 }
 
+/// Calls of replicas that exist: what an HTTP proxy needs.
 #[async_trait::async_trait]
-pub trait ActorHost: Send + Sync + 'static {
-    /// Creates the actor and returns once it has a worker (its constructor may still run:
-    /// calls wait behind it).
-    async fn create(&self, replica: NewReplica) -> Result<Placed, String>;
+pub trait ReplicaCalls: Send + Sync + 'static {
     /// The pickled reply of `method`.
     async fn call(&self, actor_id: &str, address: &str, method: &str, args: Vec<u8>) -> Result<Vec<u8>, CallError>;
     /// A streaming call: each pickled item as the method yields it; an error ends the
@@ -56,6 +54,13 @@ pub trait ActorHost: Send + Sync + 'static {
         method: &str,
         args: Vec<u8>,
     ) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<u8>, CallError>>, CallError>;
+}
+
+#[async_trait::async_trait]
+pub trait ActorHost: ReplicaCalls {
+    /// Creates the actor and returns once it has a worker (its constructor may still run:
+    /// calls wait behind it).
+    async fn create(&self, replica: NewReplica) -> Result<Placed, String>;
     /// Ends the actor at once and forgets its name.
     async fn kill(&self, actor_id: &str, address: &str, name: &str);
 }

@@ -7,6 +7,7 @@ mod api;
 pub mod autoscale;
 pub mod builds;
 pub mod controller;
+pub mod core_calls;
 pub mod declarative;
 pub mod handle_queues;
 pub mod host;
@@ -14,11 +15,12 @@ pub mod plan;
 pub mod proxy;
 pub mod ray_shape;
 pub mod routes;
+pub mod routing;
 pub mod spec;
 pub mod wire;
 
 pub use controller::{Controller, DeployError};
-pub use host::{ActorHost, CallError, NewReplica, Placed, StateStore};
+pub use host::{ActorHost, CallError, NewReplica, Placed, ReplicaCalls, StateStore};
 pub use spec::{AppSpec, DeploymentSpec, HttpOptions};
 
 use std::sync::Arc;
@@ -42,8 +44,13 @@ pub struct Serve {
     /// Held while the proxy is started or stopped, and across a deploy, so that a deploy
     /// never lands on a proxy being stopped.
     proxy: tokio::sync::Mutex<Option<RunningProxy>>,
+    /// The proxies of other nodes, by node id: their address and last report.
+    node_proxies: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
     shutdown: CancellationToken,
 }
+
+/// A node's proxy not heard from for this long is not listed.
+const PROXY_REPORT_TTL: Duration = Duration::from_secs(10);
 
 impl Serve {
     pub fn open(
@@ -54,7 +61,15 @@ impl Serve {
     ) -> Result<Arc<Self>, String> {
         let controller = Controller::open(host.clone(), store.clone())?;
         let declarative = builds::Declarative::new(controller.clone(), host.clone(), store);
-        Ok(Arc::new(Self { controller, declarative, host, node, proxy: tokio::sync::Mutex::new(None), shutdown }))
+        Ok(Arc::new(Self {
+            controller,
+            declarative,
+            host,
+            node,
+            proxy: tokio::sync::Mutex::new(None),
+            node_proxies: Default::default(),
+            shutdown,
+        }))
     }
 
     pub fn controller(&self) -> &Arc<Controller> {
@@ -75,7 +90,8 @@ impl Serve {
             {
                 let mut proxy = self.proxy.lock().await;
                 // A declarative app still building keeps the proxy its config started.
-                if !self.declarative.building() && self.controller.clear_http_if_empty() {
+                let idle = !self.declarative.building() && self.controller.clear_http_if_empty();
+                if idle || self.controller.proxy_location() == routing::ProxyLocation::Disabled {
                     if let Some(running) = proxy.take() {
                         running.stop.cancel();
                     }
@@ -111,9 +127,6 @@ impl Serve {
     pub async fn apply_config(&self, body: &[u8]) -> Result<(), String> {
         let mut proxy = self.proxy.lock().await;
         let config = self.declarative.apply(body)?;
-        if config.proxy_location == "Disabled" {
-            tracing::warn!("proxy_location Disabled is not supported: the head's HTTP proxy serves the applications");
-        }
         let options = self.controller.http_options_or(&config.http_options);
         self.ensure_proxy(&mut proxy, &config.http_options, &options).await
     }
@@ -127,6 +140,7 @@ impl Serve {
         options: &HttpOptions,
     ) -> Result<(), String> {
         match slot.as_ref() {
+            None if self.controller.proxy_location() == routing::ProxyLocation::Disabled => Ok(()),
             Some(running) if &running.options != wanted => {
                 tracing::warn!(
                     "Serve is running with other HTTP options ({}:{}); the new ones are ignored",
@@ -151,9 +165,49 @@ impl Serve {
         }
     }
 
+    /// A node's proxy reports that it runs (or stopped) and what it holds waiting.
+    pub fn report_node_proxy(&self, node_id: &str, node_ip: &str, running: bool, queued: &[(String, String, i64)]) {
+        self.controller.report_handle_queues(&format!("proxy:{node_id}"), queued);
+        let mut proxies = self.node_proxies.lock().expect("proxies lock");
+        if running {
+            proxies.insert(node_id.to_string(), (node_ip.to_string(), std::time::Instant::now()));
+        } else {
+            proxies.remove(node_id);
+        }
+    }
+
+    /// Every proxy that runs: the head's, then those of other nodes heard from lately.
+    fn proxies(&self) -> Vec<ray_shape::ProxyNode> {
+        let head = (self.node)();
+        let mut proxies: Vec<ray_shape::ProxyNode> = self
+            .node_proxies
+            .lock()
+            .expect("proxies lock")
+            .iter()
+            .filter(|(id, (_, seen))| **id != head.node_id && seen.elapsed() < PROXY_REPORT_TTL)
+            .map(|(id, (ip, _))| ray_shape::ProxyNode { node_id: id.clone(), node_ip: ip.clone() })
+            .collect();
+        proxies.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        proxies.insert(0, head);
+        proxies
+    }
+
     /// Ray's `ServeInstanceDetails` for `GET /api/serve/applications/`.
     pub fn ray_details(&self, source: ray_shape::Source) -> serde_json::Value {
-        ray_shape::instance_details(&self.controller.details(), &self.declarative.view(), source, &(self.node)())
+        ray_shape::instance_details(&self.controller.details(), &self.declarative.view(), source, &self.proxies())
+    }
+
+    /// Starts Serve's proxies with no application (`serve start`); answers the HTTP options
+    /// in force.
+    pub async fn start_http(
+        &self,
+        wanted: &HttpOptions,
+        location: Option<routing::ProxyLocation>,
+    ) -> Result<HttpOptions, String> {
+        let mut proxy = self.proxy.lock().await;
+        let options = self.controller.start_http(wanted, location);
+        self.ensure_proxy(&mut proxy, wanted, &options).await?;
+        Ok(options)
     }
 
     /// Deploys (or updates) an application and makes sure the proxy runs.

@@ -3,10 +3,10 @@
 //! actor-call path, never more than `max_ongoing_requests` at a replica. Requests wait
 //! their turn here, first come first served, for a bounded time.
 
-use crate::controller::{Controller, Route};
-use crate::host::{ActorHost, CallError};
+use crate::host::{CallError, ReplicaCalls};
 use crate::plan::AppStatus;
 use crate::routes;
+use crate::routing::{Route, Routing, Target};
 use crate::spec::HttpOptions;
 use crate::wire::{self, Arg};
 use axum::body::Body;
@@ -26,13 +26,12 @@ const MAX_BODY: usize = 512 * 1024 * 1024;
 const TEXT: &str = "text/plain; charset=utf-8";
 
 pub struct Proxy {
-    controller: Arc<Controller>,
-    host: Arc<dyn ActorHost>,
+    routing: Arc<dyn Routing>,
+    host: Arc<dyn ReplicaCalls>,
     request_timeout_s: Option<f64>,
     /// Requests in flight at each replica, from this proxy.
     in_flight: Mutex<HashMap<String, u32>>,
-    /// Requests waiting for room, per application (the controller's map: the autoscaler
-    /// counts them as load).
+    /// Requests waiting for room, per application (the autoscaler counts them as load).
     waiting: Arc<Mutex<HashMap<String, i64>>>,
     freed: Notify,
 }
@@ -102,10 +101,10 @@ pub fn timeout_of(headers: &HeaderMap, default: Option<f64>) -> Option<f64> {
 }
 
 impl Proxy {
-    pub fn new(controller: Arc<Controller>, host: Arc<dyn ActorHost>, options: &HttpOptions) -> Arc<Self> {
+    pub fn new(routing: Arc<dyn Routing>, host: Arc<dyn ReplicaCalls>, options: &HttpOptions) -> Arc<Self> {
         Arc::new(Self {
-            waiting: controller.queued.clone(),
-            controller,
+            waiting: routing.waiting(),
+            routing,
             host,
             request_timeout_s: options.request_timeout_s,
             in_flight: Mutex::new(HashMap::new()),
@@ -134,16 +133,16 @@ impl Proxy {
 
     /// A replica of `route` with room, counted as taken; waits (first come, first served)
     /// while all are full, up to QUEUE_TIMEOUT.
-    async fn take(self: &Arc<Self>, app: &str) -> Result<(Route, crate::controller::Target, Slot), Response> {
+    async fn take(self: &Arc<Self>, app: &str) -> Result<(Route, Target, Slot), Response> {
         let deadline = tokio::time::Instant::now() + QUEUE_TIMEOUT;
         let mut queued: Option<Waiting<'_>> = None;
         loop {
             let freed = self.freed.notified();
-            let changed = self.controller.changed.notified();
+            let changed = self.routing.changed().notified();
             tokio::pin!(freed, changed);
             freed.as_mut().enable();
             changed.as_mut().enable();
-            let Some(route) = self.controller.route(app) else {
+            let Some(route) = self.routing.route(app) else {
                 return Err(text(StatusCode::NOT_FOUND, format!("Application '{app}' does not exist.")));
             };
             match route.status {
@@ -286,7 +285,7 @@ impl Proxy {
     fn failed(&self, replica: &str, error: CallError) -> Response {
         match error {
             CallError::Died(e) => {
-                self.controller.replica_died(replica);
+                self.routing.replica_died(replica);
                 text(StatusCode::INTERNAL_SERVER_ERROR, format!("The replica handling the request died: {e}"))
             }
             CallError::Failed(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
@@ -303,7 +302,7 @@ async fn handle(
     if path == "/-/healthz" {
         return text(StatusCode::OK, "success".into());
     }
-    let table = proxy.controller.routes();
+    let table = proxy.routing.prefixes();
     if path == "/-/routes" {
         let routes: serde_json::Map<String, serde_json::Value> =
             table.iter().map(|(p, a)| (p.clone(), serde_json::Value::String(a.clone()))).collect();

@@ -168,7 +168,9 @@ fn http_options(controller_http: &Value, view: &View) -> Value {
 }
 
 /// Ray's `ServeInstanceDetails`; `details` is the controller's own report.
-pub fn instance_details(details: &Value, view: &View, source: Source, proxy: &ProxyNode) -> Value {
+/// `proxies`: the head's first (the controller runs beside it), then other nodes'.
+pub fn instance_details(details: &Value, view: &View, source: Source, proxies: &[ProxyNode]) -> Value {
+    let head = proxies.first().cloned().unwrap_or_default();
     let apps = details["applications"].as_object().cloned().unwrap_or_default();
     let running = !apps.is_empty() || view.config.is_some();
     if !running {
@@ -187,20 +189,25 @@ pub fn instance_details(details: &Value, view: &View, source: Source, proxy: &Pr
             }
         }
     }
-    let mut proxies = Map::new();
     let http = &details["http"];
-    if http.is_object() && !proxy.node_id.is_empty() {
-        proxies.insert(
-            proxy.node_id.clone(),
-            json!({
-                "node_id": proxy.node_id, "node_ip": proxy.node_ip,
-                "actor_name": format!("SERVE_PROXY_ACTOR-{}", proxy.node_id), "status": "HEALTHY",
-            }),
-        );
-    }
+    let listed = if http.is_object() && view.config.as_ref().is_none_or(|c| c.proxy_location != "Disabled") {
+        proxies.iter().filter(|p| !p.node_id.is_empty()).collect()
+    } else {
+        Vec::new()
+    };
+    let proxies: Map<String, Value> = listed
+        .into_iter()
+        .map(|p| {
+            let row = json!({
+                "node_id": p.node_id, "node_ip": p.node_ip,
+                "actor_name": format!("SERVE_PROXY_ACTOR-{}", p.node_id), "status": "HEALTHY",
+            });
+            (p.node_id.clone(), row)
+        })
+        .collect();
     let config = view.config.as_ref();
     json!({
-        "controller_info": {"node_id": non_empty(&json!(proxy.node_id)), "node_ip": non_empty(&json!(proxy.node_ip)),
+        "controller_info": {"node_id": non_empty(&json!(head.node_id)), "node_ip": non_empty(&json!(head.node_ip)),
                             "actor_name": "SERVE_CONTROLLER_ACTOR"},
         "proxy_location": config.map(|c| c.proxy_location.as_str()).unwrap_or("EveryNode"),
         "http_options": if http.is_object() { http_options(http, view) } else { Value::Null },
@@ -244,15 +251,20 @@ mod tests {
             &json!({"applications": {}, "http": null}),
             &view(BTreeMap::new()),
             Source::All,
-            &ProxyNode::default(),
+            &[ProxyNode::default()],
         );
         assert_eq!(out, json!({"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": null}));
     }
 
     #[test]
     fn apps_replicas_and_resources_take_ray_s_shape() {
-        let proxy = ProxyNode { node_id: "head".into(), node_ip: "10.0.0.1".into() };
-        let out = instance_details(&controller_details(), &view(BTreeMap::new()), Source::All, &proxy);
+        let proxies = [
+            ProxyNode { node_id: "head".into(), node_ip: "10.0.0.1".into() },
+            ProxyNode { node_id: "n2".into(), node_ip: "10.0.0.2".into() },
+        ];
+        let out = instance_details(&controller_details(), &view(BTreeMap::new()), Source::All, &proxies);
+        assert_eq!(out["controller_info"]["node_ip"], "10.0.0.1");
+        assert_eq!(out["proxies"]["n2"]["actor_name"], "SERVE_PROXY_ACTOR-n2");
         let d = &out["applications"]["a"]["deployments"]["D"];
         assert_eq!(d["required_resources"], json!({"CPU": 1.0}));
         assert_eq!(d["replicas"][0]["node_ip"], "10.0.0.2");
@@ -265,7 +277,7 @@ mod tests {
     #[test]
     fn api_type_filters_by_source() {
         let all = BTreeMap::new();
-        let proxy = ProxyNode::default();
+        let proxy = [ProxyNode::default()];
         let declarative = instance_details(&controller_details(), &view(all.clone()), Source::Declarative, &proxy);
         assert_eq!(declarative["applications"].as_object().unwrap().keys().collect::<Vec<_>>(), ["a"]);
         let imperative = instance_details(&controller_details(), &view(all), Source::Imperative, &proxy);
@@ -279,7 +291,7 @@ mod tests {
         let mut builds = BTreeMap::new();
         builds.insert("c".to_string(), Build::new(json!({"import_path": "m:c", "route_prefix": "/c"}), None));
         builds.insert("a".to_string(), Build::new(json!({"import_path": "m:a2"}), Some("ImportError: m".into())));
-        let out = instance_details(&controller_details(), &view(builds), Source::All, &ProxyNode::default());
+        let out = instance_details(&controller_details(), &view(builds), Source::All, &[]);
         assert_eq!(out["applications"]["c"]["status"], "DEPLOYING");
         assert_eq!(out["applications"]["c"]["route_prefix"], "/c");
         assert_eq!(out["applications"]["a"]["status"], "DEPLOY_FAILED");

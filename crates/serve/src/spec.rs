@@ -42,6 +42,10 @@ pub struct AppSpec {
     pub python: String,
     #[serde(default)]
     pub http_options: Option<HttpOptions>,
+    /// Where proxies run (`serve.start(proxy_location=...)`), taken by the first
+    /// application as its HTTP options are.
+    #[serde(default)]
+    pub proxy_location: Option<crate::routing::ProxyLocation>,
     pub deployments: Vec<DeploymentSpec>,
     /// Whether `POST .../scale` may set its deployments' replica counts.
     #[serde(default)]
@@ -208,6 +212,7 @@ mod tests {
             ingress: deployments[0].name.clone(),
             python: "python3".into(),
             http_options: None,
+            proxy_location: None,
             deployments,
             external_scaler_enabled: false,
         }

@@ -3,7 +3,7 @@
 
 use oxray_serve::controller::Controller;
 use oxray_serve::plan::AppStatus;
-use oxray_serve::{ActorHost, AppSpec, CallError, NewReplica, Placed, StateStore};
+use oxray_serve::{ActorHost, AppSpec, CallError, NewReplica, Placed, ReplicaCalls, StateStore};
 use serde_pickle::{SerOptions, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -39,6 +39,13 @@ impl ActorHost for Fake {
         created.push(replica);
         Ok(Placed { actor_id: format!("actor{}", created.len()), worker_address: "w".into(), node_id: "n".into() })
     }
+    async fn kill(&self, actor_id: &str, _address: &str, _name: &str) {
+        self.killed.lock().unwrap().push(actor_id.to_string());
+    }
+}
+
+#[async_trait::async_trait]
+impl ReplicaCalls for Fake {
     async fn call(&self, actor_id: &str, _address: &str, method: &str, _args: Vec<u8>) -> Result<Vec<u8>, CallError> {
         self.calls.lock().unwrap().push((actor_id.to_string(), method.to_string()));
         if self.dead.lock().unwrap().iter().any(|d| d == actor_id) {
@@ -56,9 +63,6 @@ impl ActorHost for Fake {
         _args: Vec<u8>,
     ) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<u8>, CallError>>, CallError> {
         Err(CallError::Failed("the controller never streams".into()))
-    }
-    async fn kill(&self, actor_id: &str, _address: &str, _name: &str) {
-        self.killed.lock().unwrap().push(actor_id.to_string());
     }
 }
 

@@ -23,6 +23,8 @@ POLL_S = 0.05
 SAME_DEPLOY_GRACE_S = 1.0
 
 _http_options: Dict[str, Any] = {"host": "127.0.0.1", "port": 8000}
+# Where proxies run (Ray's ProxyLocation); None: the controller's default, EveryNode.
+_proxy_location: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -36,22 +38,20 @@ class RunTarget:
 
 def start(proxy_location: Union[None, str, ProxyLocation] = None, http_options: Union[None, dict, HTTPOptions] = None,
           grpc_options: Any = None, logging_config: Any = None, **kwargs) -> None:
-    """Sets the HTTP options the proxy starts with (the controller starts it with the first
-    app). Once Serve is running, other options are ignored with a warning, as in Ray."""
-    global _http_options
-    if proxy_location is not None:
-        ProxyLocation.coerce(proxy_location)
+    """Starts Serve on the cluster: its HTTP proxies run from now on, also with no
+    application, until `serve.shutdown()`. Once Serve is running, other options are ignored
+    with a warning, as in Ray."""
+    global _http_options, _proxy_location
+    location = ProxyLocation.coerce(proxy_location).value if proxy_location is not None else None
     options = _coerce(HTTPOptions, http_options, "http_options") or HTTPOptions()
     wanted = {"host": options.host, "port": options.port}
-    try:
-        running = _controller_client.get_applications().get("http")
-    except _controller_client.ControllerError:
-        running = None
-    if running and (running.get("host"), running.get("port")) != (wanted["host"], wanted["port"]):
+    running = _controller_client.start_http(dict(wanted, request_timeout_s=options.request_timeout_s), location)
+    if (running.get("host"), running.get("port")) != (wanted["host"], wanted["port"]):
         logger.warning("Serve is already running with HTTP options %s; the new options %s are ignored.",
                        running, wanted)
         return
     _http_options = wanted
+    _proxy_location = location
 
 
 def _wait(names: List[str], before: Dict[str, Any], deadline: Optional[float] = None) -> None:
@@ -88,7 +88,8 @@ def _put(targets: List[RunTarget]) -> Dict[str, Any]:
     if len(set(names)) != len(names):
         raise RayServeException(f"Application names must be unique, got {names}.")
     bodies = {t.name: _build.application_body(t.target, t.name, t.route_prefix, dict(_http_options),
-                                              external_scaler_enabled=t.external_scaler_enabled)
+                                              external_scaler_enabled=t.external_scaler_enabled,
+                                              proxy_location=_proxy_location)
               for t in targets}
     prefixes = [t.route_prefix for t in targets if t.route_prefix is not None]
     if len(set(prefixes)) != len(prefixes):

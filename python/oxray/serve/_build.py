@@ -170,7 +170,8 @@ def deployment_body(name: str, app: Application, app_name: str, names: Dict[int,
 
 def application_body(root: Application, app_name: str, route_prefix: Optional[str],
                      http_options: Dict[str, Any], code_version: Optional[str] = None,
-                     external_scaler_enabled: bool = False) -> Dict[str, Any]:
+                     external_scaler_enabled: bool = False,
+                     proxy_location: Optional[str] = None) -> Dict[str, Any]:
     check_app_name(app_name)
     check_route_prefix(route_prefix)
     ingress, order = walk(root)
@@ -180,6 +181,7 @@ def application_body(root: Application, app_name: str, route_prefix: Optional[st
         "ingress": ingress,
         "python": sys.executable,
         "http_options": http_options,
+        "proxy_location": proxy_location,
         "external_scaler_enabled": bool(external_scaler_enabled),
         "deployments": [deployment_body(name, app, app_name, names, code_version) for name, app in order],
     }

@@ -11,6 +11,7 @@ from oxray.serve.exceptions import RayServeException
 APPS_PATH = "/api/oxray/serve/applications"
 SHUTDOWN_PATH = "/api/serve/applications/"
 QUEUED_PATH = "/api/oxray/serve/queued"
+HTTP_PATH = "/api/oxray/serve/http"
 
 
 class ControllerError(RayServeException):
@@ -56,6 +57,12 @@ def report_queued(process: str, queued) -> None:
     autoscaler counts them as load."""
     request("POST", QUEUED_PATH, {"process": process, "queued": [list(q) for q in queued]}, timeout=5.0,
             connect=False)
+
+
+def start_http(http_options: Dict[str, Any], proxy_location: Optional[str]) -> Dict[str, Any]:
+    """Starts Serve's proxies; answers the HTTP options in force."""
+    body = {"http_options": http_options, "proxy_location": proxy_location}
+    return request("PUT", HTTP_PATH, body)["http_options"]
 
 
 def app_path(name: str) -> str:

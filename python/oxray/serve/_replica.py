@@ -305,9 +305,12 @@ class Replica:
                     yield bytes(event)
         except Exception as error:
             text = _traceback(error)
-            if started:  # too late for an error response: the client sees the body cut short
+            if started:
+                # Too late for an error response: the stream fails, and the proxy aborts the
+                # connection so that the client sees the body cut short, as with Ray.
                 print(f"Serve request {request_id} failed after its response started:\n{text}",
                       file=sys.stderr, flush=True)
+                raise
             else:
                 status, out, data = _http.error_response(text)
                 yield status, _http.with_request_id(out, request_id), data

@@ -1,4 +1,4 @@
-//! `oxray serve deploy|run|status|config|shutdown|build`: Ray's `serve` CLI commands of the
+//! `oxray serve start|deploy|run|status|config|shutdown|build`: Ray's `serve` CLI commands of the
 //! same names, as clients of Serve's REST API on the dashboard port (`run`: `serve_run.rs`;
 //! `build` imports the applications in Python and talks to no cluster).
 
@@ -13,6 +13,9 @@ pub(crate) const APPS: &str = "/api/serve/applications/";
 
 #[derive(Subcommand, Debug)]
 pub enum ServeCommand {
+    /// Start Serve on the cluster: its HTTP proxies run from now on (on the head and on
+    /// every node with a replica), also with no application, until `serve shutdown`.
+    Start(StartArgs),
     /// Deploy applications from a config file (YAML or JSON, Ray's ServeDeploySchema) or
     /// from an import path (`module:app`, with `key=value` builder arguments); returns once
     /// the cluster accepted it (`serve status` shows the progress).
@@ -29,6 +32,21 @@ pub enum ServeCommand {
     /// Write the config file (Ray's ServeDeploySchema, YAML) of applications given by import
     /// path, with the options their code sets: for `serve deploy` or a RayService.
     Build(BuildArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct StartArgs {
+    /// The address the HTTP proxies listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub http_host: String,
+    /// The port the HTTP proxies listen on.
+    #[arg(long, default_value_t = 8000)]
+    pub http_port: u16,
+    /// Where HTTP proxies run.
+    #[arg(long, default_value = "EveryNode", value_parser = ["EveryNode", "HeadOnly", "Disabled"])]
+    pub proxy_location: String,
+    #[command(flatten)]
+    pub target: JobTarget,
 }
 
 #[derive(Args, Debug)]
@@ -78,6 +96,7 @@ pub struct ShutdownArgs {
 pub fn run(command: ServeCommand) -> Result<ExitCode> {
     crate::target::runtime()?.block_on(async {
         match command {
+            ServeCommand::Start(a) => start(a).await,
             ServeCommand::Deploy(a) => deploy(a).await,
             ServeCommand::Run(a) => super::serve_run::run(a).await,
             ServeCommand::Status(a) => status(a).await,
@@ -169,6 +188,33 @@ pub(crate) fn read_config(path: &str) -> Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
     // JSON is YAML too.
     serde_norway::from_str(&text).with_context(|| format!("{path} is not a valid YAML or JSON config"))
+}
+
+async fn start(a: StartArgs) -> Result<ExitCode> {
+    let client = JobClient::connect(&a.target).await?;
+    let body = json!({
+        "http_options": {"host": a.http_host, "port": a.http_port},
+        "proxy_location": a.proxy_location,
+    });
+    let answer = client
+        .text(reqwest::Method::PUT, "/api/oxray/serve/http", Some(body))
+        .await
+        .context("the cluster could not start Serve")?;
+    let answer: Value = serde_json::from_str(&answer).context("the cluster's answer is not JSON")?;
+    let running = &answer["http_options"];
+    if running["host"] != json!(a.http_host) || running["port"] != json!(a.http_port) {
+        eprintln!(
+            "Serve is already running with HTTP options {}:{}; the options given are ignored.",
+            running["host"].as_str().unwrap_or("?"),
+            running["port"]
+        );
+    }
+    println!(
+        "Serve is running; its HTTP proxies listen on {}:{}.",
+        running["host"].as_str().unwrap_or("?"),
+        running["port"]
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn deploy(a: DeployArgs) -> Result<ExitCode> {

@@ -105,8 +105,8 @@ impl Controller {
                     }
                     if let Some(policy) = d.spec.autoscaling_config.as_ref().filter(|_| !deleting && !d.removed) {
                         let at = now_s();
-                        if d.load.last_measured.is_none_or(|t| at - t >= policy.measure_every_s()) {
-                            d.load.last_measured = Some(at);
+                        if d.load.last_asked.is_none_or(|t| at - t >= policy.measure_every_s()) {
+                            d.load.last_asked = Some(at);
                             let running =
                                 d.replicas.iter().filter(|r| r.state == ReplicaState::Running).cloned().collect();
                             let ingress = d.spec.name == app.spec.ingress;
@@ -369,11 +369,16 @@ impl Controller {
         let asks = replicas.iter().map(|r| async move {
             let call = self.host.call(&r.actor_id, &r.worker_address, "__serve_metrics__", wire::args(vec![]));
             match tokio::time::timeout(METRICS_TIMEOUT, call).await {
-                Ok(Ok(data)) => wire::json_reply(&data).ok().and_then(|v| v["in_flight"].as_f64()).unwrap_or(0.0),
-                _ => 0.0,
+                Ok(Ok(data)) => wire::json_reply(&data).ok().map(|v| v["in_flight"].as_f64().unwrap_or(0.0)),
+                _ => None,
             }
         });
-        let running: f64 = futures_util::future::join_all(asks).await.into_iter().sum();
+        let answers: Vec<f64> = futures_util::future::join_all(asks).await.into_iter().flatten().collect();
+        if answers.is_empty() && !replicas.is_empty() {
+            // No measurement: the load seen ages, and metrics_health says so.
+            return;
+        }
+        let running: f64 = answers.iter().sum();
         let queued = if ingress { self.queued.lock().expect("queue lock").get(app).copied().unwrap_or(0) } else { 0 };
         let in_handles =
             self.handle_queued.lock().expect("handle queues lock").total(app, deployment, std::time::Instant::now());
