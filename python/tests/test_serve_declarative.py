@@ -200,6 +200,34 @@ def test_serve_build_writes_a_config_that_deploys(setup, tmp_path):
     assert missing.returncode == 1 and "No module named 'no_such_module'" in missing.stderr
 
 
+def test_serve_start_runs_the_proxy_with_no_application_until_shutdown(setup):
+    cluster, code, port = setup
+    cli(cluster, "shutdown", "-y")
+    out = cli(cluster, "start", "--http-port", str(port))
+    assert f"127.0.0.1:{port}" in out.stdout
+    wait_for(lambda: fetch(port, "/-/healthz") == "success", "the proxy")
+    assert fetch(port, "/-/routes") == "{}"
+    status = yaml.safe_load(cli(cluster, "status").stdout)
+    assert status["applications"] == {} and list(status["proxies"].values()) == ["HEALTHY"]
+    # Serve runs: other options are ignored, as in Ray.
+    again = cli(cluster, "start", "--http-port", str(free_port()))
+    assert "already running" in again.stderr and f":{port}" in again.stdout
+    bad = cli(cluster, "start", "--proxy-location", "Nowhere", check=False)
+    assert bad.returncode == 2 and "Nowhere" in bad.stderr
+    time.sleep(1.0)  # longer than the controller's round: a proxy with no app stays up
+    assert fetch(port, "/-/healthz") == "success"
+    cli(cluster, "shutdown", "-y")
+
+    def refused():
+        try:
+            fetch(port, "/-/healthz")
+        except OSError:
+            return True
+        return False
+
+    wait_for(refused, "the proxy to stop", timeout=10)
+
+
 def test_a_bad_config_file_is_refused_with_the_reason(setup, tmp_path):
     cluster, code, port = setup
     p = deploy(cluster, tmp_path, {"applications": [{"name": "x"}]}, check=False)

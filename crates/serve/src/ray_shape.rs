@@ -172,7 +172,8 @@ fn http_options(controller_http: &Value, view: &View) -> Value {
 pub fn instance_details(details: &Value, view: &View, source: Source, proxies: &[ProxyNode]) -> Value {
     let head = proxies.first().cloned().unwrap_or_default();
     let apps = details["applications"].as_object().cloned().unwrap_or_default();
-    let running = !apps.is_empty() || view.config.is_some();
+    // Started with no application (`serve start`), Serve runs as well.
+    let running = !apps.is_empty() || view.config.is_some() || details["http"].is_object();
     if !running {
         return json!({"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": null});
     }
