@@ -2,7 +2,10 @@
 """What reporting task and actor state to the head costs the fastest rows of
 `bench/microbenchmark.py`: each row with reporting on and off
 (`OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS=0`), in alternating rounds on fresh private clusters,
-the median of the rounds shown.
+the median of the rounds shown. Two measures per row: calls per second, and the CPU time
+the whole cluster (driver, head, agent, workers) spent per call. On a small shared machine
+the first swings with scheduling from round to round; the second counts the work done and
+shows the cost of reporting more steadily.
 
 Usage: .venv/bin/python bench/reporting_cost.py [--rounds 4] [--seconds 1.0]
 """
@@ -13,17 +16,59 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 ROWS = ("single client tasks async", "1:1 actor calls async", "1:1 actor calls concurrent",
         "n:n actor calls async", "1:n async-actor calls async")
 
 
+def tree_cpu_s(root):
+    """CPU seconds (user + system) spent so far by `root` and every process below it."""
+    children, cpu = {}, {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid, ppid = int(entry), int(fields[1])
+        children.setdefault(ppid, []).append(pid)
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += cpu.get(pid, 0.0)
+        stack.extend(children.get(pid, ()))
+    return total
+
+
+def costed(fn, seconds, batch):
+    """(calls per second as `rate` measures it, CPU microseconds of the cluster per call)."""
+    from microbenchmark import rate
+
+    me = os.getpid()
+    began_cpu, began = tree_cpu_s(me), time.perf_counter()
+    calls = rate(fn, seconds, batch)
+    spent = time.perf_counter() - began
+    # rate() runs a warm-up call, then its trials: all of it is counted.
+    cpu = tree_cpu_s(me) - began_cpu
+    return calls, 1e6 * cpu / (calls * spent)
+
+
 def measure(seconds):
     """The rows in this process, on a private cluster; printed as JSON."""
+    import ctypes
     import multiprocessing
 
     import oxray as rt
-    from microbenchmark import rate
+
+    # The cluster's daemons are adopted by this process when their launcher exits, so
+    # their CPU time is counted with its own.
+    PR_SET_CHILD_SUBREAPER = 36
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
     @rt.remote
     def small_value():
@@ -50,20 +95,20 @@ def measure(seconds):
     n_cpu = max(1, multiprocessing.cpu_count() // 2)
     rt.init(address="local", num_cpus=os.cpu_count())
     out = {}
-    out[ROWS[0]] = rate(lambda: rt.get([small_value.remote() for _ in range(1000)]), seconds, 1000)
+    out[ROWS[0]] = costed(lambda: rt.get([small_value.remote() for _ in range(1000)]), seconds, 1000)
     a = Actor.remote()
-    out[ROWS[1]] = rate(lambda: rt.get([a.small_value.remote() for _ in range(1000)]), seconds, 1000)
+    out[ROWS[1]] = costed(lambda: rt.get([a.small_value.remote() for _ in range(1000)]), seconds, 1000)
     c = Actor.options(max_concurrency=16).remote()
-    out[ROWS[2]] = rate(lambda: rt.get([c.small_value.remote() for _ in range(1000)]), seconds, 1000)
+    out[ROWS[2]] = costed(lambda: rt.get([c.small_value.remote() for _ in range(1000)]), seconds, 1000)
     servers = [Actor.remote() for _ in range(n_cpu)]
 
     @rt.remote
     def work(actors):
         rt.get([actors[i % n_cpu].small_value.remote() for i in range(5000)])
 
-    out[ROWS[3]] = rate(lambda: rt.get([work.remote(servers) for _ in range(4)]), seconds, 4 * 5000)
+    out[ROWS[3]] = costed(lambda: rt.get([work.remote(servers) for _ in range(4)]), seconds, 4 * 5000)
     client = Client.remote([AsyncActor.remote() for _ in range(n_cpu)])
-    out[ROWS[4]] = rate(lambda: rt.get(client.small_value_batch.remote(5000)), seconds, 5000 * n_cpu)
+    out[ROWS[4]] = costed(lambda: rt.get(client.small_value_batch.remote(5000)), seconds, 5000 * n_cpu)
     rt.shutdown()
     print(json.dumps(out))
 
@@ -94,14 +139,17 @@ def main():
         for reporting in (True, False):
             runs[reporting].append(one_round(args.seconds, reporting))
 
-    def median(reporting, row):
-        values = sorted(r[row] for r in runs[reporting])
+    def median(reporting, row, i):
+        values = sorted(r[row][i] for r in runs[reporting])
         return values[len(values) // 2]
 
-    print(f"{'row':34} {'on':>10} {'off':>10} {'on vs off':>10}   (calls per second, median of {args.rounds})")
+    print(f"median of {args.rounds} rounds each; CPU: the cluster's CPU time per call")
+    print(f"{'row':34} {'calls/s on':>10} {'off':>10} {'on vs off':>10} {'CPU us on':>10} {'off':>8} {'on vs off':>10}")
     for row in ROWS:
-        on, off = median(True, row), median(False, row)
-        print(f"{row:34} {on:>10.0f} {off:>10.0f} {100 * (on / off - 1):>+9.1f}%")
+        on, off = median(True, row, 0), median(False, row, 0)
+        cpu_on, cpu_off = median(True, row, 1), median(False, row, 1)
+        print(f"{row:34} {on:>10.0f} {off:>10.0f} {100 * (on / off - 1):>+9.1f}% "
+              f"{cpu_on:>10.1f} {cpu_off:>8.1f} {100 * (cpu_on / cpu_off - 1):>+9.1f}%")
 
 
 if __name__ == "__main__":

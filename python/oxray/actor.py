@@ -306,6 +306,7 @@ def _restore_handle(actor_id, address, class_name, methods, lease_id, agent, nam
                          max_task_retries)
     if created is not None:
         handle._created = created
+        worker.client().mark_actor_handle(created.hex())
     return handle
 
 

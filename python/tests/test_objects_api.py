@@ -77,6 +77,7 @@ def test_the_cli_lists_summarizes_and_shows_memory_by_node(cluster, holder):
 
 HELD_IN_WAYS = textwrap.dedent('''
     import sys, time
+    import numpy
     import oxray
 
     @oxray.remote
@@ -85,6 +86,7 @@ HELD_IN_WAYS = textwrap.dedent('''
 
     @oxray.remote
     def use(arg, after):
+        time.sleep(20)
         return len(arg)
 
     oxray.init()
@@ -92,29 +94,61 @@ HELD_IN_WAYS = textwrap.dedent('''
     pending = use.remote(arg, gate.remote(20))  # waits for the gate: arg goes with it
     inner = oxray.put(b"i" * 100)
     outer = oxray.put([inner])
-    print(arg.hex(), inner.hex(), outer.hex(), flush=True)
+    running_arg = oxray.put(b"r" * 100)
+    running = use.remote(running_arg, None)  # has its arguments at once
+
+    @oxray.remote(num_cpus=0)
+    class Keeper:
+        pass
+
+    keeper = Keeper.remote()
+    pinned_ref = oxray.put(numpy.zeros(1_000_000))
+    pinned = oxray.get(pinned_ref)  # read without a copy: its file stays mapped
+    print(arg.hex(), inner.hex(), outer.hex(), running_arg.hex(), keeper._created.hex(), pinned_ref.hex(),
+          flush=True)
     del inner  # only `outer` holds it now
+    del running_arg  # only the task holds it, until it finishes
     sys.stdin.read()
 ''')
 
 
 def test_rows_say_how_each_object_is_held(cluster):
-    """Ray's reference types: an argument of a task still waiting, a Python reference, a
-    reference only inside another object."""
+    """Ray's reference types: an argument of a task still waiting and of one running, a
+    Python reference, a reference only inside another object, an actor's handle, a value
+    read without a copy."""
     process = subprocess.Popen([sys.executable, "-c", HELD_IN_WAYS], env=cluster.env, stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True)
     try:
-        arg, inner, outer = process.stdout.readline().split()
+        arg, inner, outer, running, handle, pinned = process.stdout.readline().split()
         time.sleep(0.5)  # `del inner` runs after the print
         rows = {r["object_id"]: r for r in state(cluster, "objects", limit=1000)["result"] if r["pid"] == process.pid}
         assert rows[arg]["reference_type"] == "USED_BY_PENDING_TASK", rows[arg]
         assert rows[inner]["reference_type"] == "CAPTURED_IN_OBJECT", rows[inner]
         assert rows[outer]["reference_type"] == "LOCAL_REFERENCE", rows[outer]
+        # As in Ray, a task holds its arguments until it finishes, not only until it has them.
+        assert rows[running]["reference_type"] == "USED_BY_PENDING_TASK", rows[running]
+        assert rows[handle]["reference_type"] == "ACTOR_HANDLE", rows[handle]
+        assert rows[pinned]["reference_type"] == "PINNED_IN_MEMORY", rows[pinned]
         counts = state(cluster, "objects/summarize")["result"]["node_id_to_summary"]["cluster"]["summary"]
         assert counts["disabled"]["ref_type_counts"]["CAPTURED_IN_OBJECT"] >= 1
     finally:
         process.stdin.close()
         process.wait(timeout=30)
+
+
+def test_an_argument_only_its_task_holds_is_there_when_the_task_reads_it(cluster):
+    """A stored argument whose caller let go at once: the task still reads it whole, every time."""
+    from conftest import driver_of
+    import oxray
+
+    @oxray.remote
+    def size(value):
+        time.sleep(0.05)
+        return len(value)
+
+    with driver_of(cluster):
+        refs = [size.remote(oxray.put(b"z" * 2_000_000)) for _ in range(12)]
+        assert oxray.get(refs, timeout=60) == [2_000_000] * 12
 
 
 def test_a_process_that_ended_is_forgotten(cluster):

@@ -173,6 +173,28 @@ fn random_id() -> String {
     hex::encode(bytes)
 }
 
+/// Resources taken for a lease being made: released when dropped before `keep`.
+struct Taken<'a> {
+    pool: &'a WorkerPool,
+    resources: &'a ResourceSet,
+    bundle: Option<&'a BundleKey>,
+    kept: bool,
+}
+
+impl Taken<'_> {
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.pool.release(self.resources, self.bundle);
+        }
+    }
+}
+
 impl WorkerPool {
     pub fn new(
         total: ResourceSet,
@@ -278,6 +300,9 @@ impl WorkerPool {
             }
             Some(b) => Some(self.take_from_bundle(&resources, &b).await?),
         };
+        // Given back unless the lease is made: the caller may go away (its request is then
+        // dropped) while a worker starts for it.
+        let taken = Taken { pool: self, resources: &resources, bundle: bundle.as_ref(), kept: false };
         let idle = {
             let mut state = self.lock();
             let at = state.idle.iter().position(|w| w.kind == kind);
@@ -287,13 +312,8 @@ impl WorkerPool {
             Some(w) => Ok(w),
             None => self.spawn(&kind, false).await,
         };
-        let worker = match worker {
-            Ok(w) => w,
-            Err(e) => {
-                self.release(&resources, bundle.as_ref());
-                return Err(e);
-            }
-        };
+        let worker = worker?;
+        taken.keep();
         let lease_id = random_id();
         let gpu_ids = self.gpus.lock().expect("gpu lock").take_amount(resources.get("GPU")).unwrap_or_default();
         let reply = v1::LeaseReply {

@@ -149,6 +149,8 @@ pub fn connect(
 const GROUP_CHANGES_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long an ending driver waits for its last task and actor states to reach the head.
 const EVENTS_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a disconnecting process may take to give its task workers back.
+const LEASES_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The core's own runtime: one thread, beside Python's.
 fn core_runtime() -> PyResult<tokio::runtime::Runtime> {
@@ -283,7 +285,12 @@ impl Client {
         let _ = py.detach(|| self.cluster.call(|_| settled));
         let submitter = self.submitter.lock().expect("submitter lock").clone();
         if let Some(submitter) = submitter {
-            let flushed = async move { tokio::time::timeout(EVENTS_AT_EXIT, submitter.flush_events()).await };
+            let flushed = async move {
+                // Workers held for tasks go back now: this process may live on after it
+                // disconnects, and the agent frees them only when it ends.
+                let _ = tokio::time::timeout(LEASES_AT_EXIT, submitter.give_back_all()).await;
+                tokio::time::timeout(EVENTS_AT_EXIT, submitter.flush_events()).await
+            };
             let _ = py.detach(|| self.runtime.block_on(flushed));
         }
         if let Some(Some(store)) = self.store.lock().expect("store lock").as_ref() {

@@ -75,7 +75,8 @@ impl object_service_server::ObjectService for Service {
         request: Request<v1::ListObjectsRequest>,
     ) -> Result<Response<v1::ListObjectsReply>, Status> {
         let limit = request.into_inner().limit as usize;
-        let (objects, total) = self.objects.entries(if limit == 0 { usize::MAX } else { limit });
+        let pinned = crate::objects::pinned::of_this_process();
+        let (objects, total) = self.objects.entries(if limit == 0 { usize::MAX } else { limit }, &pinned);
         Ok(Response::new(v1::ListObjectsReply { objects, total: total as u64 }))
     }
 

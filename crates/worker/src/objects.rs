@@ -3,7 +3,7 @@
 //! fetched from the owner on first use).
 
 use oxray_object_store::{NodeStore, StoredFile};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -82,18 +82,23 @@ pub enum Hold {
 pub enum Use {
     /// A Python `ObjectRef` of this process.
     Local,
-    /// An argument of a task this process submitted, until the task has it.
+    /// An argument of a task this process submitted (or a ref inside one), until the task
+    /// ends.
     PendingTask,
     /// Another process's, as it reported it.
     Remote,
 }
 
-/// Ray's reference type of an object here, by Ray's precedence: an argument of a pending
-/// task, else a Python reference, else inside another object, else none of those (only
-/// other processes hold it).
-fn reference_type(slot: &Slot, captured: u32) -> &'static str {
+/// Ray's reference type of an object here, by Ray's precedence: an actor's handle, else
+/// mapped by a value read without a copy, else an argument of a pending task, else a Python
+/// reference, else inside another object, else none of those (only other processes hold it).
+fn reference_type(slot: &Slot, captured: u32, pinned: bool) -> &'static str {
     let local = slot.refs.saturating_sub(slot.pending_tasks + slot.remote + captured);
-    if slot.pending_tasks > 0 {
+    if slot.actor_handle {
+        "ACTOR_HANDLE"
+    } else if pinned {
+        "PINNED_IN_MEMORY"
+    } else if slot.pending_tasks > 0 {
         "USED_BY_PENDING_TASK"
     } else if local > 0 {
         "LOCAL_REFERENCE"
@@ -119,7 +124,7 @@ struct Slot {
     value: Option<Ready>,
     /// Every reference: Python's, pending tasks', other objects' and other processes'.
     refs: u32,
-    /// Of `refs`, those the tasks this process submitted hold until they have their args.
+    /// Of `refs`, those the tasks this process submitted hold until they end.
     pending_tasks: u32,
     /// Of `refs`, those other processes reported (this process owns the object).
     remote: u32,
@@ -129,6 +134,8 @@ struct Slot {
     holds: Vec<Hold>,
     /// The value's file in the node's store, removed with the object.
     file: Option<StoredFile>,
+    /// The creation object of an actor, held by its handles.
+    actor_handle: bool,
 }
 
 #[derive(Default)]
@@ -250,8 +257,16 @@ impl ObjectTable {
         id
     }
 
-    /// The objects referenced here, at most `limit`, for the state API; and how many there are.
-    pub fn entries(&self, limit: usize) -> (Vec<oxray_proto::v1::ObjectEntry>, usize) {
+    /// An actor's handles hold this object (its creation's): the state API says so.
+    pub fn mark_actor_handle(&self, id: &str) {
+        if let Some(slot) = self.lock().slots.get_mut(id) {
+            slot.actor_handle = true;
+        }
+    }
+
+    /// The objects referenced here, at most `limit`, for the state API; and how many there
+    /// are. `pinned`: the ids whose files this process has mapped to read.
+    pub fn entries(&self, limit: usize, pinned: &HashSet<String>) -> (Vec<oxray_proto::v1::ObjectEntry>, usize) {
         let inner = self.lock();
         let mut captured: HashMap<&str, u32> = HashMap::new();
         for hold in inner.slots.values().flat_map(|s| &s.holds) {
@@ -276,7 +291,12 @@ impl ObjectTable {
                     ready: slot.value.is_some(),
                     refs: slot.refs,
                     spilled: slot.file.as_ref().is_some_and(|f| !f.in_memory),
-                    reference_type: reference_type(slot, captured.get(id.as_str()).copied().unwrap_or(0)).into(),
+                    reference_type: reference_type(
+                        slot,
+                        captured.get(id.as_str()).copied().unwrap_or(0),
+                        pinned.contains(id),
+                    )
+                    .into(),
                 }
             })
             .collect();
@@ -574,6 +594,8 @@ impl ObjectTable {
         self.len() == 0
     }
 }
+
+pub mod pinned;
 
 #[cfg(test)]
 mod tests;

@@ -149,6 +149,9 @@ pub struct Submitter {
     shapes: Mutex<HashMap<String, Shape>>,
     /// Tasks running now, by id: the worker each runs on.
     running: Mutex<HashMap<String, String>>,
+    /// The leases task workers are held by now, by lease id: given back when this process
+    /// disconnects, even if it lives on.
+    task_leases: Mutex<HashMap<String, Lease>>,
     /// What streaming tasks yielded, by task id, until their generator lets go.
     streams: Mutex<HashMap<String, Arc<crate::streams::Yielded>>>,
     /// Cancelled tasks: never retried.
@@ -208,7 +211,8 @@ fn stored_at(mut place: serde_json::Value, id: &str) -> Vec<u8> {
 pub(crate) struct Job {
     pub(crate) spec: TaskSpec,
     ids: Vec<String>,
-    contained: Vec<String>,
+    /// Its arguments and the refs inside them, held for it until it ends.
+    held: Vec<String>,
 }
 
 struct Queued {
@@ -267,6 +271,7 @@ impl Submitter {
             workers: Mutex::new(HashMap::new()),
             shapes: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
+            task_leases: Mutex::new(HashMap::new()),
             cancelled: Mutex::new(Default::default()),
             streams: Mutex::new(HashMap::new()),
             unfinished: Mutex::new(Default::default()),
@@ -290,18 +295,17 @@ impl Submitter {
     /// Returns the ids of the objects that will hold the task's results.
     pub fn submit(self: &Arc<Self>, runtime: &tokio::runtime::Handle, mut spec: TaskSpec) -> Vec<String> {
         let ids: Vec<String> = (0..spec.num_returns.max(1)).map(|_| self.objects.pending()).collect();
-        // The arguments stay alive until the task has them, even if the caller lets go.
-        for dep in &spec.dependencies {
-            self.objects.add_use(dep, Use::PendingTask);
-        }
-        let contained = std::mem::take(&mut spec.contained);
-        for nested in &contained {
-            self.objects.add_use(nested, Use::PendingTask);
+        // The arguments (and the refs inside them) stay alive until the task ends, even if
+        // the caller lets go, as in Ray: a retry reads them again.
+        let mut held = std::mem::take(&mut spec.contained);
+        held.extend(spec.dependencies.iter().cloned());
+        for id in &held {
+            self.objects.add_use(id, Use::PendingTask);
         }
         if spec.streaming {
             self.expect_items(&ids[0]);
         }
-        let job = Job { spec, ids: ids.clone(), contained };
+        let job = Job { spec, ids: ids.clone(), held };
         // Recorded where it costs the caller least: an actor call on its way out (`call`),
         // a task on the core's runtime, off the caller's thread.
         match &job.spec.route {
@@ -324,7 +328,7 @@ impl Submitter {
 
     /// Runs a task or call and records its outcome; `_slot` is held until it ends.
     pub(crate) async fn execute(self: Arc<Self>, job: Job, _slot: Option<tokio::sync::OwnedSemaphorePermit>) {
-        let Job { spec, ids, contained } = job;
+        let Job { spec, ids, held } = job;
         let actor = matches!(spec.route, Route::Actor(_));
         let created = match &spec.route {
             Route::Actor(call) if call.creation => Some(call.actor_id.clone()),
@@ -342,20 +346,20 @@ impl Submitter {
             }),
             _ => {}
         }
-        self.conclude(&ids, &contained, actor, outcome);
+        self.conclude(&ids, &held, actor, outcome);
     }
 
     /// Records how a task or call ended in its result objects, and lets go of the refs its
     /// arguments held.
-    fn conclude(&self, ids: &[String], contained: &[String], actor: bool, outcome: Result<v1::PushTaskReply, Failure>) {
+    fn conclude(&self, ids: &[String], held: &[String], actor: bool, outcome: Result<v1::PushTaskReply, Failure>) {
         if !actor {
             self.unfinished.lock().expect("unfinished lock").remove(&ids[0]);
             self.cancelled.lock().expect("cancelled lock").remove(&ids[0]);
         }
         self.pushes.forget_items(&ids[0]);
         self.note_ended(&ids[0], actor, &outcome);
-        for nested in contained {
-            self.objects.release_use(nested, Use::PendingTask);
+        for id in held {
+            self.objects.release_use(id, Use::PendingTask);
         }
         let (data, outcome) = match outcome {
             Ok(reply) => return self.record(ids, reply),
@@ -402,9 +406,6 @@ impl Submitter {
 
     async fn run(self: &Arc<Self>, task_id: &str, spec: TaskSpec) -> Result<v1::PushTaskReply, Failure> {
         let values = self.objects.get(&spec.dependencies, None).await;
-        for dep in &spec.dependencies {
-            self.objects.release_use(dep, Use::PendingTask);
-        }
         let values = values.map_err(|e| Failure::System(e.to_string()))?;
         self.note_args_ready(task_id, !spec.dependencies.is_empty());
         let mut dependencies = Vec::with_capacity(values.len());

@@ -40,6 +40,7 @@ impl Client {
         let call = actor_call(&actor_id, "", None, String::new(), true, max_task_retries);
         let spec = TaskSpec::actor(name, class.to_vec(), args.to_vec(), dependencies, contained, call);
         let created = submitter.create_actor(self.runtime.handle(), &actor_id, spec, plan, &namespace);
+        self.objects.mark_actor_handle(&created);
         if ends_with_handles {
             let (owner, runtime) = (Arc::downgrade(&submitter), self.runtime.handle().clone());
             let end = move || {

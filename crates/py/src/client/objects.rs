@@ -218,4 +218,9 @@ impl Client {
     fn release(&self, id: &str) {
         self.objects.release(id);
     }
+
+    /// A borrowed actor handle holds this object (its actor's creation): the state API says so.
+    fn mark_actor_handle(&self, id: &str) {
+        self.objects.mark_actor_handle(id);
+    }
 }

@@ -112,7 +112,7 @@ async fn objects_inside_others_live_as_long_as_their_container() {
 async fn entries_say_how_each_object_is_held_in_ray_s_precedence() {
     let table = Arc::new(ObjectTable::default());
     let type_of = |id: &str| {
-        let (entries, _) = table.entries(usize::MAX);
+        let (entries, _) = table.entries(usize::MAX, &HashSet::new());
         entries.into_iter().find(|e| e.object_id == id).map(|e| e.reference_type)
     };
     let arg = table.put(b"arg".to_vec(), &[]);
@@ -129,6 +129,13 @@ async fn entries_say_how_each_object_is_held_in_ray_s_precedence() {
     table.add_use(&outer, Use::Remote);
     table.release(&outer);
     assert_eq!(type_of(&outer).as_deref(), Some("UNKNOWN_STATUS"), "only another process holds it");
+    let type_pinned = |id: &str| {
+        let (entries, _) = table.entries(usize::MAX, &HashSet::from([id.to_string()]));
+        entries.into_iter().find(|e| e.object_id == id).map(|e| e.reference_type)
+    };
+    assert_eq!(type_pinned(&outer).as_deref(), Some("PINNED_IN_MEMORY"), "its file mapped to read");
+    table.mark_actor_handle(&outer);
+    assert_eq!(type_pinned(&outer).as_deref(), Some("ACTOR_HANDLE"), "before a pin");
     table.release_use(&outer, Use::Remote);
     assert!(table.is_empty());
 }

@@ -100,7 +100,7 @@ impl Submitter {
         let _runtime = runtime.enter();
         let Ok(place) = self.pushes.place(&address) else { return Some(job) };
         self.note_sent_at_once(&job.ids[0], &job.spec);
-        let Job { spec, ids, contained } = job;
+        let Job { spec, ids, held } = job;
         let Route::Actor(mut call) = spec.route else { unreachable!("an actor call") };
         call.place = Some(place);
         call.address = address;
@@ -116,13 +116,13 @@ impl Submitter {
             push,
             Box::new(move |reply| match reply {
                 Ok(reply) => {
-                    this.conclude(&ids, &contained, true, Ok(reply));
+                    this.conclude(&ids, &held, true, Ok(reply));
                     drop(slot);
                 }
                 // Broken: the actor may come back; that takes the runtime.
                 Err(cause) => drop(tokio::spawn(async move {
                     let outcome = this.call_actor(again, call, &spec.name, Some(cause)).await;
-                    this.conclude(&ids, &contained, true, outcome);
+                    this.conclude(&ids, &held, true, outcome);
                     drop(slot);
                 })),
             }),

@@ -284,9 +284,25 @@ impl Submitter {
     /// Gives a worker back; `disconnect` retires it (its process is killed). Returns why the
     /// agent ended the worker, if it did (empty when it did not).
     pub async fn give_back(&self, lease: &Lease, disconnect: bool) -> Result<String, crate::WorkerError> {
+        self.task_leases.lock().expect("task leases lock").remove(&lease.reply.lease_id);
         let request = v1::ReturnWorkerRequest { lease_id: lease.reply.lease_id.clone(), disconnect };
         let reply = self.leases.return_worker(&lease.agent_address, request).await?;
         Ok(reply.exit_reason)
+    }
+}
+
+impl Submitter {
+    /// Gives back every task worker this process holds, as it disconnects: an idle one for
+    /// reuse, one still running a task of this process retired (nobody waits for it).
+    pub async fn give_back_all(&self) {
+        let leases: Vec<Lease> = self.task_leases.lock().expect("task leases lock").values().cloned().collect();
+        let busy: std::collections::HashSet<String> =
+            self.running.lock().expect("running lock").values().cloned().collect();
+        for lease in &leases {
+            if let Err(e) = self.give_back(lease, busy.contains(&lease.reply.worker_address)).await {
+                tracing::debug!("cannot give a worker back: {e}");
+            }
+        }
     }
 }
 

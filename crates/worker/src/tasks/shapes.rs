@@ -53,6 +53,7 @@ impl Submitter {
                 return;
             }
         };
+        self.task_leases.lock().expect("task leases lock").insert(lease.reply.lease_id.clone(), lease.clone());
         let more = {
             let mut shapes = self.shapes();
             let shape = shapes.entry(key.clone()).or_default();
