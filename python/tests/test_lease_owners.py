@@ -36,3 +36,21 @@ def test_a_driver_killed_while_its_workers_start_leaves_the_cpus_free(cluster):
         while (used := cpus_in_use(cluster)) > 0:
             assert time.monotonic() < deadline, f"{used} CPUs still taken after the driver died (wait {wait} s)"
             time.sleep(0.2)
+
+
+def test_a_driver_that_disconnects_and_lives_on_gives_its_workers_back(cluster):
+    from conftest import driver_of
+    import oxray
+
+    @oxray.remote
+    def slow():
+        time.sleep(0.5)
+        return 1
+
+    with driver_of(cluster):
+        refs = [slow.remote() for _ in range(6)]
+        oxray.get(refs[:2])  # the others are still running or waiting as it disconnects
+    deadline = time.monotonic() + 10
+    while (used := cpus_in_use(cluster)) > 0:
+        assert time.monotonic() < deadline, f"{used} CPUs still taken by a driver that disconnected"
+        time.sleep(0.2)

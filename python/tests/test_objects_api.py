@@ -80,11 +80,11 @@ HELD_IN_WAYS = textwrap.dedent('''
     import numpy
     import oxray
 
-    @oxray.remote
+    @oxray.remote(num_cpus=0)
     def gate(seconds):
         time.sleep(seconds)
 
-    @oxray.remote
+    @oxray.remote(num_cpus=0)
     def use(arg, after):
         time.sleep(20)
         return len(arg)
@@ -101,7 +101,17 @@ HELD_IN_WAYS = textwrap.dedent('''
     class Keeper:
         pass
 
+    @oxray.remote(num_cpus=0)
+    class HandleHolder:
+        def __init__(self, handles):
+            self.handles = handles  # a borrowed handle
+
+        def ready(self):
+            return True
+
     keeper = Keeper.remote()
+    holder = HandleHolder.remote([keeper])
+    oxray.get(holder.ready.remote())
     pinned_ref = oxray.put(numpy.zeros(1_000_000))
     pinned = oxray.get(pinned_ref)  # read without a copy: its file stays mapped
     print(arg.hex(), inner.hex(), outer.hex(), running_arg.hex(), keeper._created.hex(), pinned_ref.hex(),
@@ -128,6 +138,9 @@ def test_rows_say_how_each_object_is_held(cluster):
         # As in Ray, a task holds its arguments until it finishes, not only until it has them.
         assert rows[running]["reference_type"] == "USED_BY_PENDING_TASK", rows[running]
         assert rows[handle]["reference_type"] == "ACTOR_HANDLE", rows[handle]
+        borrowed = [r for r in state(cluster, "objects", limit=1000)["result"]
+                    if r["object_id"] == handle and r["pid"] != process.pid]
+        assert [r["reference_type"] for r in borrowed] == ["ACTOR_HANDLE"], borrowed
         assert rows[pinned]["reference_type"] == "PINNED_IN_MEMORY", rows[pinned]
         counts = state(cluster, "objects/summarize")["result"]["node_id_to_summary"]["cluster"]["summary"]
         assert counts["disabled"]["ref_type_counts"]["CAPTURED_IN_OBJECT"] >= 1

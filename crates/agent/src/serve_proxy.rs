@@ -30,6 +30,18 @@ pub struct NodeProxy {
 struct Running {
     options: HttpOptions,
     stop: CancellationToken,
+    served: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops serving and waits until the port is let go (a new proxy may bind it next).
+    async fn stop(self) {
+        self.stop.cancel();
+        if tokio::time::timeout(Duration::from_secs(5), self.served).await.is_err() {
+            tracing::warn!("the Serve HTTP proxy on {}:{} is slow to stop", self.options.host, self.options.port);
+        }
+        tracing::info!("Serve HTTP proxy on {}:{} stopped", self.options.host, self.options.port);
+    }
 }
 
 impl NodeProxy {
@@ -73,11 +85,11 @@ impl NodeProxy {
                 }
             }
             let table = mirror.table();
-            let wanted = if table.wants_proxy_on(&self.node_id()) { table.http } else { None };
+            let wanted = if table.wants_proxy_on(&self.node_id(), &self.node_ip) { table.http } else { None };
             running = self.reconcile(running, wanted, &mirror, &mut caller, &shutdown).await;
         }
         if let Some(r) = running {
-            r.stop.cancel();
+            r.stop().await;
             self.report(false, Vec::new()).await;
         }
     }
@@ -95,18 +107,17 @@ impl NodeProxy {
             if wanted.as_ref() == Some(&r.options) {
                 return Some(r);
             }
-            r.stop.cancel();
-            tracing::info!("Serve HTTP proxy on {}:{} stopped", r.options.host, r.options.port);
+            r.stop().await;
             if wanted.is_none() {
                 self.report(false, Vec::new()).await;
             }
         }
         let options = wanted?;
         match self.start(&options, mirror, caller, shutdown).await {
-            Ok(stop) => {
+            Ok((stop, served)) => {
                 *self.failed.lock().expect("proxy error lock") = None;
                 self.report(true, Vec::new()).await;
-                Some(Running { options, stop })
+                Some(Running { options, stop, served })
             }
             Err(e) => {
                 // Tried again at the next change or report tick; said once.
@@ -126,7 +137,7 @@ impl NodeProxy {
         mirror: &Arc<Mirror>,
         caller: &mut Option<Arc<CoreCaller>>,
         shutdown: &CancellationToken,
-    ) -> Result<CancellationToken, String> {
+    ) -> Result<(CancellationToken, tokio::task::JoinHandle<()>), String> {
         let calls = match caller {
             Some(c) => c.clone(),
             None => {
@@ -142,9 +153,9 @@ impl NodeProxy {
             .map_err(|e| format!("the Serve HTTP proxy cannot listen on {}:{}: {e}", options.host, options.port))?;
         let stop = shutdown.child_token();
         let proxy = Proxy::new(mirror.clone(), calls, options);
-        tokio::spawn(proxy.serve(listener, stop.clone()));
+        let served = tokio::spawn(proxy.serve(listener, stop.clone()));
         tracing::info!("Serve HTTP proxy on {}:{}", options.host, options.port);
-        Ok(stop)
+        Ok((stop, served))
     }
 
     async fn report(&self, running: bool, queued: Vec<(String, String, i64)>) {

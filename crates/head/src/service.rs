@@ -110,14 +110,14 @@ impl head_service_server::HeadService for HeadService {
         _request: Request<v1::WatchServeRoutesRequest>,
     ) -> Result<Response<Self::WatchServeRoutesStream>, Status> {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let controller = self.serve.controller().clone();
+        let serve = self.serve.clone();
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
-            let mut changed = controller.subscribe_routes();
+            let mut changed = serve.controller().subscribe_routes();
             let mut sent = Vec::new();
             loop {
                 changed.borrow_and_update();
-                let table = serde_json::to_vec(&controller.table()).expect("the routing table serializes");
+                let table = serde_json::to_vec(&serve.table()).expect("the routing table serializes");
                 if table != sent {
                     if tx.send(Ok(v1::ServeRoutes { table: table.clone() })).await.is_err() {
                         return;

@@ -286,9 +286,9 @@ impl Client {
         let submitter = self.submitter.lock().expect("submitter lock").clone();
         if let Some(submitter) = submitter {
             let flushed = async move {
-                // Workers held for tasks go back now: this process may live on after it
-                // disconnects, and the agent frees them only when it ends.
-                let _ = tokio::time::timeout(LEASES_AT_EXIT, submitter.give_back_all()).await;
+                // Task workers go back now: this process may live on after it disconnects,
+                // and the agent frees what it holds only when it ends.
+                let _ = tokio::time::timeout(LEASES_AT_EXIT, submitter.close()).await;
                 tokio::time::timeout(EVENTS_AT_EXIT, submitter.flush_events()).await
             };
             let _ = py.detach(|| self.runtime.block_on(flushed));

@@ -63,13 +63,16 @@ pub struct Load {
 }
 
 impl Load {
-    /// Records `ongoing` requests at time `now` (seconds), forgetting what left the window.
-    pub fn record(&mut self, now: f64, ongoing: f64, policy: &Policy) {
+    /// Records `ongoing` requests at time `now` (seconds), forgetting what left the window;
+    /// `fresh` when the replicas answered for their part.
+    pub fn record(&mut self, now: f64, ongoing: f64, policy: &Policy, fresh: bool) {
         self.samples.push_back((now, ongoing));
         while self.samples.front().is_some_and(|(t, _)| now - t > policy.look_back_period_s) {
             self.samples.pop_front();
         }
-        self.last_measured = Some(now);
+        if fresh {
+            self.last_measured = Some(now);
+        }
     }
 
     /// The mean of the window.
@@ -206,7 +209,7 @@ mod tests {
         let p = policy();
         let mut load = Load::default();
         assert_eq!(load.detail(&p, 1, 0.0)["metrics_health"], "unavailable");
-        load.record(0.0, 6.0, &p);
+        load.record(0.0, 6.0, &p, true);
         assert_eq!(load.decide(&p, 1, 0.0), 1, "the upscale delay has not passed");
         let detail = load.detail(&p, 1, 0.5);
         assert_eq!(
@@ -224,12 +227,16 @@ mod tests {
         );
         assert!(decision["reason"].as_str().unwrap().starts_with("6.0 ongoing requests"));
         assert_eq!(load.detail(&p, 3, 3.0 + 20.0 * p.measure_every_s())["metrics_health"], "unavailable");
+        // A round no replica answered still counts what waits, but is not a fresh measure.
+        let late = 3.0 * p.measure_every_s();
+        load.record(late, 9.0, &p, false);
+        assert_eq!(load.detail(&p, 3, late)["metrics_health"], "delayed");
         // Without delays every swing of the load is a decision; only the newest are kept.
         let swift = Policy { upscale_delay_s: 0.0, downscale_delay_s: 0.0, look_back_period_s: 0.5, ..p.clone() };
         let mut current = 3;
         for t in 0..30 {
             let at = 10.0 + t as f64;
-            load.record(at, if t % 2 == 0 { 0.0 } else { 8.0 }, &swift);
+            load.record(at, if t % 2 == 0 { 0.0 } else { 8.0 }, &swift, true);
             current = load.decide(&swift, current, at);
         }
         let decisions = load.detail(&swift, current, 40.0)["decisions"].as_array().unwrap().clone();
@@ -276,12 +283,12 @@ mod tests {
     fn a_wish_waits_its_delay() {
         let p = policy();
         let mut load = Load::default();
-        load.record(0.0, 6.0, &p);
+        load.record(0.0, 6.0, &p, true);
         assert_eq!(load.decide(&p, 1, 0.0), 1);
         assert_eq!(load.decide(&p, 1, 2.9), 1);
         assert_eq!(load.decide(&p, 1, 3.0), 3);
         // The load goes: the window forgets it, and the downscale waits 10 s.
-        load.record(6.0, 0.0, &p);
+        load.record(6.0, 0.0, &p, true);
         assert_eq!(load.average(), 0.0);
         assert_eq!(load.decide(&p, 3, 6.0), 3);
         assert_eq!(load.decide(&p, 3, 15.9), 3);
@@ -292,11 +299,11 @@ mod tests {
     fn a_change_of_mind_restarts_the_clock() {
         let p = policy();
         let mut load = Load::default();
-        load.record(0.0, 6.0, &p);
+        load.record(0.0, 6.0, &p, true);
         assert_eq!(load.decide(&p, 1, 0.0), 1);
-        load.record(5.5, 0.0, &p);
+        load.record(5.5, 0.0, &p, true);
         assert_eq!(load.decide(&p, 1, 5.5), 1, "the load went: the wish with it");
-        load.record(11.0, 6.0, &p);
+        load.record(11.0, 6.0, &p, true);
         assert_eq!(load.decide(&p, 1, 11.0), 1);
         assert_eq!(load.decide(&p, 1, 13.9), 1);
         assert_eq!(load.decide(&p, 1, 14.0), 3);

@@ -202,6 +202,7 @@ impl Controller {
                     }
                     if state.http.is_none() {
                         state.http = app.spec.http_options.clone();
+                        state.location = app.spec.proxy_location.unwrap_or_default();
                     }
                     state.apps.insert(name, app);
                 }
@@ -447,6 +448,15 @@ impl Controller {
             location: state.location,
             prefixes: prefixes_of(&state),
             routes: state.apps.keys().filter_map(|name| route_of(&state, name).map(|r| (name.clone(), r))).collect(),
+            nodes: state
+                .apps
+                .values()
+                .flat_map(|a| a.deployments.values())
+                .flat_map(|d| &d.replicas)
+                .filter(|r| r.state == ReplicaState::Running && !r.node_id.is_empty())
+                .map(|r| r.node_id.clone())
+                .collect(),
+            head_ip: String::new(),
         }
     }
 

@@ -165,10 +165,16 @@ impl Serve {
         }
     }
 
+    /// The routing table for the proxies of other nodes.
+    pub fn table(&self) -> routing::Table {
+        routing::Table { head_ip: (self.node)().node_ip, ..self.controller.table() }
+    }
+
     /// A node's proxy reports that it runs (or stopped) and what it holds waiting.
     pub fn report_node_proxy(&self, node_id: &str, node_ip: &str, running: bool, queued: &[(String, String, i64)]) {
         self.controller.report_handle_queues(&format!("proxy:{node_id}"), queued);
         let mut proxies = self.node_proxies.lock().expect("proxies lock");
+        proxies.retain(|_, (_, seen)| seen.elapsed() < PROXY_REPORT_TTL);
         if running {
             proxies.insert(node_id.to_string(), (node_ip.to_string(), std::time::Instant::now()));
         } else {
@@ -194,7 +200,12 @@ impl Serve {
 
     /// Ray's `ServeInstanceDetails` for `GET /api/serve/applications/`.
     pub fn ray_details(&self, source: ray_shape::Source) -> serde_json::Value {
-        ray_shape::instance_details(&self.controller.details(), &self.declarative.view(), source, &self.proxies())
+        let proxies = match self.controller.proxy_location() {
+            routing::ProxyLocation::Disabled => Vec::new(),
+            _ => self.proxies(),
+        };
+        let location = self.controller.proxy_location().as_str();
+        ray_shape::instance_details(&self.controller.details(), &self.declarative.view(), source, &proxies, location)
     }
 
     /// Starts Serve's proxies with no application (`serve start`); answers the HTTP options

@@ -169,7 +169,8 @@ fn http_options(controller_http: &Value, view: &View) -> Value {
 
 /// Ray's `ServeInstanceDetails`; `details` is the controller's own report.
 /// `proxies`: the head's first (the controller runs beside it), then other nodes'.
-pub fn instance_details(details: &Value, view: &View, source: Source, proxies: &[ProxyNode]) -> Value {
+/// `location`: where proxies run (Ray's `proxy_location`).
+pub fn instance_details(details: &Value, view: &View, source: Source, proxies: &[ProxyNode], location: &str) -> Value {
     let head = proxies.first().cloned().unwrap_or_default();
     let apps = details["applications"].as_object().cloned().unwrap_or_default();
     // Started with no application (`serve start`), Serve runs as well.
@@ -191,11 +192,8 @@ pub fn instance_details(details: &Value, view: &View, source: Source, proxies: &
         }
     }
     let http = &details["http"];
-    let listed = if http.is_object() && view.config.as_ref().is_none_or(|c| c.proxy_location != "Disabled") {
-        proxies.iter().filter(|p| !p.node_id.is_empty()).collect()
-    } else {
-        Vec::new()
-    };
+    let listed: Vec<&ProxyNode> =
+        if http.is_object() { proxies.iter().filter(|p| !p.node_id.is_empty()).collect() } else { Vec::new() };
     let proxies: Map<String, Value> = listed
         .into_iter()
         .map(|p| {
@@ -210,7 +208,7 @@ pub fn instance_details(details: &Value, view: &View, source: Source, proxies: &
     json!({
         "controller_info": {"node_id": non_empty(&json!(head.node_id)), "node_ip": non_empty(&json!(head.node_ip)),
                             "actor_name": "SERVE_CONTROLLER_ACTOR"},
-        "proxy_location": config.map(|c| c.proxy_location.as_str()).unwrap_or("EveryNode"),
+        "proxy_location": location,
         "http_options": if http.is_object() { http_options(http, view) } else { Value::Null },
         "grpc_options": {"port": 9000, "grpc_servicer_functions": []},
         "proxies": proxies,
@@ -253,6 +251,7 @@ mod tests {
             &view(BTreeMap::new()),
             Source::All,
             &[ProxyNode::default()],
+            "EveryNode",
         );
         assert_eq!(out, json!({"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": null}));
     }
@@ -263,7 +262,7 @@ mod tests {
             ProxyNode { node_id: "head".into(), node_ip: "10.0.0.1".into() },
             ProxyNode { node_id: "n2".into(), node_ip: "10.0.0.2".into() },
         ];
-        let out = instance_details(&controller_details(), &view(BTreeMap::new()), Source::All, &proxies);
+        let out = instance_details(&controller_details(), &view(BTreeMap::new()), Source::All, &proxies, "EveryNode");
         assert_eq!(out["controller_info"]["node_ip"], "10.0.0.1");
         assert_eq!(out["proxies"]["n2"]["actor_name"], "SERVE_PROXY_ACTOR-n2");
         let d = &out["applications"]["a"]["deployments"]["D"];
@@ -279,9 +278,10 @@ mod tests {
     fn api_type_filters_by_source() {
         let all = BTreeMap::new();
         let proxy = [ProxyNode::default()];
-        let declarative = instance_details(&controller_details(), &view(all.clone()), Source::Declarative, &proxy);
+        let declarative =
+            instance_details(&controller_details(), &view(all.clone()), Source::Declarative, &proxy, "EveryNode");
         assert_eq!(declarative["applications"].as_object().unwrap().keys().collect::<Vec<_>>(), ["a"]);
-        let imperative = instance_details(&controller_details(), &view(all), Source::Imperative, &proxy);
+        let imperative = instance_details(&controller_details(), &view(all), Source::Imperative, &proxy, "EveryNode");
         assert_eq!(imperative["applications"].as_object().unwrap().keys().collect::<Vec<_>>(), ["b"]);
         assert!(Source::parse(Some("bogus")).unwrap_err().contains("Invalid 'api_type' value: 'bogus'"));
         assert_eq!(Source::parse(Some("DECLARATIVE")).unwrap(), Source::Declarative);
@@ -292,7 +292,8 @@ mod tests {
         let mut builds = BTreeMap::new();
         builds.insert("c".to_string(), Build::new(json!({"import_path": "m:c", "route_prefix": "/c"}), None));
         builds.insert("a".to_string(), Build::new(json!({"import_path": "m:a2"}), Some("ImportError: m".into())));
-        let out = instance_details(&controller_details(), &view(builds), Source::All, &[]);
+        let out = instance_details(&controller_details(), &view(builds), Source::All, &[], "HeadOnly");
+        assert_eq!(out["proxy_location"], "HeadOnly");
         assert_eq!(out["applications"]["c"]["status"], "DEPLOYING");
         assert_eq!(out["applications"]["c"]["route_prefix"], "/c");
         assert_eq!(out["applications"]["a"]["status"], "DEPLOY_FAILED");

@@ -5,8 +5,9 @@
 use crate::plan::AppStatus;
 use crate::spec::HttpOptions;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// A replica requests may go to.
@@ -69,15 +70,23 @@ pub struct Table {
     /// Route prefixes and their applications.
     pub prefixes: Vec<(String, String)>,
     pub routes: BTreeMap<String, Route>,
+    /// The nodes a running replica of any deployment is on.
+    #[serde(default)]
+    pub nodes: BTreeSet<String>,
+    /// The head's address: its proxy serves that host, so no agent there takes its port.
+    #[serde(default)]
+    pub head_ip: String,
 }
 
 impl Table {
-    /// Whether node `node_id` (not the head's) runs a proxy: Serve is up with proxies on
-    /// every node, and a replica of some application runs there (Ray's EveryNode).
-    pub fn wants_proxy_on(&self, node_id: &str) -> bool {
+    /// Whether node `node_id` at `node_ip` (not the head's) runs a proxy: Serve is up with
+    /// proxies on every node, a replica of some deployment runs there (Ray's EveryNode), and
+    /// the head's proxy does not already serve that address.
+    pub fn wants_proxy_on(&self, node_id: &str, node_ip: &str) -> bool {
         self.http.is_some()
             && self.location == ProxyLocation::EveryNode
-            && self.routes.values().flat_map(|r| &r.replicas).any(|t| t.node_id == node_id)
+            && self.nodes.contains(node_id)
+            && node_ip != self.head_ip
     }
 }
 
@@ -94,10 +103,17 @@ pub trait Routing: Send + Sync + 'static {
     fn waiting(&self) -> Arc<Mutex<HashMap<String, i64>>>;
 }
 
+/// How long a node's proxy leaves out a replica a call found gone: the head's health
+/// checks replace a dead one within that time, and one that was only unreachable for a
+/// moment comes back.
+const LEFT_OUT_FOR: Duration = Duration::from_secs(10);
+
 /// A copy of the head's table, on another node.
 #[derive(Default)]
 pub struct Mirror {
     table: Mutex<Table>,
+    /// Replicas a call found gone, and when.
+    gone: Mutex<HashMap<String, Instant>>,
     changed: Notify,
     waiting: Arc<Mutex<HashMap<String, i64>>>,
 }
@@ -130,21 +146,21 @@ impl Routing for Mirror {
     }
 
     fn route(&self, app: &str) -> Option<Route> {
-        self.table.lock().expect("routes lock").routes.get(app).cloned()
+        let mut route = self.table.lock().expect("routes lock").routes.get(app).cloned()?;
+        let mut gone = self.gone.lock().expect("gone lock");
+        gone.retain(|_, at| at.elapsed() < LEFT_OUT_FOR);
+        route.replicas.retain(|t| !gone.contains_key(&t.replica_id));
+        Some(route)
     }
 
     fn changed(&self) -> &Notify {
         &self.changed
     }
 
-    /// Leaves the replica out here until the head's next table: the head's own health
-    /// checks replace it.
+    /// Leaves the replica out here for a while: the head's own health checks replace it if
+    /// it died (a node does not end what may only be unreachable from it).
     fn replica_died(&self, replica_id: &str) {
-        let mut table = self.table.lock().expect("routes lock");
-        for route in table.routes.values_mut() {
-            route.replicas.retain(|t| t.replica_id != replica_id);
-        }
-        drop(table);
+        self.gone.lock().expect("gone lock").insert(replica_id.to_string(), Instant::now());
         self.changed.notify_waiters();
     }
 
@@ -181,29 +197,35 @@ mod tests {
             location,
             prefixes: vec![("/".into(), "app".into())],
             routes: [("app".to_string(), route)].into(),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            head_ip: "10.0.0.1".into(),
         }
     }
 
     #[test]
     fn a_node_runs_a_proxy_only_with_a_replica_and_every_node_proxies() {
-        assert!(table(ProxyLocation::EveryNode, &["n1"]).wants_proxy_on("n1"));
-        assert!(!table(ProxyLocation::EveryNode, &["n1"]).wants_proxy_on("n2"));
-        assert!(!table(ProxyLocation::HeadOnly, &["n1"]).wants_proxy_on("n1"));
-        assert!(!table(ProxyLocation::Disabled, &["n1"]).wants_proxy_on("n1"));
-        assert!(!Table { http: None, ..table(ProxyLocation::EveryNode, &["n1"]) }.wants_proxy_on("n1"));
+        let ip = "10.0.0.2";
+        assert!(table(ProxyLocation::EveryNode, &["n1"]).wants_proxy_on("n1", ip));
+        assert!(!table(ProxyLocation::EveryNode, &["n1"]).wants_proxy_on("n2", ip));
+        assert!(!table(ProxyLocation::EveryNode, &["n1"]).wants_proxy_on("n1", "10.0.0.1"), "the head's address");
+        assert!(!table(ProxyLocation::HeadOnly, &["n1"]).wants_proxy_on("n1", ip));
+        assert!(!table(ProxyLocation::Disabled, &["n1"]).wants_proxy_on("n1", ip));
+        assert!(!Table { http: None, ..table(ProxyLocation::EveryNode, &["n1"]) }.wants_proxy_on("n1", ip));
     }
 
     #[test]
-    fn a_mirror_forgets_a_dead_replica_until_the_next_table_and_names_queued_ingresses() {
+    fn a_mirror_leaves_a_dead_replica_out_for_a_while_and_names_queued_ingresses() {
         let mirror = Mirror::default();
         mirror.set(table(ProxyLocation::EveryNode, &["n1", "n2"]));
         mirror.replica_died("r0");
         assert_eq!(mirror.route("app").unwrap().replicas.len(), 1);
+        mirror.set(table(ProxyLocation::EveryNode, &["n1", "n2"]));
+        assert_eq!(mirror.route("app").unwrap().replicas.len(), 1, "a new table does not bring it back at once");
+        mirror.gone.lock().unwrap().insert("r0".into(), Instant::now() - LEFT_OUT_FOR);
+        assert_eq!(mirror.route("app").unwrap().replicas.len(), 2, "it comes back after a while");
         mirror.waiting().lock().unwrap().insert("app".into(), 3);
         mirror.waiting().lock().unwrap().insert("gone".into(), 1);
         assert_eq!(mirror.queued(), vec![("app".to_string(), "D".to_string(), 3)]);
-        mirror.set(table(ProxyLocation::EveryNode, &["n1", "n2"]));
-        assert_eq!(mirror.route("app").unwrap().replicas.len(), 2);
         assert_eq!(ProxyLocation::parse("HeadOnly").map(ProxyLocation::as_str), Some("HeadOnly"));
         assert_eq!(ProxyLocation::parse("Nowhere"), None);
     }

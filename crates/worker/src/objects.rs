@@ -92,9 +92,9 @@ pub enum Use {
 /// Ray's reference type of an object here, by Ray's precedence: an actor's handle, else
 /// mapped by a value read without a copy, else an argument of a pending task, else a Python
 /// reference, else inside another object, else none of those (only other processes hold it).
-fn reference_type(slot: &Slot, captured: u32, pinned: bool) -> &'static str {
+fn reference_type(slot: &Slot, captured: u32, pinned: bool, actor_handle: bool) -> &'static str {
     let local = slot.refs.saturating_sub(slot.pending_tasks + slot.remote + captured);
-    if slot.actor_handle {
+    if actor_handle {
         "ACTOR_HANDLE"
     } else if pinned {
         "PINNED_IN_MEMORY"
@@ -134,8 +134,6 @@ struct Slot {
     holds: Vec<Hold>,
     /// The value's file in the node's store, removed with the object.
     file: Option<StoredFile>,
-    /// The creation object of an actor, held by its handles.
-    actor_handle: bool,
 }
 
 #[derive(Default)]
@@ -145,6 +143,9 @@ struct Inner {
     unannounced: HashMap<String, Vec<String>>,
     /// What to do when these objects go (an actor's creation object: its last handle).
     on_free: HashMap<String, Box<dyn FnOnce() + Send>>,
+    /// Actors' creation objects, which their handles hold (marked as a handle is read, which
+    /// may be before its reference is taken).
+    actor_handles: HashSet<String>,
 }
 
 /// Objects live while references to them do: the Python `ObjectRef`s of this process, the
@@ -259,9 +260,7 @@ impl ObjectTable {
 
     /// An actor's handles hold this object (its creation's): the state API says so.
     pub fn mark_actor_handle(&self, id: &str) {
-        if let Some(slot) = self.lock().slots.get_mut(id) {
-            slot.actor_handle = true;
-        }
+        self.lock().actor_handles.insert(id.to_string());
     }
 
     /// The objects referenced here, at most `limit`, for the state API; and how many there
@@ -295,6 +294,7 @@ impl ObjectTable {
                         slot,
                         captured.get(id.as_str()).copied().unwrap_or(0),
                         pinned.contains(id),
+                        inner.actor_handles.contains(id),
                     )
                     .into(),
                 }
@@ -422,6 +422,7 @@ impl ObjectTable {
                     continue;
                 }
                 let slot = inner.slots.remove(&id).expect("present");
+                inner.actor_handles.remove(&id);
                 if !inner.on_free.is_empty() {
                     freed.extend(inner.on_free.remove(&id));
                 }

@@ -150,8 +150,10 @@ pub struct Submitter {
     /// Tasks running now, by id: the worker each runs on.
     running: Mutex<HashMap<String, String>>,
     /// The leases task workers are held by now, by lease id: given back when this process
-    /// disconnects, even if it lives on.
+    /// disconnects, even if it lives on (`close`).
     task_leases: Mutex<HashMap<String, Lease>>,
+    /// Set by `close`: no task is queued or leased for any more.
+    closing: std::sync::atomic::AtomicBool,
     /// What streaming tasks yielded, by task id, until their generator lets go.
     streams: Mutex<HashMap<String, Arc<crate::streams::Yielded>>>,
     /// Cancelled tasks: never retried.
@@ -272,6 +274,7 @@ impl Submitter {
             shapes: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             task_leases: Mutex::new(HashMap::new()),
+            closing: std::sync::atomic::AtomicBool::new(false),
             cancelled: Mutex::new(Default::default()),
             streams: Mutex::new(HashMap::new()),
             unfinished: Mutex::new(Default::default()),

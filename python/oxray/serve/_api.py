@@ -173,8 +173,10 @@ def shutdown() -> None:
         apps = list((_controller_client.get_applications().get("applications") or {}))
     except _controller_client.ControllerError:
         return
+    global _proxy_location
     _controller_client.shutdown_all()
     _wait_gone(None)
+    _proxy_location = None  # the next Serve starts with the default, as the controller does
     for name in apps:
         _router.forget_app(name)
 

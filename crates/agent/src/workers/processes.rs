@@ -37,7 +37,10 @@ impl WorkerPool {
             state.starting.insert(id.clone(), tx);
             state.records.launched(&id, worker_records::now_ms());
         }
+        let launch = Launch { pool: self, id: &id };
         let started = self.start_process(kind, warm, &id, prepared.as_ref(), rx).await;
+        // Finished, well or not: recorded below rather than as abandoned.
+        std::mem::forget(launch);
         let mut state = self.lock();
         state.starting.remove(&id);
         match &started {
@@ -118,5 +121,21 @@ impl WorkerPool {
     pub(crate) fn worker_registered(&self, worker_id: &str, port: u16, pid: u32) -> bool {
         let waiting = self.lock().starting.remove(worker_id);
         waiting.map(|tx| tx.send((port, pid))).is_some()
+    }
+}
+
+/// A worker being started: if its start is dropped midway (the lease request that wanted
+/// it went away; its process is then killed), it is no longer starting and its record ends.
+struct Launch<'a> {
+    pool: &'a WorkerPool,
+    id: &'a str,
+}
+
+impl Drop for Launch<'_> {
+    fn drop(&mut self) {
+        let mut state = self.pool.lock();
+        state.starting.remove(self.id);
+        let why = (ExitType::SystemError, "its start was abandoned: the request for it went away".to_string());
+        state.records.ended(self.id, why, worker_records::now_ms());
     }
 }

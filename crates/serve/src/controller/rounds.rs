@@ -374,10 +374,10 @@ impl Controller {
             }
         });
         let answers: Vec<f64> = futures_util::future::join_all(asks).await.into_iter().flatten().collect();
-        if answers.is_empty() && !replicas.is_empty() {
-            // No measurement: the load seen ages, and metrics_health says so.
-            return;
-        }
+        // With no replica answering, what waits still counts (a saturated deployment's
+        // replicas are the slowest to answer), but metrics_health shows the replicas' load
+        // is not fresh.
+        let fresh = !answers.is_empty() || replicas.is_empty();
         let running: f64 = answers.iter().sum();
         let queued = if ingress { self.queued.lock().expect("queue lock").get(app).copied().unwrap_or(0) } else { 0 };
         let in_handles =
@@ -386,7 +386,7 @@ impl Controller {
         self.change_deployment(app, deployment, |d| {
             let Some(policy) = d.spec.autoscaling_config.clone() else { return };
             let now = now_s();
-            d.load.record(now, total, &policy);
+            d.load.record(now, total, &policy, fresh);
             let current = d.wanted();
             let next = d.load.decide(&policy, current, now);
             if next != current {

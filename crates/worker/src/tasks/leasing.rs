@@ -291,21 +291,6 @@ impl Submitter {
     }
 }
 
-impl Submitter {
-    /// Gives back every task worker this process holds, as it disconnects: an idle one for
-    /// reuse, one still running a task of this process retired (nobody waits for it).
-    pub async fn give_back_all(&self) {
-        let leases: Vec<Lease> = self.task_leases.lock().expect("task leases lock").values().cloned().collect();
-        let busy: std::collections::HashSet<String> =
-            self.running.lock().expect("running lock").values().cloned().collect();
-        for lease in &leases {
-            if let Err(e) = self.give_back(lease, busy.contains(&lease.reply.worker_address)).await {
-                tracing::debug!("cannot give a worker back: {e}");
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

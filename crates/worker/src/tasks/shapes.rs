@@ -8,6 +8,10 @@ impl Submitter {
     }
 
     pub(super) fn enqueue(self: &Arc<Self>, resources: ResourceSet, env: Env, strategy: Strategy, queued: Queued) {
+        if self.is_closing() {
+            let _ = queued.reply.send(Err(NoReply::Failed(DISCONNECTED.into())));
+            return;
+        }
         let key = format!("{:?} {:?} {:?}", resources.to_map(), env, strategy);
         let (request, wake) = {
             let mut shapes = self.shapes();
@@ -54,6 +58,12 @@ impl Submitter {
             }
         };
         self.task_leases.lock().expect("task leases lock").insert(lease.reply.lease_id.clone(), lease.clone());
+        if self.is_closing() {
+            // `close` may have looked at the leases before this one was there.
+            let _ = self.give_back(&lease, false).await;
+            self.fail_waiting();
+            return;
+        }
         let more = {
             let mut shapes = self.shapes();
             let shape = shapes.entry(key.clone()).or_default();
@@ -139,4 +149,34 @@ impl Submitter {
         shape.idle -= 1;
         !shape.waiting.is_empty()
     }
+
+    fn is_closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Fails every task waiting for a worker: this process is disconnecting.
+    fn fail_waiting(&self) {
+        let waiting: Vec<Queued> = self.shapes().values_mut().flat_map(|s| s.waiting.drain(..)).collect();
+        for q in waiting {
+            let _ = q.reply.send(Err(NoReply::Failed(DISCONNECTED.into())));
+        }
+    }
+
+    /// As this process disconnects (and may live on): no task is queued or leased for any
+    /// more, what waits fails, and every task worker goes back, an idle one for reuse and
+    /// one still running a task of this process retired (nobody waits for its result).
+    pub async fn close(&self) {
+        self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.fail_waiting();
+        let leases: Vec<Lease> = self.task_leases.lock().expect("task leases lock").values().cloned().collect();
+        let busy: std::collections::HashSet<String> =
+            self.running.lock().expect("running lock").values().cloned().collect();
+        for lease in &leases {
+            if let Err(e) = self.give_back(lease, busy.contains(&lease.reply.worker_address)).await {
+                tracing::debug!("cannot give a worker back: {e}");
+            }
+        }
+    }
 }
+
+const DISCONNECTED: &str = "this process disconnected from the cluster";
