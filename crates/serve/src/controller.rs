@@ -5,7 +5,7 @@
 
 use crate::host::{ActorHost, CallError, NewReplica, StateStore};
 use crate::plan::{self, AppStatus, DeploymentStatus, Replica, ReplicaState, Step};
-use crate::routing::{ProxyLocation, Route, Routing, Table, Target};
+use crate::routing::{ProxyLocation, Route, Table};
 use crate::spec::{self, AppSpec, DeploymentSpec, HttpOptions};
 use crate::wire::{self, Arg};
 use serde::{Deserialize, Serialize};
@@ -16,6 +16,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 mod rounds;
+mod routing_view;
+
+use routing_view::{prefixes_of, route_of};
 
 /// How often the controller looks at every deployment even when nothing woke it.
 const TICK: Duration = Duration::from_millis(200);
@@ -520,60 +523,6 @@ impl Controller {
             })
             .collect();
         serde_json::json!({ "applications": apps, "http": state.http })
-    }
-}
-
-fn prefixes_of(state: &State) -> Vec<(String, String)> {
-    state
-        .apps
-        .iter()
-        .filter(|(_, a)| !a.deleting)
-        .filter_map(|(name, a)| a.spec.route_prefix.clone().map(|p| (p, name.clone())))
-        .collect()
-}
-
-fn route_of(state: &State, app: &str) -> Option<Route> {
-    let a = state.apps.get(app)?;
-    let d = a.deployments.get(&a.spec.ingress)?;
-    Some(Route {
-        app: app.to_string(),
-        deployment: a.spec.ingress.clone(),
-        status: a.status(),
-        replicas: d
-            .replicas
-            .iter()
-            .filter(|r| r.state == ReplicaState::Running)
-            .map(|r| Target {
-                replica_id: r.replica_id.clone(),
-                actor_id: r.actor_id.clone(),
-                worker_address: r.worker_address.clone(),
-                node_id: r.node_id.clone(),
-            })
-            .collect(),
-        max_ongoing_requests: d.spec.max_ongoing_requests,
-        max_queued_requests: d.spec.max_queued_requests,
-    })
-}
-
-impl Routing for Controller {
-    fn prefixes(&self) -> Vec<(String, String)> {
-        self.routes()
-    }
-
-    fn route(&self, app: &str) -> Option<Route> {
-        Controller::route(self, app)
-    }
-
-    fn changed(&self) -> &Notify {
-        &self.changed
-    }
-
-    fn replica_died(&self, replica_id: &str) {
-        Controller::replica_died(self, replica_id)
-    }
-
-    fn waiting(&self) -> Arc<Mutex<HashMap<String, i64>>> {
-        self.queued.clone()
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::plan::AppStatus;
 use crate::spec::HttpOptions;
+pub use crate::spec::ProxyLocation;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -30,35 +31,6 @@ pub struct Route {
     pub replicas: Vec<Target>,
     pub max_ongoing_requests: u32,
     pub max_queued_requests: i64,
-}
-
-/// Where Serve runs HTTP proxies (Ray's `ProxyLocation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum ProxyLocation {
-    /// On the head and on every node that runs a replica.
-    #[default]
-    EveryNode,
-    HeadOnly,
-    Disabled,
-}
-
-impl ProxyLocation {
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "EveryNode" => Some(Self::EveryNode),
-            "HeadOnly" => Some(Self::HeadOnly),
-            "Disabled" => Some(Self::Disabled),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::EveryNode => "EveryNode",
-            Self::HeadOnly => "HeadOnly",
-            Self::Disabled => "Disabled",
-        }
-    }
 }
 
 /// The routing state the head sends to the proxies of other nodes.

@@ -32,6 +32,35 @@ impl Default for HttpOptions {
     }
 }
 
+/// Where Serve runs HTTP proxies (Ray's `ProxyLocation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum ProxyLocation {
+    /// On the head and on every node that runs a replica.
+    #[default]
+    EveryNode,
+    HeadOnly,
+    Disabled,
+}
+
+impl ProxyLocation {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "EveryNode" => Some(Self::EveryNode),
+            "HeadOnly" => Some(Self::HeadOnly),
+            "Disabled" => Some(Self::Disabled),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EveryNode => "EveryNode",
+            Self::HeadOnly => "HeadOnly",
+            Self::Disabled => "Disabled",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppSpec {
     /// `None`: reachable through handles only.
@@ -45,7 +74,7 @@ pub struct AppSpec {
     /// Where proxies run (`serve.start(proxy_location=...)`), taken by the first
     /// application as its HTTP options are.
     #[serde(default)]
-    pub proxy_location: Option<crate::routing::ProxyLocation>,
+    pub proxy_location: Option<ProxyLocation>,
     pub deployments: Vec<DeploymentSpec>,
     /// Whether `POST .../scale` may set its deployments' replica counts.
     #[serde(default)]
