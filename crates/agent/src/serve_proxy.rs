@@ -148,13 +148,8 @@ impl NodeProxy {
                 caller.insert(made).clone()
             }
         };
-        let listener = tokio::net::TcpListener::bind((options.host.as_str(), options.port))
-            .await
-            .map_err(|e| format!("the Serve HTTP proxy cannot listen on {}:{}: {e}", options.host, options.port))?;
         let stop = shutdown.child_token();
-        let proxy = Proxy::new(mirror.clone(), calls, options);
-        let served = tokio::spawn(proxy.serve(listener, stop.clone()));
-        tracing::info!("Serve HTTP proxy on {}:{}", options.host, options.port);
+        let served = Proxy::start(mirror.clone(), calls, options, stop.clone()).await?;
         Ok((stop, served))
     }
 

@@ -163,6 +163,23 @@ struct State {
     started: bool,
 }
 
+impl State {
+    /// The HTTP options of the running Serve; a Serve not running yet takes `wanted` and
+    /// where its proxies run.
+    fn options_in_force(
+        &mut self,
+        wanted: impl FnOnce() -> HttpOptions,
+        location: Option<ProxyLocation>,
+    ) -> HttpOptions {
+        if self.http.is_none() {
+            if let Some(location) = location {
+                self.location = location;
+            }
+        }
+        self.http.get_or_insert_with(wanted).clone()
+    }
+}
+
 pub struct Controller {
     host: Arc<dyn ActorHost>,
     store: Arc<dyn StateStore>,
@@ -267,12 +284,7 @@ impl Controller {
                 )));
             }
         }
-        if state.http.is_none() {
-            if let Some(location) = spec.proxy_location {
-                state.location = location;
-            }
-        }
-        let http = state.http.get_or_insert_with(|| spec.http_options.clone().unwrap_or_default()).clone();
+        let http = state.options_in_force(|| spec.http_options.clone().unwrap_or_default(), spec.proxy_location);
         let app = state.apps.entry(name.to_string()).or_insert_with(|| App {
             spec: spec.clone(),
             origin: Origin::Imperative,
@@ -354,7 +366,6 @@ impl Controller {
         true
     }
 
-    /// Starts deleting every application.
     /// Starts Serve with no application (`serve start`): the HTTP options in force (those of
     /// a running Serve, else `wanted`) and where proxies run (taken only by a Serve not
     /// running yet, as the options are).
@@ -362,17 +373,13 @@ impl Controller {
         let options = {
             let mut state = self.lock();
             state.started = true;
-            if state.http.is_none() {
-                if let Some(location) = location {
-                    state.location = location;
-                }
-            }
-            state.http.get_or_insert_with(|| wanted.clone()).clone()
+            state.options_in_force(|| wanted.clone(), location)
         };
         self.touched();
         options
     }
 
+    /// Starts deleting every application.
     pub fn delete_all(&self) {
         self.lock().started = false;
         let names: Vec<String> = self.lock().apps.keys().cloned().collect();
@@ -391,7 +398,7 @@ impl Controller {
 
     /// The proxy's HTTP options: those in use, else `wanted`, which are then kept.
     pub fn http_options_or(&self, wanted: &HttpOptions) -> HttpOptions {
-        self.lock().http.get_or_insert_with(|| wanted.clone()).clone()
+        self.lock().options_in_force(|| wanted.clone(), None)
     }
 
     /// Where each application not being deleted came from, and its route prefix.

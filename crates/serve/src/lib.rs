@@ -111,13 +111,8 @@ impl Serve {
     }
 
     async fn start_proxy(&self, slot: &mut Option<RunningProxy>, options: &HttpOptions) -> Result<(), String> {
-        let listener = tokio::net::TcpListener::bind((options.host.as_str(), options.port))
-            .await
-            .map_err(|e| format!("the Serve HTTP proxy cannot listen on {}:{}: {e}", options.host, options.port))?;
         let stop = self.shutdown.child_token();
-        let proxy = proxy::Proxy::new(self.controller.clone(), self.host.clone(), options);
-        tokio::spawn(proxy.serve(listener, stop.clone()));
-        tracing::info!("Serve HTTP proxy on {}:{}", options.host, options.port);
+        proxy::Proxy::start(self.controller.clone(), self.host.clone(), options, stop.clone()).await?;
         *slot = Some(RunningProxy { stop, options: options.clone() });
         Ok(())
     }

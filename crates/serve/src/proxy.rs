@@ -112,6 +112,22 @@ impl Proxy {
         })
     }
 
+    /// Listens on `options`' host and port and serves there until `stop`, in a task of its
+    /// own (the head's proxy and every node's start so).
+    pub async fn start(
+        routing: Arc<dyn Routing>,
+        calls: Arc<dyn ReplicaCalls>,
+        options: &HttpOptions,
+        stop: CancellationToken,
+    ) -> Result<tokio::task::JoinHandle<()>, String> {
+        let listener = tokio::net::TcpListener::bind((options.host.as_str(), options.port))
+            .await
+            .map_err(|e| format!("the Serve HTTP proxy cannot listen on {}:{}: {e}", options.host, options.port))?;
+        let served = tokio::spawn(Self::new(routing, calls, options).serve(listener, stop));
+        tracing::info!("Serve HTTP proxy on {}:{}", options.host, options.port);
+        Ok(served)
+    }
+
     /// Serves on `listener` until `shutdown`.
     pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener, shutdown: CancellationToken) {
         use axum::serve::ListenerExt;
