@@ -573,8 +573,8 @@ let pageOffset = 0;
 function jobTable(jobs) {
   const now = Date.now();
   return table(["Job", "Status", "Entrypoint", "Submitted", "Duration"], jobs.map((j) =>
-    h("tr", { "data-job-id": j.submission_id },
-      h("td", { class: "mono" }, h("a", { href: `#/jobs/${j.submission_id}` }, j.submission_id)),
+    h("tr", { "data-job-id": jobKey(j) },
+      h("td", { class: "mono" }, h("a", { href: `#/jobs/${jobKey(j)}` }, jobKey(j))),
       h("td", {}, badge(j.status)),
       h("td", { class: "mono" }, j.entrypoint),
       h("td", {}, time(j.start_time)),
@@ -591,12 +591,17 @@ async function jobs() {
   ];
 }
 
+// A submission by its submission id; a driver of its own by its job id.
+const jobKey = (j) => j.submission_id || j.job_id;
+const noWork = { result: [], num_filtered: 0, warnings: null };
+
 async function job(id) {
-  const [j, actors, tasks] = await Promise.all([
-    api(`/api/jobs/${encodeURIComponent(id)}`),
-    stateList("actors", [["job_id", id]]),
-    stateList("tasks", [["job_id", id]]),
-  ]);
+  const j = await api(`/api/jobs/${encodeURIComponent(id)}`);
+  // The tasks and actors of a job name its job id, which a submission has once its driver connected.
+  const [actors, tasks] = j.job_id
+    ? await Promise.all([stateList("actors", [["job_id", j.job_id]]), stateList("tasks", [["job_id", j.job_id]])])
+    : [noWork, noWork];
+  if (j.type === "DRIVER") return driverJob(j, actors, tasks);
   const terminal = ["SUCCEEDED", "FAILED", "STOPPED"].includes(j.status);
   const act = async (method, path, then) => {
     try { await api(path, { method }); then(); } catch (e) { alert(e.message); }
@@ -617,8 +622,22 @@ async function job(id) {
       h("dt", {}, "Driver log"), h("dd", { id: "driver-log" }, j.driver_node_id ? logLink({ submission_id: j.submission_id }, "open in the log viewer") : "none yet"),
       h("dt", {}, "Metadata"), h("dd", { class: "mono" }, Object.entries(j.metadata || {}).map(([k, v]) => `${k}=${v}`).join(", ")),
       h("dt", {}, "Runtime env"), h("dd", { class: "mono" }, JSON.stringify(j.runtime_env || {})))),
-    jobWork(id, actors, tasks),
+    jobWork(j.job_id, actors, tasks),
     panel("Logs", logView(id, terminal)),
+  ];
+}
+
+// A driver that connected by itself: nothing to stop or delete, and its output went to its own terminal.
+function driverJob(j, actors, tasks) {
+  return [
+    h("h1", {}, `Job ${j.job_id} `, badge(j.status)),
+    panel("Details", h("dl", { class: "kv" },
+      h("dt", {}, "Driver"), h("dd", { class: "mono" }, `${j.entrypoint} (pid ${j.driver_info?.pid ?? "?"} on ${j.driver_info?.node_ip_address || "?"})`),
+      h("dt", {}, "Connected"), h("dd", {}, time(j.start_time)),
+      h("dt", {}, "Disconnected"), h("dd", {}, time(j.end_time)),
+      h("dt", {}, "Duration"), h("dd", {}, duration((j.end_time || Date.now()) - j.start_time)),
+      h("dt", {}, "Node"), h("dd", { class: "mono" }, nodeLink(j.driver_node_id)))),
+    jobWork(j.job_id, actors, tasks),
   ];
 }
 

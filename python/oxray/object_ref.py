@@ -44,10 +44,10 @@ class ObjectRef:
         return (_restore, (self._id, owner))
 
     def job_id(self) -> str:
-        """The job of the process that made the object (its submission id, when in a job)."""
-        import os
+        """The job of the process that made the object (Ray's JobID in hex)."""
+        from oxray import _native
 
-        return os.environ.get("OXRAY_JOB_ID", "")
+        return _native.current_job_id() or ""
 
     def task_id(self) -> str:
         """The task that makes the object: a task's first result shares its id."""

@@ -22,9 +22,14 @@ def qualified_name(code, method=None) -> str:
 
 
 class RuntimeContext:
-    def get_job_id(self) -> Optional[str]:
-        """The submission id of the job this process belongs to, when it runs in one."""
-        return os.environ.get("OXRAY_JOB_ID")
+    def get_job_id(self) -> str:
+        """The job this process works for, as Ray's JobID in hex ("01000000"): a driver's
+        own, given when it connected, or that of the task or actor running here."""
+        from oxray import _native
+
+        if _native.current_job_id() is None:
+            worker.client()  # a driver is given its job when it connects
+        return _native.current_job_id()
 
     def get_node_id(self) -> str:
         """The node this process runs on (a driver's too: the node it connected through)."""

@@ -144,4 +144,4 @@ def test_a_job_connects_to_its_own_cluster(client_env):
     status = wait_terminal(client, job_id)
     logs = client.get_job_logs(job_id)
     assert str(status) == "SUCCEEDED", logs
-    assert f"cpus 2.0 job {job_id}" in logs
+    assert f"cpus 2.0 job {client.get_job_info(job_id).job_id}" in logs

@@ -69,7 +69,8 @@ def test_ray_list_tasks_and_actors(cluster, job):
     names = {t["name"]: t for t in tasks}
     assert {"square", "fails", "Keeper.__init__", "Keeper.ping"} <= set(names)
     assert names["fails"]["state"] == "FAILED" and names["fails"]["error_type"] == "TASK_EXECUTION_EXCEPTION"
-    assert names["square"]["job_id"] == job
+    # Tasks name the job id (Ray's JobID) the job's driver was given.
+    assert names["square"]["job_id"] == cluster.job(job)["job_id"] and len(names["square"]["job_id"]) == 8
     failed = listed(cluster, "tasks", "--filter", "state=FAILED", "--detail")
     assert [t["name"] for t in failed] == ["fails"] and "state compat" in failed[0]["error_message"]
     actors = listed(cluster, "actors", "--filter", "name=keeper")
@@ -98,9 +99,8 @@ def test_ray_list_placement_groups_and_jobs(cluster, job):
     [group] = [g for g in groups if g["name"] == "compat-group"]
     jobs = listed(cluster, "jobs")
     [row] = [j for j in jobs if j["submission_id"] == job]
-    assert row["status"] == "SUCCEEDED", jobs
-    # A job's processes carry its submission id as their job id (tasks' job_id is the same).
-    assert group["state"] == "CREATED" and group["creator_job_id"] == job, group
+    assert row["status"] == "SUCCEEDED" and row["type"] == "SUBMISSION", jobs
+    assert group["state"] == "CREATED" and group["creator_job_id"] == row["job_id"], group
 
 
 def test_a_bad_filter_is_refused_with_rays_message(cluster, job):
@@ -154,6 +154,10 @@ def test_ray_list_and_summary_objects(cluster, job):
         objects = listed(cluster, "objects", "--filter", f"object_id={held}")
         assert [(o["pid"], o["type"], o["task_status"]) for o in objects] == [(holder.pid, "DRIVER", "FINISHED")]
         assert "MiB" in str(objects[0]["object_size"])  # Ray prints sizes humanized
+        # A driver that connected by itself is a job of its own.
+        drivers = listed(cluster, "jobs", "--filter", "type=DRIVER", "--detail")
+        [mine] = [d for d in drivers if d["driver_info"]["pid"] == str(holder.pid)]
+        assert mine["status"] == "RUNNING" and mine["submission_id"] is None, mine
         summary = cluster.ray("summary", "objects")
         assert summary.returncode == 0 and "LOCAL_REFERENCE" in summary.stdout, summary
     finally:

@@ -4,6 +4,7 @@
 // the pages say so. Screenshots go to $OXRAY_UI_SCREENSHOTS, else the OS's temporary folder.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { checkPython, Cluster, eventually, launchChromium, python, quote, shot, signedIn as signIn } from "./cluster.mjs";
@@ -208,5 +209,20 @@ test("a job's page lists its actors and tasks, two clicks from the jobs list", a
   await page.goBack();
   await page.click(`#job-work a[href="#/actors/${keeper.actor_id}"]`);
   await page.waitForFunction((id) => document.getElementById("actor-id")?.textContent === id, keeper.actor_id);
+  await page.context().close();
+});
+
+test("a driver that connected by itself is a job with a page of its work", async () => {
+  const script = "import oxray\noxray.init()\nping = oxray.remote(lambda: 'pong')\n"
+    + "assert oxray.get(ping.remote()) == 'pong'\nprint(oxray.get_runtime_context().get_job_id())\n";
+  const driverJob = execFileSync(python, ["-c", script], { env: cluster.env, encoding: "utf8", timeout: 60_000 }).trim();
+  const page = await signedIn();
+  await page.click("nav a[data-tab=jobs]");
+  // It disconnected: SUCCEEDED, as Ray shows a driver that ended.
+  await page.waitForSelector(`tr[data-job-id="${driverJob}"] .badge.s-SUCCEEDED`);
+  await page.click(`tr[data-job-id="${driverJob}"] a`);
+  await page.waitForSelector(`#job-work tr[data-task-id]:has-text("lambda")`);
+  assert.equal(await page.isVisible("#stop-job"), false, "a driver of its own has nothing to stop");
+  await shot(page, "driver-job");
   await page.context().close();
 });

@@ -199,11 +199,12 @@ pub struct JobDetails {
 }
 
 impl JobDetails {
-    /// `driver_ip` is the address of the node that runs the entrypoint, when known.
-    pub fn new(job: &JobRecord, driver_ip: Option<&str>) -> Self {
+    /// `driver_ip` is the address of the node that runs the entrypoint, when known;
+    /// `job_id` the job id its driver was given, once it connected.
+    pub fn new(job: &JobRecord, driver_ip: Option<&str>, job_id: Option<String>) -> Self {
         let driver_info = match (job.driver_pid, driver_ip) {
             (Some(pid), Some(ip)) => Some(DriverInfo {
-                id: job.submission_id.clone(),
+                id: job_id.clone().unwrap_or_else(|| job.submission_id.clone()),
                 node_ip_address: ip.to_string(),
                 pid: pid.to_string(),
             }),
@@ -211,7 +212,7 @@ impl JobDetails {
         };
         JobDetails {
             kind: "SUBMISSION",
-            job_id: None,
+            job_id,
             submission_id: Some(job.submission_id.clone()),
             driver_info,
             status: job.status.as_str(),
@@ -297,7 +298,7 @@ mod tests {
             driver_pid: Some(42),
             ..JobRecord::pending("s1".into(), "echo hi".into(), 5)
         };
-        let text = serde_json::to_string(&JobDetails::new(&job, Some("10.0.0.1"))).unwrap();
+        let text = serde_json::to_string(&JobDetails::new(&job, Some("10.0.0.1"), None)).unwrap();
         let keys = [
             "\"type\":\"SUBMISSION\"",
             "\"job_id\":null",

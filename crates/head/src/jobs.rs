@@ -2,6 +2,7 @@
 //! and the statuses agents report back.
 
 use crate::agents::Agents;
+use crate::drivers::Drivers;
 use crate::events::Events;
 use crate::membership::Membership;
 use crate::packages::Packages;
@@ -41,6 +42,7 @@ pub struct JobManager {
     events: Arc<Events>,
     packages: Packages,
     agents: Arc<Agents>,
+    drivers: Arc<Drivers>,
     /// Where jobs are started and stopped: the node agents' services.
     starts: Arc<dyn AgentJobs>,
     wake: Notify,
@@ -72,6 +74,7 @@ impl JobManager {
         let order = records.iter().map(|j| j.submission_id.clone()).collect();
         let records = records.into_iter().map(|j| (j.submission_id.clone(), j)).collect();
         let agents = Arc::new(Agents::new(membership.clone(), token));
+        let drivers = Arc::new(Drivers::open(store.clone())?);
         Ok(Self {
             table: Mutex::new(Table { records, order, dispatched: HashSet::new() }),
             writer: tokio::sync::Mutex::new(()),
@@ -80,10 +83,16 @@ impl JobManager {
             events,
             packages,
             agents,
+            drivers,
             starts,
             wake: Notify::new(),
             changed: watch::channel(0).0,
         })
+    }
+
+    /// The drivers connected to the cluster, with their job ids.
+    pub fn drivers(&self) -> &Arc<Drivers> {
+        &self.drivers
     }
 
     pub fn packages(&self) -> &Packages {
@@ -187,22 +196,36 @@ impl JobManager {
         Ok(reply.into_inner().text)
     }
 
+    /// A job by submission id, or by job id (a submission's, or a driver's of its own).
     pub fn details(&self, id: &str) -> Option<JobDetails> {
-        let job = self.lock().records.get(id).cloned()?;
+        let by_job = || oxray_types::JobId::parse(id).map(|job| (job, self.drivers.submission_of(job)));
+        let found = self.lock().records.get(id).cloned();
+        let job = match found {
+            Some(job) => job,
+            None => match by_job()? {
+                (_, Some(submission)) => self.lock().records.get(&submission).cloned()?,
+                (job, None) => return self.drivers.row(job),
+            },
+        };
         Some(self.to_details(&job))
     }
 
     fn to_details(&self, job: &JobRecord) -> JobDetails {
         let ip = job.driver_node_id.as_ref().and_then(|n| self.membership.get(n)).map(|n| n.node_ip);
-        JobDetails::new(job, ip.as_deref())
+        let job_id = self.drivers.job_of_submission(&job.submission_id);
+        JobDetails::new(job, ip.as_deref(), job_id.map(|j| j.hex()))
     }
 
+    /// Submissions and drivers of their own, oldest first.
     pub fn list(&self) -> Vec<JobDetails> {
         let jobs: Vec<JobRecord> = {
             let table = self.lock();
             table.order.iter().filter_map(|id| table.records.get(id).cloned()).collect()
         };
-        jobs.iter().map(|j| self.to_details(j)).collect()
+        let mut rows: Vec<JobDetails> = jobs.iter().map(|j| self.to_details(j)).collect();
+        rows.extend(self.drivers.rows());
+        rows.sort_by_key(|r| r.start_time);
+        rows
     }
 
     /// Writes job records to the database. Called holding `writer`.
@@ -466,12 +489,10 @@ impl oxray_http::JobsApi for Api {
         self.list()
     }
     fn newest_jobs(&self, limit: usize) -> (Vec<JobDetails>, usize) {
-        let (jobs, total): (Vec<JobRecord>, usize) = {
-            let table = self.lock();
-            let newest = table.order.iter().skip(table.order.len().saturating_sub(limit));
-            (newest.filter_map(|id| table.records.get(id).cloned()).collect(), table.order.len())
-        };
-        (jobs.iter().map(|j| self.to_details(j)).collect(), total)
+        let mut rows = self.list();
+        let total = rows.len();
+        rows.drain(..total.saturating_sub(limit));
+        (rows, total)
     }
     async fn stop(&self, id: &str) -> Result<bool, ApiError> {
         JobManager::stop(self, id).await

@@ -3,6 +3,7 @@
 
 mod actors;
 mod agents;
+mod drivers;
 mod events;
 mod jobs;
 mod membership;
@@ -41,6 +42,8 @@ const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the head waits for an agent to start or stop a job's entrypoint.
 const JOB_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Clone)]
 pub struct HeadConfig {
@@ -215,6 +218,8 @@ impl BoundHead {
         ));
         let scheduler = tokio::spawn(jobs.clone().run(shutdown.clone()));
         let placer = tokio::spawn(groups.clone().run(shutdown.clone()));
+        let drivers = jobs.drivers().clone();
+        let unclaimed = tokio::spawn(async move { drivers.end_unclaimed(drivers::REREGISTER_GRACE).await });
 
         let serve = {
             let port = control.local_addr().map(|a| a.port()).unwrap_or(config.port);
@@ -255,7 +260,11 @@ impl BoundHead {
             serve: serve.clone(),
             shutdown: shutdown.clone(),
         };
+        // Pings find a driver whose machine went away without closing its connection: its
+        // job ends with the connection.
         let grpc = oxray_rpc::server()
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
             .add_service(NodeInfoGcsServiceServer::with_interceptor(ray_gcs.clone(), ServerAuth(config.token.clone())))
             .add_service(InternalKvGcsServiceServer::with_interceptor(ray_gcs, ServerAuth(config.token.clone())))
@@ -282,6 +291,7 @@ impl BoundHead {
         let _ = scheduler.await;
         let _ = placer.await;
         let _ = serving.await;
+        unclaimed.abort();
         result.map(|_| ())
     }
 }

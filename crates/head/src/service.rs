@@ -161,6 +161,28 @@ impl head_service_server::HeadService for HeadService {
         Ok(Response::new(v1::AnnounceProcessReply {}))
     }
 
+    type RegisterDriverStream = tokio_stream::wrappers::ReceiverStream<Result<v1::DriverJob, Status>>;
+
+    async fn register_driver(
+        &self,
+        request: Request<v1::DriverInfo>,
+    ) -> Result<Response<Self::RegisterDriverStream>, Status> {
+        let drivers = self.jobs.drivers().clone();
+        let job = drivers.register(request.into_inner()).await.map_err(internal)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(Ok(v1::DriverJob { job_id: job.hex() })).await.map_err(|_| Status::cancelled("driver gone"))?;
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            // A stopping head leaves the job running: the driver registers again with the
+            // next head.
+            tokio::select! {
+                _ = tx.closed() => drivers.disconnected(job).await,
+                _ = shutdown.cancelled() => {}
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
     async fn register_actor(
         &self,
         request: Request<v1::NamedActor>,

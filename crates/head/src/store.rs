@@ -22,6 +22,8 @@ const GROUPS: Table = TableDefinition::new("placement_groups");
 const SERVE_APPS: Table = TableDefinition::new("serve_applications");
 /// Serve's last declarative config (what `PUT /api/serve/applications/` sent).
 const SERVE_CONFIG: Table = TableDefinition::new("serve_config");
+/// Drivers with their job ids, as JSON keyed by job number.
+const DRIVERS: TableDefinition<'static, u32, &'static [u8]> = TableDefinition::new("drivers");
 const DECLARATIVE: &str = "declarative";
 
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +75,7 @@ impl Store {
         tx.open_table(GROUPS).map_err(db_err)?;
         tx.open_table(SERVE_APPS).map_err(db_err)?;
         tx.open_table(SERVE_CONFIG).map_err(db_err)?;
+        tx.open_table(DRIVERS).map_err(db_err)?;
         tx.commit().map_err(db_err)?;
         Ok(Self { db })
     }
@@ -165,6 +168,24 @@ impl Store {
 
     pub fn load_events(&self) -> Result<Vec<Event>, StoreError> {
         self.load(EVENTS)
+    }
+
+    /// Writes a driver's record and forgets those in `gone`, in one transaction.
+    pub fn put_driver(&self, job: u32, driver: &impl Serialize, gone: &[u32]) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(driver)?;
+        let tx = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut table = tx.open_table(DRIVERS).map_err(db_err)?;
+            table.insert(job, bytes.as_slice()).map_err(db_err)?;
+            for job in gone {
+                table.remove(*job).map_err(db_err)?;
+            }
+        }
+        tx.commit().map_err(db_err)
+    }
+
+    pub fn load_drivers<T: DeserializeOwned>(&self) -> Result<Vec<T>, StoreError> {
+        self.load(DRIVERS)
     }
 
     pub fn put_actor(&self, key: &str, actor: &oxray_proto::v1::NamedActor) -> Result<(), StoreError> {

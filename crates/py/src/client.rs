@@ -51,6 +51,8 @@ pub struct Client {
     results_in_store: std::sync::OnceLock<()>,
     /// In a worker process, how it tells its agent that it waits (made on first wait).
     blocked_notice: std::sync::OnceLock<Option<oxray_worker::BlockedNotice>>,
+    /// A driver's job, held open at the head until `shutdown`.
+    driver_job: Mutex<Option<oxray_worker::job::DriverJob>>,
 }
 
 /// `get` and `wait` timeouts: seconds, or forever.
@@ -125,7 +127,7 @@ pub fn connect(
         let objects = Arc::new(ObjectTable::default());
         let links = OwnerLinks::new(token.clone(), runtime.handle().clone());
         objects.set_owners(links.clone());
-        Ok(Client {
+        let client = Client {
             runtime,
             cluster,
             local: Mutex::new(local),
@@ -141,7 +143,12 @@ pub fn connect(
             results_in_store: std::sync::OnceLock::new(),
             blocked_notice: std::sync::OnceLock::new(),
             links,
-        })
+            driver_job: Mutex::new(None),
+        };
+        if std::env::var_os("OXRAY_WORKER_ID").is_none() {
+            client.register_driver()?;
+        }
+        Ok(client)
     })
 }
 
@@ -296,6 +303,8 @@ impl Client {
         if let Some(Some(store)) = self.store.lock().expect("store lock").as_ref() {
             store.release_kept();
         }
+        // The job ends at the head once its stream closes.
+        drop(self.driver_job.lock().expect("driver job lock").take());
         let local = self.local.lock().expect("local lock").take();
         if let Some(mut local) = local {
             // This thread's own head connection answers the stopping head's goodbye meanwhile,
@@ -307,6 +316,23 @@ impl Client {
 }
 
 impl Client {
+    /// Tells the head this process is a driver: it is given its job id (Ray's JobID).
+    fn register_driver(&self) -> PyResult<()> {
+        let node = self.local_node().ok();
+        let info = oxray_worker::DriverInfo {
+            job_id: String::new(),
+            submission_id: std::env::var("OXRAY_JOB_ID").unwrap_or_default(),
+            pid: std::process::id(),
+            node_id: node.as_ref().map(|n| n.id.clone()).unwrap_or_default(),
+            ip: node.map(|n| n.ip).unwrap_or_default(),
+            entrypoint: std::env::args().collect::<Vec<_>>().join(" "),
+        };
+        let job =
+            self.runtime.block_on(oxray_worker::job::register_driver(self.cluster.head(), info)).map_err(to_py)?;
+        *self.driver_job.lock().expect("driver job lock") = Some(job);
+        Ok(())
+    }
+
     fn blocked_notice(&self) -> Option<&oxray_worker::BlockedNotice> {
         self.blocked_notice
             .get_or_init(|| {

@@ -27,6 +27,13 @@ fn selector_matches(selector: oxray_types::Selector, labels: HashMap<String, Str
     oxray_types::selector_matches(&selector, |key| labels.get(key).map(String::as_str))
 }
 
+/// The job this process works for now (Ray's JobID in hex): a driver's own, or that of the
+/// task or actor it runs; `None` before it has one.
+#[pyfunction]
+fn current_job_id() -> Option<String> {
+    Some(oxray_worker::job::current().hex_or_empty()).filter(|j| !j.is_empty())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
@@ -37,6 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add_function(wrap_pyfunction!(private_cluster_token, m)?)?;
     m.add_function(wrap_pyfunction!(selector_matches, m)?)?;
+    m.add_function(wrap_pyfunction!(current_job_id, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -5,6 +5,32 @@ use std::str::FromStr;
 const NODE_ID_BYTES: usize = 28;
 const PLACEMENT_GROUP_ID_BYTES: usize = 18;
 
+/// A job's id as Ray's JobID: a number the head hands out in order from 1, shown as its
+/// four bytes in little-endian hex (job 1 is "01000000"). 0 stands for no job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(pub u32);
+
+impl JobId {
+    pub fn hex(self) -> String {
+        hex::encode(self.0.to_le_bytes())
+    }
+
+    /// `hex` back; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let bytes: [u8; 4] = hex::decode(text).ok()?.try_into().ok()?;
+        Some(Self(u32::from_le_bytes(bytes)))
+    }
+
+    /// The hex, or nothing for no job (as the state API shows it).
+    pub fn hex_or_empty(self) -> String {
+        if self.0 == 0 {
+            String::new()
+        } else {
+            self.hex()
+        }
+    }
+}
+
 /// A new placement group id: 18 random bytes as 36 hex characters, as in Ray. Chosen by the
 /// group's creator or, when it gives none, by the head.
 pub fn new_placement_group_id() -> String {
@@ -103,5 +129,15 @@ mod tests {
         let json = serde_json::to_string(&id).unwrap();
         assert_eq!(json, format!("\"{}\"", id.hex()));
         assert_eq!(serde_json::from_str::<NodeId>(&json).unwrap(), id);
+    }
+
+    #[test]
+    fn job_ids_read_as_rays() {
+        assert_eq!(JobId(1).hex(), "01000000");
+        assert_eq!(JobId(258).hex(), "02010000");
+        assert_eq!(JobId::parse("02010000"), Some(JobId(258)));
+        assert_eq!(JobId::parse("raysubmit_x"), None);
+        assert_eq!(JobId::parse("0100"), None);
+        assert_eq!(JobId(0).hex_or_empty(), "");
     }
 }

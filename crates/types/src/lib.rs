@@ -6,7 +6,7 @@ mod labels;
 mod node;
 mod resources;
 
-pub use ids::{is_placement_group_id, new_placement_group_id, IdError, NodeId};
+pub use ids::{is_placement_group_id, new_placement_group_id, IdError, JobId, NodeId};
 pub use job::{error_types, JobRecord, JobStatus};
 pub use labels::{selector_matches, Selector};
 pub use node::{NodeInfo, NodeState};

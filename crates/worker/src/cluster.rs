@@ -143,7 +143,7 @@ impl Cluster {
             node_id: node_id.to_string(),
             ip: ip.to_string(),
             kind: kind.to_string(),
-            job_id: std::env::var("OXRAY_JOB_ID").unwrap_or_default(),
+            job_id: crate::job::current().hex_or_empty(),
         };
         let mut head = self.head();
         async move {

@@ -95,6 +95,10 @@ impl Service {
     /// once the worker is shutting down.
     fn accept(&self, r: v1::PushTaskRequest, reply: &Arc<Sender>) -> bool {
         self.replies.0.lock().expect("replies lock").insert(r.task_id.clone(), reply.clone());
+        // A task worker works for the job of the task it runs; an actor for its creator's.
+        if r.job != 0 && (r.actor_method.is_empty() || r.actor_creation) {
+            crate::job::set_current(oxray_types::JobId(r.job));
+        }
         let incoming = Incoming {
             task_id: r.task_id,
             name: r.function_name,

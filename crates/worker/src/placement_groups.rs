@@ -125,7 +125,7 @@ pub fn create_request(
         namespace: namespace.to_string(),
         detached,
         placement_group_id: oxray_types::new_placement_group_id(),
-        job_id: std::env::var("OXRAY_JOB_ID").unwrap_or_default(),
+        job_id: crate::job::current().hex_or_empty(),
     }
 }
 

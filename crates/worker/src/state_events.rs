@@ -4,7 +4,7 @@
 
 use oxray_proto::v1;
 use oxray_rpc::HeadClient;
-use oxray_types::now_ms;
+use oxray_types::{now_ms, JobId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -46,11 +46,25 @@ struct Pending {
     /// The attempt each retried task is on; tasks on their first attempt are not here.
     attempts: HashMap<u128, u32>,
     dropped: u64,
+    /// The job of the changes above that do not name one: the batch's.
+    job: JobId,
+}
+
+impl Pending {
+    /// The process went on to work for `job`: the changes so far name the job they were of.
+    fn switch_job(&mut self, job: JobId) {
+        let before = self.job.hex_or_empty();
+        for event in self.tasks.iter_mut().filter(|e| e.job_id.is_empty()) {
+            event.job_id.clone_from(&before);
+        }
+        self.job = job;
+    }
 }
 
 pub struct Reporter {
     pending: Mutex<Pending>,
-    job_id: String,
+    /// The job this process works for now (`crate::job::current`).
+    job: fn() -> JobId,
     /// Task attempts one report carries at most.
     batch: usize,
 }
@@ -69,9 +83,8 @@ impl Reporter {
     /// task ends when the reporter is dropped.
     pub fn start(head: HeadClient) -> Option<Arc<Self>> {
         let every = interval(std::env::var(INTERVAL_VAR).ok().as_deref())?;
-        let job_id = std::env::var("OXRAY_JOB_ID").unwrap_or_default();
         let batch = std::env::var(BATCH_VAR).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(MAX_BUFFERED);
-        let reporter = Arc::new(Self { pending: Mutex::default(), job_id, batch });
+        let reporter = Arc::new(Self { pending: Mutex::default(), job: crate::job::current, batch });
         let weak = Arc::downgrade(&reporter);
         tokio::spawn(report_every(weak, head, every));
         Some(reporter)
@@ -93,6 +106,10 @@ impl Reporter {
         let time_ms = now_ms();
         let id = key(task_id);
         let mut pending = self.lock();
+        let job = (self.job)();
+        if job != pending.job {
+            pending.switch_job(job);
+        }
         let ended = states.iter().any(|s| *s == FINISHED || *s == FAILED);
         let attempt = match pending.attempts.is_empty() {
             true => 0,
@@ -144,7 +161,7 @@ impl Reporter {
 
     pub fn actor(&self, mut event: v1::ActorEvent) {
         event.time_ms = now_ms();
-        event.job_id.clone_from(&self.job_id);
+        event.job_id = (self.job)().hex_or_empty();
         self.lock().actors.push(event);
     }
 
@@ -158,7 +175,7 @@ impl Reporter {
             tasks: std::mem::take(&mut pending.tasks),
             actors: std::mem::take(&mut pending.actors),
             dropped_tasks: std::mem::take(&mut pending.dropped),
-            job_id: self.job_id.clone(),
+            job_id: pending.job.hex_or_empty(),
             ..Default::default()
         })
     }
@@ -186,8 +203,16 @@ async fn report_every(reporter: Weak<Reporter>, mut head: HeadClient, every: Dur
 mod tests {
     use super::*;
 
+    thread_local! {
+        static JOB: std::cell::Cell<u32> = const { std::cell::Cell::new(1) };
+    }
+
+    fn job() -> JobId {
+        JOB.with(|j| JobId(j.get()))
+    }
+
     fn reporter() -> Reporter {
-        Reporter { pending: Mutex::default(), job_id: "job".into(), batch: MAX_BUFFERED }
+        Reporter { pending: Mutex::default(), job, batch: MAX_BUFFERED }
     }
 
     fn states(event: &v1::TaskEvent) -> Vec<State> {
@@ -213,7 +238,7 @@ mod tests {
         assert_eq!(states(first), [PENDING, State::Running, FAILED]);
         assert_eq!(first.error_type, "WORKER_DIED");
         assert_eq!((second.attempt, states(second)), (1, vec![PENDING, FAILED]));
-        assert_eq!(batch.job_id, "job");
+        assert_eq!(batch.job_id, "01000000");
         assert!(r.take().is_none());
         // A finished task's next events (none are expected) would start at attempt 0 again.
         assert!(r.lock().attempts.is_empty());
@@ -251,5 +276,19 @@ mod tests {
         assert_eq!(interval(Some("0")), None);
         assert_eq!(interval(Some("250")), Some(Duration::from_millis(250)));
         assert_eq!(interval(Some("soon")), Some(DEFAULT_INTERVAL));
+    }
+
+    #[test]
+    fn changes_name_the_job_the_process_worked_for_when_they_came() {
+        let r = reporter();
+        r.task("t", PENDING, |_| {});
+        JOB.with(|j| j.set(2));
+        r.task("t", State::Running, |_| {});
+        r.task("u", PENDING, |_| {});
+        let batch = r.take().unwrap();
+        assert_eq!(batch.job_id, "02000000");
+        // The head fills in the batch's job where a change names none.
+        let jobs: Vec<&str> = batch.tasks.iter().map(|e| e.job_id.as_str()).collect();
+        assert_eq!(jobs, ["01000000", ""]);
     }
 }

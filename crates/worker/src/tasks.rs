@@ -484,6 +484,7 @@ impl Submitter {
             dependencies,
             num_returns,
             result_store: self.result_store(),
+            job: crate::job::current().0,
             ..Default::default()
         }
     }

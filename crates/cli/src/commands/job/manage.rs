@@ -121,10 +121,11 @@ pub async fn list(args: ListArgs) -> Result<ExitCode> {
                 .iter()
                 .map(|j| {
                     let s = |k: &str| j[k].as_str().unwrap_or_default().to_string();
-                    vec![s("submission_id"), s("status"), time(&j["start_time"]), time(&j["end_time"]), s("entrypoint")]
+                    let (start, end) = (time(&j["start_time"]), time(&j["end_time"]));
+                    vec![s("job_id"), s("submission_id"), s("type"), s("status"), start, end, s("entrypoint")]
                 })
                 .collect();
-            table(&["SUBMISSION_ID", "STATUS", "START_TIME", "END_TIME", "ENTRYPOINT"], &cells)
+            table(&["JOB_ID", "SUBMISSION_ID", "TYPE", "STATUS", "START_TIME", "END_TIME", "ENTRYPOINT"], &cells)
         }
     };
     println!("{}", text.trim_end());
