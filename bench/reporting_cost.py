@@ -22,8 +22,27 @@ ROWS = ("single client tasks async", "1:1 actor calls async", "1:1 actor calls c
         "n:n actor calls async", "1:n async-actor calls async")
 
 
+ROLES = ("driver", "head", "agent", "workers")
+
+
+def role_of(pid, root):
+    """Which part of the cluster `pid` is, from its command line."""
+    if pid == root:
+        return "driver"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return "workers"
+    for role in (b"head", b"agent"):
+        if role in argv or b"--" + role in argv:
+            return role.decode()
+    return "workers"
+
+
 def tree_cpu_s(root):
-    """CPU seconds (user + system) spent so far by `root` and every process below it."""
+    """CPU seconds (user + system) spent so far by `root` and every process below it, by
+    role."""
     children, cpu = {}, {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
@@ -37,16 +56,17 @@ def tree_cpu_s(root):
         pid, ppid = int(entry), int(fields[1])
         children.setdefault(ppid, []).append(pid)
         cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
-    total, stack = 0.0, [root]
+    total, stack = dict.fromkeys(ROLES, 0.0), [root]
     while stack:
         pid = stack.pop()
-        total += cpu.get(pid, 0.0)
+        total[role_of(pid, root)] += cpu.get(pid, 0.0)
         stack.extend(children.get(pid, ()))
     return total
 
 
 def costed(fn, seconds, batch):
-    """(calls per second as `rate` measures it, CPU microseconds of the cluster per call)."""
+    """(calls per second as `rate` measures it, CPU microseconds of the cluster per call,
+    and of each role per call)."""
     from microbenchmark import rate
 
     me = os.getpid()
@@ -54,8 +74,9 @@ def costed(fn, seconds, batch):
     calls = rate(fn, seconds, batch)
     spent = time.perf_counter() - began
     # rate() runs a warm-up call, then its trials: all of it is counted.
-    cpu = tree_cpu_s(me) - began_cpu
-    return calls, 1e6 * cpu / (calls * spent)
+    ended_cpu = tree_cpu_s(me)
+    per_call = {r: 1e6 * (ended_cpu[r] - began_cpu[r]) / (calls * spent) for r in ROLES}
+    return calls, sum(per_call.values()), per_call
 
 
 def measure(seconds):
@@ -150,6 +171,16 @@ def main():
         cpu_on, cpu_off = median(True, row, 1), median(False, row, 1)
         print(f"{row:34} {on:>10.0f} {off:>10.0f} {100 * (on / off - 1):>+9.1f}% "
               f"{cpu_on:>10.1f} {cpu_off:>8.1f} {100 * (cpu_on / cpu_off - 1):>+9.1f}%")
+    print()
+    print("where reporting's CPU goes: us per call, on minus off (median of the rounds)")
+    print(f"{'row':34} " + " ".join(f"{r:>8}" for r in ROLES))
+    for row in ROWS:
+        cells = []
+        for role in ROLES:
+            on = sorted(r[row][2][role] for r in runs[True])[args.rounds // 2]
+            off = sorted(r[row][2][role] for r in runs[False])[args.rounds // 2]
+            cells.append(f"{on - off:>+8.2f}")
+        print(f"{row:34} " + " ".join(cells))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ fn time_of(record: &TaskRecord, states: &[&str]) -> Value {
         .event
         .transitions
         .iter()
-        .find(|t| states.contains(&t.state.as_str()))
+        .find(|t| states.contains(&state_name(t)))
         .map_or(Value::Null, |t| json!(t.time_ms))
 }
 
@@ -71,7 +71,7 @@ pub fn task_row(record: &TaskRecord, actors: &HashMap<String, ActorRecord>) -> V
         (pid, _) => json!(pid),
     };
     let events: Vec<Value> =
-        e.transitions.iter().map(|t| json!({ "state": t.state, "created_ms": t.time_ms })).collect();
+        e.transitions.iter().map(|t| json!({ "state": state_name(t), "created_ms": t.time_ms })).collect();
     let kind = if e.kind.is_empty() { "NORMAL_TASK" } else { e.kind.as_str() };
     // Ray names actor work after the class: `Counter.incr`, `Counter.__init__`.
     let name = match (kind, actor.map(|a| a.class_name.as_str()).unwrap_or_default()) {

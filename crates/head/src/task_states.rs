@@ -10,24 +10,19 @@ use std::sync::Mutex;
 /// How many records of work not ended yet are kept, per ended one kept.
 const LIVE_PER_ENDED: usize = 10;
 
-/// Fills in what reporters leave out of each event: the report's job, and the names of the
-/// states they send as codes.
-fn named(event: &mut v1::TaskEvent, job_id: &str) {
-    if event.job_id.is_empty() {
-        event.job_id = job_id.to_string();
+/// A transition's state by name: reporters send codes, named only when shown (a report
+/// of thousands of changes a second makes no strings for them).
+pub fn state_name(t: &v1::TaskTransition) -> &str {
+    if !t.state.is_empty() {
+        return &t.state;
     }
-    for t in &mut event.transitions {
-        if t.state.is_empty() {
-            t.state = match t.code() {
-                v1::TaskStateCode::PendingArgsAvail => "PENDING_ARGS_AVAIL",
-                v1::TaskStateCode::PendingNodeAssignment => "PENDING_NODE_ASSIGNMENT",
-                v1::TaskStateCode::Running => "RUNNING",
-                v1::TaskStateCode::Finished => "FINISHED",
-                v1::TaskStateCode::Failed => "FAILED",
-                v1::TaskStateCode::Unspecified => "NIL",
-            }
-            .to_string();
-        }
+    match t.code() {
+        v1::TaskStateCode::PendingArgsAvail => "PENDING_ARGS_AVAIL",
+        v1::TaskStateCode::PendingNodeAssignment => "PENDING_NODE_ASSIGNMENT",
+        v1::TaskStateCode::Running => "RUNNING",
+        v1::TaskStateCode::Finished => "FINISHED",
+        v1::TaskStateCode::Failed => "FAILED",
+        v1::TaskStateCode::Unspecified => "NIL",
     }
 }
 
@@ -51,7 +46,7 @@ pub struct TaskRecord {
 impl TaskRecord {
     /// The latest state.
     pub fn state(&self) -> &str {
-        self.event.transitions.last().map_or("NIL", |t| t.state.as_str())
+        self.event.transitions.last().map_or("NIL", state_name)
     }
 
     fn ended(&self) -> bool {
@@ -80,7 +75,7 @@ impl TaskRecord {
             into.log_offsets = e.log_offsets;
         }
         // An ended attempt stays ended: a late report of an earlier state changes nothing.
-        let was_ended = is_ended_task(into.transitions.last().map_or("", |t| t.state.as_str()));
+        let was_ended = is_ended_task(into.transitions.last().map_or("", state_name));
         if !was_ended {
             into.transitions.extend(e.transitions);
         }
@@ -193,9 +188,8 @@ impl TaskStates {
         }
         let mut t = self.lock();
         t.dropped_tasks += report.dropped_tasks;
-        for mut event in report.tasks {
-            named(&mut event, &report.job_id);
-            self.apply_task(&mut t, event);
+        for event in report.tasks {
+            self.apply_task(&mut t, event, &report.job_id);
         }
         for event in report.actors {
             let id = event.actor_id.clone();
@@ -213,7 +207,8 @@ impl TaskStates {
         }
     }
 
-    fn apply_task(&self, t: &mut Tables, event: v1::TaskEvent) {
+    /// `job_id`: the report's, for an event that names none.
+    fn apply_task(&self, t: &mut Tables, event: v1::TaskEvent, job_id: &str) {
         let Some(key) = key_of(&event) else {
             t.dropped_tasks += 1;
             return;
@@ -231,7 +226,11 @@ impl TaskStates {
                 None if event.kind.is_empty() => return,
                 None => v1::TaskEvent { task_id: event.task_id.clone(), attempt: key.1, ..Default::default() },
             };
-            t.tasks.insert(key, TaskRecord { event: fresh });
+            let mut record = TaskRecord { event: fresh };
+            if record.event.job_id.is_empty() {
+                record.event.job_id = job_id.to_string();
+            }
+            t.tasks.insert(key, record);
         }
         let record = t.tasks.get_mut(&key).expect("inserted above");
         let was_ended = record.ended();

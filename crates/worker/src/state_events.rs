@@ -171,8 +171,10 @@ impl Reporter {
             return None;
         }
         pending.at.clear();
+        // The next second is likely as busy: its buffer is made at once, not grown by copies.
+        let room = Vec::with_capacity(pending.tasks.len());
         Some(v1::ReportEventsRequest {
-            tasks: std::mem::take(&mut pending.tasks),
+            tasks: std::mem::replace(&mut pending.tasks, room),
             actors: std::mem::take(&mut pending.actors),
             dropped_tasks: std::mem::take(&mut pending.dropped),
             job_id: pending.job.hex_or_empty(),
