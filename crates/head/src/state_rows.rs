@@ -5,7 +5,7 @@
 
 use crate::actors::Actors;
 use crate::placement_groups::PlacementGroups;
-use crate::task_states::{ActorRecord, TaskRecord, TaskStates};
+use crate::task_states::{state_name, ActorRecord, TaskRecord, TaskStates};
 use oxray_api_types::state::StateKind;
 use oxray_proto::v1;
 use serde_json::{json, Value};

@@ -292,7 +292,7 @@ mod tests {
         states.apply(v1::ReportEventsRequest { tasks: vec![event], job_id: "job-7".into(), ..Default::default() });
         let (tasks, _) = states.tasks();
         assert_eq!((tasks[0].state(), tasks[0].event.job_id.as_str()), ("FINISHED", "job-7"));
-        assert_eq!(tasks[0].event.transitions[0].state, "PENDING_NODE_ASSIGNMENT");
+        assert_eq!(state_name(&tasks[0].event.transitions[0]), "PENDING_NODE_ASSIGNMENT");
     }
 
     #[test]
