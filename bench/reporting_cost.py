@@ -160,27 +160,23 @@ def main():
         for reporting in (True, False):
             runs[reporting].append(one_round(args.seconds, reporting))
 
-    def median(reporting, row, i):
-        values = sorted(r[row][i] for r in runs[reporting])
+    def median(reporting, pick):
+        values = sorted(pick(r) for r in runs[reporting])
         return values[len(values) // 2]
 
     print(f"median of {args.rounds} rounds each; CPU: the cluster's CPU time per call")
     print(f"{'row':34} {'calls/s on':>10} {'off':>10} {'on vs off':>10} {'CPU us on':>10} {'off':>8} {'on vs off':>10}")
     for row in ROWS:
-        on, off = median(True, row, 0), median(False, row, 0)
-        cpu_on, cpu_off = median(True, row, 1), median(False, row, 1)
+        on, off = median(True, lambda r: r[row][0]), median(False, lambda r: r[row][0])
+        cpu_on, cpu_off = median(True, lambda r: r[row][1]), median(False, lambda r: r[row][1])
         print(f"{row:34} {on:>10.0f} {off:>10.0f} {100 * (on / off - 1):>+9.1f}% "
               f"{cpu_on:>10.1f} {cpu_off:>8.1f} {100 * (cpu_on / cpu_off - 1):>+9.1f}%")
     print()
     print("where reporting's CPU goes: us per call, on minus off (median of the rounds)")
     print(f"{'row':34} " + " ".join(f"{r:>8}" for r in ROLES))
     for row in ROWS:
-        cells = []
-        for role in ROLES:
-            on = sorted(r[row][2][role] for r in runs[True])[args.rounds // 2]
-            off = sorted(r[row][2][role] for r in runs[False])[args.rounds // 2]
-            cells.append(f"{on - off:>+8.2f}")
-        print(f"{row:34} " + " ".join(cells))
+        share = [median(True, lambda r: r[row][2][role]) - median(False, lambda r: r[row][2][role]) for role in ROLES]
+        print(f"{row:34} " + " ".join(f"{d:>+8.2f}" for d in share))
 
 
 if __name__ == "__main__":

@@ -114,6 +114,8 @@ async function stateList(kind, filters = []) {
 }
 
 const nodeLink = (id) => (id ? h("a", { href: `#/nodes/${id}` }, short(id)) : "");
+// A submission by its submission id; a driver of its own by its job id.
+const jobKey = (j) => j.submission_id || j.job_id;
 const jobLink = (id) => (id ? h("a", { href: `#/jobs/${id}` }, id) : "");
 const actorLink = (id) => (id ? h("a", { href: `#/actors/${id}` }, short(id)) : "");
 const taskLink = (id) => h("a", { href: `#/tasks/${id}` }, short(id));
@@ -545,9 +547,10 @@ function nodeWorkers(n, list) {
 
 function jobDrivers(drivers) {
   return table(["PID", "Job", "Status", "Entrypoint", "Log"], drivers.map((w) =>
-    h("tr", {}, h("td", { class: "mono" }, w.pid), h("td", { class: "mono" }, jobLink(w.submission_id)),
+    h("tr", {}, h("td", { class: "mono" }, w.pid), h("td", { class: "mono" }, jobLink(jobKey(w))),
       h("td", {}, badge(w.status)), h("td", { class: "mono" }, w.entrypoint),
-      h("td", { class: "logs" }, logLink({ submission_id: w.submission_id }, "driver log")))),
+      // A driver of its own printed to its terminal: only a submission's driver has a log here.
+      h("td", { class: "logs" }, w.submission_id ? logLink({ submission_id: w.submission_id }, "driver log") : ""))),
   "No job runs on this node now.");
 }
 
@@ -591,8 +594,6 @@ async function jobs() {
   ];
 }
 
-// A submission by its submission id; a driver of its own by its job id.
-const jobKey = (j) => j.submission_id || j.job_id;
 const noWork = { result: [], num_filtered: 0, warnings: null };
 
 async function job(id) {
@@ -603,14 +604,16 @@ async function job(id) {
     : [noWork, noWork];
   if (j.type === "DRIVER") return driverJob(j, actors, tasks);
   const terminal = ["SUCCEEDED", "FAILED", "STOPPED"].includes(j.status);
+  // The page may have been reached by the job id: stop, delete and logs name the submission.
+  const sid = j.submission_id;
   const act = async (method, path, then) => {
     try { await api(path, { method }); then(); } catch (e) { alert(e.message); }
   };
   return [
     h("h1", {}, `Job ${j.submission_id} `, badge(j.status)),
     h("div", { class: "actions" },
-      h("button", { class: "danger", id: "stop-job", disabled: terminal, onclick: () => act("POST", `/api/jobs/${id}/stop`, render) }, "Stop"),
-      h("button", { id: "delete-job", disabled: !terminal, onclick: () => act("DELETE", `/api/jobs/${id}`, () => { location.hash = "#/jobs"; }) }, "Delete")),
+      h("button", { class: "danger", id: "stop-job", disabled: terminal, onclick: () => act("POST", `/api/jobs/${sid}/stop`, render) }, "Stop"),
+      h("button", { id: "delete-job", disabled: !terminal, onclick: () => act("DELETE", `/api/jobs/${sid}`, () => { location.hash = "#/jobs"; }) }, "Delete")),
     panel("Details", h("dl", { class: "kv" },
       h("dt", {}, "Entrypoint"), h("dd", { class: "mono" }, j.entrypoint),
       h("dt", {}, "Message"), h("dd", {}, j.message || ""),
@@ -623,7 +626,7 @@ async function job(id) {
       h("dt", {}, "Metadata"), h("dd", { class: "mono" }, Object.entries(j.metadata || {}).map(([k, v]) => `${k}=${v}`).join(", ")),
       h("dt", {}, "Runtime env"), h("dd", { class: "mono" }, JSON.stringify(j.runtime_env || {})))),
     jobWork(j.job_id, actors, tasks),
-    panel("Logs", logView(id, terminal)),
+    panel("Logs", logView(sid, terminal)),
   ];
 }
 

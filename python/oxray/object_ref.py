@@ -44,7 +44,7 @@ class ObjectRef:
         return (_restore, (self._id, owner))
 
     def job_id(self) -> str:
-        """The job of the process that made the object (Ray's JobID in hex)."""
+        """The job this process works for (Ray's JobID in hex): that of the objects it makes."""
         from oxray import _native
 
         return _native.current_job_id() or ""

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -75,6 +77,12 @@ def test_a_driver_is_a_job_until_it_disconnects_and_its_work_names_it(cluster):
         assert any(r["class_name"] == "Keeper" and r["job_id"] == job_id for r in actors)
         with api(cluster, f"/api/jobs/{job_id}") as response:
             assert json.loads(response.read())["type"] == "DRIVER"
+        # Found, but nothing to stop: it runs where it was started, not as an entrypoint here.
+        stop = urllib.request.Request(f"{cluster.dashboard_url}/api/jobs/{job_id}/stop", method="POST",
+                                      headers={"Authorization": f"Bearer {cluster.token}"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(stop, timeout=15)
+        assert refused.value.code == 400 and "submission type" in refused.value.read().decode()
         listed = subprocess.run([OXRAY_BIN, "job", "list"], env=cluster.env, capture_output=True, text=True,
                                 timeout=60)
         assert job_id in listed.stdout and "DRIVER" in listed.stdout, listed.stderr

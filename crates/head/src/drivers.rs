@@ -65,6 +65,19 @@ struct Table {
     by_submission: HashMap<String, u32>,
 }
 
+impl Table {
+    fn from_records(records: Vec<DriverRecord>) -> Self {
+        let mut table = Table::default();
+        for record in records {
+            if let Some(id) = &record.submission_id {
+                table.by_submission.insert(id.clone(), record.job);
+            }
+            table.records.insert(record.job, record);
+        }
+        table
+    }
+}
+
 /// What a registration does to the table: a pure decision, applied by `Drivers`.
 #[derive(Debug, PartialEq)]
 enum Registration {
@@ -91,6 +104,33 @@ fn pruned(table: &Table) -> Vec<u32> {
     table.records.values().filter(|r| r.end_time.is_some()).take(over).map(|r| r.job).collect()
 }
 
+/// One open stream of a driver's job. Dropping it ends the stream's part in the job, however
+/// the stream ended (the driver went away, or the head's handler was dropped mid-way).
+pub struct Claim {
+    drivers: Arc<Drivers>,
+    job: JobId,
+    kept: bool,
+}
+
+impl Claim {
+    /// The head is stopping: the job stays RUNNING for its driver to claim at the next head.
+    pub fn keep_open(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        let (drivers, job) = (self.drivers.clone(), self.job);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { drivers.disconnected(job).await });
+        }
+    }
+}
+
 pub struct Drivers {
     table: Mutex<Table>,
     store: Arc<Store>,
@@ -100,13 +140,7 @@ pub struct Drivers {
 
 impl Drivers {
     pub fn open(store: Arc<Store>) -> Result<Self, StoreError> {
-        let mut table = Table::default();
-        for record in store.load_drivers::<DriverRecord>()? {
-            if let Some(id) = &record.submission_id {
-                table.by_submission.insert(id.clone(), record.job);
-            }
-            table.records.insert(record.job, record);
-        }
+        let table = Table::from_records(store.load_drivers::<DriverRecord>()?);
         Ok(Self { table: Mutex::new(table), store, writer: tokio::sync::Mutex::new(()) })
     }
 
@@ -114,8 +148,9 @@ impl Drivers {
         self.table.lock().expect("drivers lock")
     }
 
-    /// A driver connected: its job, new or kept.
-    pub async fn register(&self, info: v1::DriverInfo) -> Result<JobId, StoreError> {
+    /// A driver connected: its job, new or kept, and its claim on it, held while its stream
+    /// is open.
+    pub async fn register(self: &Arc<Self>, info: v1::DriverInfo) -> Result<(JobId, Claim), StoreError> {
         let _writing = self.writer.lock().await;
         let (record, gone) = {
             let mut table = self.lock();
@@ -147,15 +182,18 @@ impl Drivers {
             *table.open.entry(job).or_default() += 1;
             let gone = pruned(&table);
             for job in &gone {
-                if let Some(record) = table.records.remove(job) {
-                    record.submission_id.map(|s| table.by_submission.remove(&s));
+                if let Some(DriverRecord { submission_id: Some(id), .. }) = table.records.remove(job) {
+                    table.by_submission.remove(&id);
                 }
             }
             (table.records[&job].clone(), gone)
         };
         let job = JobId(record.job);
+        // Made before the write: a failed write, or a handler dropped while it waits, gives
+        // the stream's part back.
+        let claim = Claim { drivers: self.clone(), job, kept: false };
         off_thread(&self.store, move |store| store.put_driver(record.job, &record, &gone)).await?;
-        Ok(job)
+        Ok((job, claim))
     }
 
     /// One of the job's streams ended: the job ends with its last.
@@ -190,8 +228,9 @@ impl Drivers {
         for job in running {
             let unclaimed = {
                 let mut table = self.lock();
+                let running = table.records.get(&job).is_some_and(|r| r.end_time.is_none());
                 // As if its stream had just ended.
-                !table.open.contains_key(&job) && table.open.insert(job, 1).is_none()
+                running && !table.open.contains_key(&job) && table.open.insert(job, 1).is_none()
             };
             if unclaimed {
                 self.disconnected(JobId(job)).await;
@@ -202,6 +241,11 @@ impl Drivers {
     /// The job id of a submission's driver, once one registered.
     pub fn job_of_submission(&self, submission_id: &str) -> Option<JobId> {
         self.lock().by_submission.get(submission_id).map(|&j| JobId(j))
+    }
+
+    /// A deleted submission's id may be used again: its next driver gets a job of its own.
+    pub fn forget_submission(&self, submission_id: &str) {
+        self.lock().by_submission.remove(submission_id);
     }
 
     /// The submission that runs job `job`, if any.
@@ -241,14 +285,7 @@ mod tests {
     }
 
     fn table(records: Vec<DriverRecord>) -> Table {
-        let mut table = Table::default();
-        for r in records {
-            if let Some(s) = &r.submission_id {
-                table.by_submission.insert(s.clone(), r.job);
-            }
-            table.records.insert(r.job, r);
-        }
-        table
+        Table::from_records(records)
     }
 
     #[test]

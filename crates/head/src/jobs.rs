@@ -216,6 +216,21 @@ impl JobManager {
         JobDetails::new(job, ip.as_deref(), job_id.map(|j| j.hex()))
     }
 
+    /// The submission `id` names: a submission id, or the job id of a submission's driver. A
+    /// driver of its own has no entrypoint here to stop, delete or read, as Ray answers.
+    fn submission_named(&self, id: &str, what: &str) -> Result<String, ApiError> {
+        let Some(job) = oxray_types::JobId::parse(id).filter(|_| !self.lock().records.contains_key(id)) else {
+            return Ok(id.to_string());
+        };
+        match self.drivers.submission_of(job) {
+            Some(submission) => Ok(submission),
+            None if self.drivers.row(job).is_some() => {
+                Err(ApiError::BadRequest(format!("Can only {what} submission type jobs; {id} is a driver's job.")))
+            }
+            None => Ok(id.to_string()),
+        }
+    }
+
     /// Submissions and drivers of their own, oldest first.
     pub fn list(&self) -> Vec<JobDetails> {
         let jobs: Vec<JobRecord> = {
@@ -294,6 +309,7 @@ impl JobManager {
         }
         let key = id.to_string();
         off_thread(&self.store, move |store| store.delete_job(&key)).await.map_err(internal)?;
+        self.drivers.forget_submission(id);
         let mut table = self.lock();
         table.records.remove(id);
         table.order.retain(|j| j != id);
@@ -488,23 +504,19 @@ impl oxray_http::JobsApi for Api {
     fn jobs(&self) -> Vec<JobDetails> {
         self.list()
     }
-    fn newest_jobs(&self, limit: usize) -> (Vec<JobDetails>, usize) {
-        let mut rows = self.list();
-        let total = rows.len();
-        rows.drain(..total.saturating_sub(limit));
-        (rows, total)
-    }
     async fn stop(&self, id: &str) -> Result<bool, ApiError> {
-        JobManager::stop(self, id).await
+        JobManager::stop(self, &self.submission_named(id, "stop")?).await
     }
     async fn delete(&self, id: &str) -> Result<(), ApiError> {
-        JobManager::delete(self, id).await
+        JobManager::delete(self, &self.submission_named(id, "delete")?).await
     }
     async fn logs(&self, id: &str, follow: bool) -> Result<ByteStream, ApiError> {
-        JobManager::logs(self, id, follow).await
+        JobManager::logs(self, &self.submission_named(id, "get logs of")?, follow).await
     }
     async fn wait_terminal(&self, id: &str, timeout: Duration) {
-        JobManager::wait_terminal(self, id, timeout).await
+        if let Ok(id) = self.submission_named(id, "wait for") {
+            JobManager::wait_terminal(self, &id, timeout).await
+        }
     }
     fn package_exists(&self, name: &str) -> bool {
         self.packages.exists(name)

@@ -167,17 +167,16 @@ impl head_service_server::HeadService for HeadService {
         &self,
         request: Request<v1::DriverInfo>,
     ) -> Result<Response<Self::RegisterDriverStream>, Status> {
-        let drivers = self.jobs.drivers().clone();
-        let job = drivers.register(request.into_inner()).await.map_err(internal)?;
+        let (job, claim) = self.jobs.drivers().register(request.into_inner()).await.map_err(internal)?;
         let (tx, rx) = tokio::sync::mpsc::channel(1);
-        tx.send(Ok(v1::DriverJob { job_id: job.hex() })).await.map_err(|_| Status::cancelled("driver gone"))?;
+        // A new channel has room for its first message.
+        let _ = tx.try_send(Ok(v1::DriverJob { job_id: job.hex() }));
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
-            // A stopping head leaves the job running: the driver registers again with the
-            // next head.
             tokio::select! {
-                _ = tx.closed() => drivers.disconnected(job).await,
-                _ = shutdown.cancelled() => {}
+                _ = tx.closed() => drop(claim),
+                // The driver registers again with the next head.
+                _ = shutdown.cancelled() => claim.keep_open(),
             }
         });
         Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))

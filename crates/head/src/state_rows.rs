@@ -45,12 +45,7 @@ fn or_null(text: &str) -> Value {
 }
 
 fn time_of(record: &TaskRecord, states: &[&str]) -> Value {
-    record
-        .event
-        .transitions
-        .iter()
-        .find(|t| states.contains(&state_name(t)))
-        .map_or(Value::Null, |t| json!(t.time_ms))
+    record.event.transitions.iter().find(|t| states.contains(&state_name(t))).map_or(Value::Null, |t| json!(t.time_ms))
 }
 
 /// A task attempt. Calls of actors whose worker the caller did not lease take the actor's
@@ -212,7 +207,7 @@ mod tests {
 
     fn record(states: &[(&str, u64)]) -> TaskRecord {
         TaskRecord {
-            event: v1::TaskEvent {
+            event: Box::new(v1::TaskEvent {
                 task_id: "t".into(),
                 name: "incr".into(),
                 kind: "ACTOR_TASK".into(),
@@ -222,7 +217,7 @@ mod tests {
                     .map(|(s, t)| v1::TaskTransition { state: s.to_string(), time_ms: *t, ..Default::default() })
                     .collect(),
                 ..Default::default()
-            },
+            }),
         }
     }
 

@@ -37,10 +37,11 @@ fn keep(into: &mut String, from: String) {
     }
 }
 
-/// A task attempt: everything its owner reported, merged.
+/// A task attempt: everything its owner reported, merged. Boxed: the table of tens of
+/// thousands of them stays small to search, and an entry moves as a pointer.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskRecord {
-    pub event: v1::TaskEvent,
+    pub event: Box<v1::TaskEvent>,
 }
 
 impl TaskRecord {
@@ -109,7 +110,10 @@ impl ActorRecord {
         keep(&mut into.class_name, e.class_name);
         keep(&mut into.name, e.name);
         keep(&mut into.namespace, e.namespace);
-        keep(&mut into.job_id, e.job_id);
+        // An actor belongs to its creator's job for good, whatever its owner works on later.
+        if into.job_id.is_empty() {
+            into.job_id = e.job_id;
+        }
         keep(&mut into.node_id, e.node_id);
         keep(&mut into.worker_id, e.worker_id);
         keep(&mut into.death_cause, e.death_cause);
@@ -226,7 +230,7 @@ impl TaskStates {
                 None if event.kind.is_empty() => return,
                 None => v1::TaskEvent { task_id: event.task_id.clone(), attempt: key.1, ..Default::default() },
             };
-            let mut record = TaskRecord { event: fresh };
+            let mut record = TaskRecord { event: Box::new(fresh) };
             if record.event.job_id.is_empty() {
                 record.event.job_id = job_id.to_string();
             }

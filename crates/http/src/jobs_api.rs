@@ -13,9 +13,9 @@ pub trait JobsApi: Send + Sync + 'static {
     /// Records the job as PENDING and returns its submission id.
     async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError>;
     fn job(&self, id: &str) -> Option<JobDetails>;
-    /// Every job, in submission order.
+    /// Every job (submissions, and drivers of their own), oldest first.
     fn jobs(&self) -> Vec<JobDetails>;
-    /// The `limit` newest jobs, in submission order, and how many there are in all.
+    /// The `limit` newest jobs, oldest first, and how many there are in all.
     fn newest_jobs(&self, limit: usize) -> (Vec<JobDetails>, usize) {
         let all = self.jobs();
         let total = all.len();

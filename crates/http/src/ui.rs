@@ -55,6 +55,7 @@ pub async fn node(State(state): State<ApiState>, Path(id): Path<String>) -> Resp
             serde_json::json!({
                 "pid": j.driver_info.as_ref().map(|d| d.pid.clone()),
                 "submission_id": j.submission_id,
+                "job_id": j.job_id,
                 "status": j.status,
                 "entrypoint": j.entrypoint,
             })

@@ -325,7 +325,7 @@ impl Client {
             pid: std::process::id(),
             node_id: node.as_ref().map(|n| n.id.clone()).unwrap_or_default(),
             ip: node.map(|n| n.ip).unwrap_or_default(),
-            entrypoint: std::env::args().collect::<Vec<_>>().join(" "),
+            entrypoint: std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" "),
         };
         let job =
             self.runtime.block_on(oxray_worker::job::register_driver(self.cluster.head(), info)).map_err(to_py)?;

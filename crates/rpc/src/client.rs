@@ -34,9 +34,21 @@ fn endpoint(address: &str, call_timeout: Duration) -> Result<Endpoint, RpcError>
         .timeout(call_timeout))
 }
 
+/// A head's endpoint: pings find a head gone without a word (its machine lost, a partition),
+/// so long-lived streams (a driver's job, node changes) end and are opened again.
+fn head_endpoint(address: &str, call_timeout: Duration) -> Result<Endpoint, RpcError> {
+    Ok(endpoint(address, call_timeout)?
+        .http2_keep_alive_interval(HEAD_KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(HEAD_KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true))
+}
+
+const HEAD_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const HEAD_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Connects now, so an unreachable head is reported at once.
 pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
-    let channel = crate::local::connect(endpoint(address, call_timeout)?)
+    let channel = crate::local::connect(head_endpoint(address, call_timeout)?)
         .await
         .map_err(|e| RpcError::Unreachable { address: address.to_string(), reason: root_cause(&e) })?;
     Ok(HeadServiceClient::with_interceptor(channel, ClientAuth::new(token)))
@@ -44,7 +56,7 @@ pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) 
 
 /// Connects on first use and reconnects by itself after the head goes away and comes back.
 pub fn connect_head_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
-    let channel = crate::local::connect_lazy(endpoint(address, call_timeout)?);
+    let channel = crate::local::connect_lazy(head_endpoint(address, call_timeout)?);
     Ok(HeadServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 

@@ -96,7 +96,7 @@ impl Service {
     fn accept(&self, r: v1::PushTaskRequest, reply: &Arc<Sender>) -> bool {
         self.replies.0.lock().expect("replies lock").insert(r.task_id.clone(), reply.clone());
         // A task worker works for the job of the task it runs; an actor for its creator's.
-        if r.job != 0 && (r.actor_method.is_empty() || r.actor_creation) {
+        if r.actor_method.is_empty() || r.actor_creation {
             crate::job::set_current(oxray_types::JobId(r.job));
         }
         let incoming = Incoming {

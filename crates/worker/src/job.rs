@@ -30,6 +30,7 @@ pub struct DriverJob {
 impl Drop for DriverJob {
     fn drop(&mut self) {
         self.keeper.abort();
+        set_current(JobId::default());
     }
 }
 
@@ -56,7 +57,14 @@ pub async fn register_driver(mut head: HeadClient, mut info: v1::DriverInfo) -> 
             loop {
                 tokio::time::sleep(RETRY).await;
                 match open(&mut head, info.clone()).await {
-                    Ok((_, again)) => {
+                    Ok((job, again)) => {
+                        // A head that lost its records gives a new id: this driver's work
+                        // names it from now on.
+                        if job != current() {
+                            tracing::warn!("the head knew this driver's job no more: it is job {} now", job.hex());
+                            set_current(job);
+                            info.job_id = job.hex();
+                        }
                         stream = again;
                         break;
                     }

@@ -42,6 +42,8 @@ pub struct TaskSpec {
     /// The function yields values, each its own object as it comes (`next_item`); its one
     /// result tells when it ended, or how it failed.
     pub streaming: bool,
+    /// The job it belongs to: this process's when it was submitted (set by `submit`).
+    pub job: oxray_types::JobId,
 }
 
 impl TaskSpec {
@@ -67,6 +69,7 @@ impl TaskSpec {
             retry_exceptions: false,
             num_returns: 1,
             streaming: false,
+            job: oxray_types::JobId::default(),
         }
     }
 }
@@ -298,6 +301,7 @@ impl Submitter {
     /// Returns the ids of the objects that will hold the task's results.
     pub fn submit(self: &Arc<Self>, runtime: &tokio::runtime::Handle, mut spec: TaskSpec) -> Vec<String> {
         let ids: Vec<String> = (0..spec.num_returns.max(1)).map(|_| self.objects.pending()).collect();
+        spec.job = crate::job::current();
         // The arguments (and the refs inside them) stay alive until the task ends, even if
         // the caller lets go, as in Ray: a retry reads them again.
         let mut held = std::mem::take(&mut spec.contained);
@@ -407,7 +411,7 @@ impl Submitter {
         }
     }
 
-    async fn run(self: &Arc<Self>, task_id: &str, spec: TaskSpec) -> Result<v1::PushTaskReply, Failure> {
+    async fn run(self: &Arc<Self>, task_id: &str, mut spec: TaskSpec) -> Result<v1::PushTaskReply, Failure> {
         let values = self.objects.get(&spec.dependencies, None).await;
         let values = values.map_err(|e| Failure::System(e.to_string()))?;
         self.note_args_ready(task_id, !spec.dependencies.is_empty());
@@ -419,9 +423,7 @@ impl Submitter {
             }
             dependencies.push(v1::ObjectValue { object_id: id.clone(), data: ready.data.to_vec() });
         }
-        let mut push =
-            self.push_request(task_id, spec.function, spec.args, spec.name.clone(), dependencies, spec.num_returns);
-        push.streaming = spec.streaming;
+        let mut push = self.push_request(task_id, &mut spec, dependencies);
         let (resources, env, strategy) = match spec.route {
             Route::Actor(mut call) => {
                 actor_calls::prepare(&mut push, &mut call);
@@ -467,24 +469,23 @@ impl Submitter {
         }
     }
 
+    /// The request that sends `spec` (its function and arguments are moved into it).
     fn push_request(
         &self,
         task_id: &str,
-        function: Vec<u8>,
-        args: Vec<u8>,
-        function_name: String,
+        spec: &mut TaskSpec,
         dependencies: Vec<v1::ObjectValue>,
-        num_returns: u32,
     ) -> v1::PushTaskRequest {
         v1::PushTaskRequest {
             task_id: task_id.to_string(),
-            function,
-            args,
-            function_name,
+            function: std::mem::take(&mut spec.function),
+            args: std::mem::take(&mut spec.args),
+            function_name: spec.name.clone(),
             dependencies,
-            num_returns,
+            num_returns: spec.num_returns,
+            streaming: spec.streaming,
+            job: spec.job.0,
             result_store: self.result_store(),
-            job: crate::job::current().0,
             ..Default::default()
         }
     }

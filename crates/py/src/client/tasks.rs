@@ -40,6 +40,7 @@ impl Client {
             retry_exceptions,
             num_returns,
             streaming,
+            job: Default::default(),
         };
         Ok(submitter.submit(self.runtime.handle(), spec))
     }

@@ -100,13 +100,11 @@ impl Submitter {
         let _runtime = runtime.enter();
         let Ok(place) = self.pushes.place(&address) else { return Some(job) };
         self.note_sent_at_once(&job.ids[0], &job.spec);
-        let Job { spec, ids, held } = job;
+        let Job { mut spec, ids, held } = job;
+        let mut push = self.push_request(&ids[0], &mut spec, Vec::new());
         let Route::Actor(mut call) = spec.route else { unreachable!("an actor call") };
         call.place = Some(place);
         call.address = address;
-        let mut push =
-            self.push_request(&ids[0], spec.function, spec.args, spec.name.clone(), Vec::new(), spec.num_returns);
-        push.streaming = spec.streaming;
         prepare(&mut push, &mut call);
         let (this, again) = (self.clone(), push.clone());
         let address = call.address.clone();
