@@ -188,13 +188,37 @@ def test_a_followed_log_shows_what_is_printed_after(two_nodes):
         response.close()
 
 
+def submit_job(cluster, entrypoint, **extra):
+    body = json.dumps({"entrypoint": entrypoint, **extra}).encode()
+    request = urllib.request.Request(f"{cluster.dashboard_url}/api/jobs/", data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {cluster.token}"})
+    with urllib.request.urlopen(request, timeout=15) as response:
+        return json.loads(response.read())["submission_id"]
+
+
+def job_logs(cluster, job_id):
+    with api(cluster, f"/api/jobs/{job_id}/logs") as response:
+        return json.loads(response.read())["logs"]
+
+
 def test_the_logs_of_a_dead_node_say_it_is_gone(two_nodes):
     cluster, facts = two_nodes
     task = tasks_named(cluster, "speak")[0]
+    # A job on the node that dies: what it printed is still there, from the head's copy.
+    script = "import time\nfor i in range(3):\n    print('job line', i, flush=True)\ntime.sleep(600)\n"
+    job = submit_job(cluster, f"{sys.executable} -c \"{script}\"", entrypoint_resources={"side": 0.5})
+    eventually(lambda: job_logs(cluster, job), lambda text: "job line 2" in text)
+    with api(cluster, f"/api/jobs/{job}") as response:
+        driver_pid = int(json.loads(response.read())["driver_info"]["pid"])
+    time.sleep(2)  # the agent sends the log's news every second
     os.kill(agent_pid(cluster, "side"), signal.SIGKILL)
+    os.killpg(driver_pid, signal.SIGKILL)  # its entrypoint dies with the machine
     eventually(lambda: state(cluster, "nodes", filter_keys=["state"], filter_predicates=["="],
                              filter_values=["DEAD"])["result"], lambda rows: len(rows) == 1)
     code, text = refused(cluster, task_id=task["task_id"])
     assert code == 404 and "is gone" in text and facts["side"] in text
+    copied = job_logs(cluster, job)
+    assert "job line 0\njob line 1\njob line 2\n" in copied, copied
+    assert f"node {facts['side']} is gone" in copied and "copy of this job's log that the head kept" in copied
     workers = state(cluster, "workers", limit=1000)["result"]
     assert all(w["node_id"] != facts["side"] for w in workers)

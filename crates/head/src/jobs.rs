@@ -4,6 +4,7 @@
 use crate::agents::Agents;
 use crate::drivers::Drivers;
 use crate::events::Events;
+use crate::job_log_copies::{copy_notice, LogCopies};
 use crate::membership::Membership;
 use crate::packages::Packages;
 use crate::store::{off_thread, Store};
@@ -43,6 +44,8 @@ pub struct JobManager {
     packages: Packages,
     agents: Arc<Agents>,
     drivers: Arc<Drivers>,
+    /// The head's copies of the driver logs, for when their node is gone.
+    log_copies: LogCopies,
     /// Where jobs are started and stopped: the node agents' services.
     starts: Arc<dyn AgentJobs>,
     wake: Notify,
@@ -68,6 +71,7 @@ impl JobManager {
         packages: Packages,
         token: Token,
         starts: Arc<dyn AgentJobs>,
+        log_copies: LogCopies,
     ) -> Result<Self, crate::StoreError> {
         let mut records = store.load_jobs()?;
         records.sort_by(|a, b| (a.start_time, &a.submission_id).cmp(&(b.start_time, &b.submission_id)));
@@ -84,6 +88,7 @@ impl JobManager {
             packages,
             agents,
             drivers,
+            log_copies,
             starts,
             wake: Notify::new(),
             changed: watch::channel(0).0,
@@ -310,6 +315,7 @@ impl JobManager {
         let key = id.to_string();
         off_thread(&self.store, move |store| store.delete_job(&key)).await.map_err(internal)?;
         self.drivers.forget_submission(id);
+        self.log_copies.remove(id).await;
         let mut table = self.lock();
         table.records.remove(id);
         table.order.retain(|j| j != id);
@@ -465,21 +471,45 @@ impl JobManager {
         }
     }
 
+    /// A job's log, read from its node; from the head's copy, with a line saying so, when
+    /// the node is gone or cannot be reached.
     pub async fn logs(&self, id: &str, follow: bool) -> Result<ByteStream, ApiError> {
         let Some(node_id) = self.driver_node(id, follow).await? else {
             return Ok(futures_util::stream::empty().boxed());
         };
-        let node = self.membership.get(&node_id).ok_or_else(|| internal(format!("node {node_id} is unknown")))?;
-        let mut agent = self.agent(&node)?;
+        let node = self.membership.get(&node_id).filter(|n| n.is_alive());
+        let Some(node) = node else {
+            return self.log_copy(id, &format!("node {node_id}"), "is gone").await;
+        };
         let request = v1::ReadJobLogsRequest { submission_id: id.to_string(), offset: 0, follow };
-        let stream = agent.read_job_logs(request).await.map_err(|s| {
-            ApiError::Internal(format!(
-                "cannot read the logs of job {id} on node {node_id} ({}): {}",
-                node.node_ip,
-                s.message()
-            ))
-        })?;
-        Ok(stream.into_inner().map(|chunk| chunk.map(|c| c.data.into()).map_err(|s| s.message().to_string())).boxed())
+        let read = match self.agent(&node) {
+            Ok(mut agent) => agent.read_job_logs(request).await.map_err(|s| s.message().to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match read {
+            Ok(stream) => Ok(stream
+                .into_inner()
+                .map(|chunk| chunk.map(|c| c.data.into()).map_err(|s| s.message().to_string()))
+                .boxed()),
+            Err(why) => {
+                let name = format!("node {node_id} ({})", node.node_ip);
+                self.log_copy(id, &name, &format!("cannot be reached ({why})")).await
+            }
+        }
+    }
+
+    async fn log_copy(&self, id: &str, node: &str, why: &str) -> Result<ByteStream, ApiError> {
+        let (mut text, not_kept) = self.log_copies.read(id).await.map_err(internal)?.unwrap_or_default();
+        text.extend(copy_notice(node, why, not_kept).into_bytes());
+        Ok(futures_util::stream::once(async move { Ok(bytes::Bytes::from(text)) }).boxed())
+    }
+
+    /// Takes a piece of a job's log from the node that runs it (see `LogCopies::append`).
+    pub async fn append_log(&self, id: &str, offset: u64, data: Vec<u8>) -> Result<u64, ApiError> {
+        if !self.lock().records.contains_key(id) {
+            return Err(not_found(id));
+        }
+        self.log_copies.append(id, offset, data).await.map_err(internal)
     }
 }
 

@@ -5,6 +5,7 @@ mod actors;
 mod agents;
 mod drivers;
 mod events;
+mod job_log_copies;
 mod jobs;
 mod membership;
 mod packages;
@@ -75,8 +76,8 @@ pub enum HeadError {
     Bind { what: &'static str, host: String, port: u16, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("cannot use the package directory {0}: {1}")]
-    Packages(PathBuf, std::io::Error),
+    #[error("cannot use the directory {0}: {1}")]
+    Dir(PathBuf, std::io::Error),
     #[error("the {0} server failed: {1}")]
     Serve(&'static str, String),
 }
@@ -112,7 +113,10 @@ impl Head {
         let events = Arc::new(events::Events::open(store.clone())?);
         let membership = Arc::new(Membership::open(store.clone(), events.clone(), config.node_death_timeout)?);
         let package_dir = config.storage.with_extension("packages");
-        let packages = packages::Packages::open(&package_dir).map_err(|e| HeadError::Packages(package_dir, e))?;
+        let packages = packages::Packages::open(&package_dir).map_err(|e| HeadError::Dir(package_dir, e))?;
+        let copies_dir = config.storage.with_extension("joblogs");
+        let log_copies =
+            job_log_copies::LogCopies::open(copies_dir.clone()).map_err(|e| HeadError::Dir(copies_dir, e))?;
         let jobs = Arc::new(JobManager::open(
             store.clone(),
             membership.clone(),
@@ -120,6 +124,7 @@ impl Head {
             packages,
             config.token.clone(),
             Arc::new(oxray_rpc::AgentJobClients::new(config.token.clone(), JOB_CALL_TIMEOUT)),
+            log_copies,
         )?);
         let actors = Arc::new(actors::Actors::open(store.clone())?);
         let leases = Arc::new(oxray_rpc::LeaseClients::new(config.token.clone(), Some(AGENT_CALL_TIMEOUT)));

@@ -264,6 +264,15 @@ impl head_service_server::HeadService for HeadService {
         }
     }
 
+    async fn append_job_log(&self, request: Request<v1::JobLogChunk>) -> Result<Response<v1::JobLogAck>, Status> {
+        let chunk = request.into_inner();
+        match self.jobs.append_log(&chunk.submission_id, chunk.offset, chunk.data).await {
+            Ok(size) => Ok(Response::new(v1::JobLogAck { size })),
+            Err(ApiError::NotFound(m)) => Err(Status::not_found(m)),
+            Err(e) => Err(Status::internal(e.to_string())),
+        }
+    }
+
     async fn get_package(
         &self,
         request: Request<v1::GetPackageRequest>,

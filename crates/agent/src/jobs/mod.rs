@@ -1,5 +1,6 @@
 //! Job entrypoints on this node: runtime environments, processes, logs, reports.
 
+mod log_copy;
 mod reporter;
 mod runner;
 mod service;

@@ -9,13 +9,18 @@ use tokio::sync::{mpsc, oneshot};
 type Queued = (v1::JobReport, Option<oneshot::Sender<()>>);
 
 #[derive(Clone)]
-pub struct Reporter(mpsc::UnboundedSender<Queued>);
+pub struct Reporter(mpsc::UnboundedSender<Queued>, HeadClient);
 
 impl Reporter {
     pub fn start(client: HeadClient) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(deliver(client, rx));
-        Self(tx)
+        tokio::spawn(deliver(client.clone(), rx));
+        Self(tx, client)
+    }
+
+    /// The head the reports go to, for what else a job sends it (its log's copy).
+    pub fn head(&self) -> HeadClient {
+        self.1.clone()
     }
 
     pub fn send(&self, report: v1::JobReport) {

@@ -101,6 +101,8 @@ impl Runner {
             handle
         };
         let gpus = request.resources.get("GPU").copied().unwrap_or(0.0).ceil() as u32;
+        let (id, log) = (request.submission_id.clone(), self.log_path(&request.submission_id));
+        tokio::spawn(super::log_copy::follow(self.reporter.head(), log, id, handle.subscribe()));
         tokio::spawn(self.clone().run(request, spec, gpus, handle));
         Ok(())
     }

@@ -50,7 +50,8 @@ impl Fixture {
         let events = Arc::new(Events::open(store.clone()).unwrap());
         let membership = Arc::new(Membership::open(store.clone(), events.clone(), Duration::from_secs(60)).unwrap());
         let packages = Packages::open(&dir.path().join("packages")).unwrap();
-        Arc::new(JobManager::open(store, membership, events, packages, Token::generate(), agents).unwrap())
+        let copies = crate::job_log_copies::LogCopies::open(dir.path().join("joblogs")).unwrap();
+        Arc::new(JobManager::open(store, membership, events, packages, Token::generate(), agents, copies).unwrap())
     }
 
     async fn submit(&self, id: &str, cpus: f64) {
