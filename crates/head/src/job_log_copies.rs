@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The newest bytes of a job's log the head keeps (`$OXRAY_JOB_LOG_COPY_MAX_BYTES`).
 pub const DEFAULT_CAP: u64 = 16 << 20;
@@ -34,30 +35,38 @@ fn dropped(parts: &[Part]) -> &[Part] {
     &parts[..parts.len().saturating_sub(2)]
 }
 
+/// One job's copy: its parts, oldest first. Locked per job, so jobs copy side by side.
+type Copy = Arc<tokio::sync::Mutex<Vec<Part>>>;
+
 pub struct LogCopies {
     dir: PathBuf,
     cap: u64,
-    /// Parts per submission id, oldest first; loaded from the directory at start.
-    parts: tokio::sync::Mutex<HashMap<String, Vec<Part>>>,
+    /// Loaded from the directory at start.
+    copies: std::sync::Mutex<HashMap<String, Copy>>,
+}
+
+/// Submission ids are checked when jobs are submitted; this keeps any other text out of
+/// the directory's names all the same.
+fn usable(id: &str) -> bool {
+    !id.is_empty() && !id.starts_with('.') && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 fn part_path(dir: &Path, id: &str, start: u64) -> PathBuf {
-    dir.join(format!("{}.{start}.part", hex::encode(id)))
+    dir.join(format!("{id}.{start}.part"))
 }
 
-/// Reads the parts in `dir` back: `(submission id, part)` per file.
+/// Reads the parts in `dir` back, by submission id.
 fn scan(dir: &Path) -> std::io::Result<HashMap<String, Vec<Part>>> {
     let mut found: HashMap<String, Vec<Part>> = HashMap::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        let Some((id, start)) = name.to_str().and_then(|n| n.strip_suffix(".part")).and_then(|n| n.split_once('.'))
+        let Some((id, start)) = name.to_str().and_then(|n| n.strip_suffix(".part")).and_then(|n| n.rsplit_once('.'))
         else {
             continue;
         };
-        let (Ok(id), Ok(start)) = (hex::decode(id), start.parse::<u64>()) else { continue };
-        let Ok(id) = String::from_utf8(id) else { continue };
-        found.entry(id).or_default().push(Part { start, len: entry.metadata()?.len() });
+        let Ok(start) = start.parse::<u64>() else { continue };
+        found.entry(id.to_string()).or_default().push(Part { start, len: entry.metadata()?.len() });
     }
     for parts in found.values_mut() {
         parts.sort_by_key(|p| p.start);
@@ -65,55 +74,82 @@ fn scan(dir: &Path) -> std::io::Result<HashMap<String, Vec<Part>>> {
     Ok(found)
 }
 
+/// Appends `data` to the part at `path` (made new when `new`) and removes the parts in
+/// `gone`; returns the part's length after it, read from the file (so a write that failed
+/// half-way still leaves the copy's size true), with how the write went.
+fn write_part(path: &Path, new: bool, data: &[u8], gone: &[PathBuf]) -> std::io::Result<(u64, std::io::Result<()>)> {
+    // A new part's file can only be there from a write whose answer was lost: it starts over.
+    let mut file = std::fs::OpenOptions::new().create(true).append(!new).write(true).truncate(new).open(path)?;
+    let written = file.write_all(data);
+    for old in gone {
+        let _ = std::fs::remove_file(old);
+    }
+    Ok((file.metadata()?.len(), written))
+}
+
 impl LogCopies {
     pub fn open(dir: PathBuf) -> std::io::Result<Self> {
         oxray_config::paths::private_dir(&dir)?;
         let cap = std::env::var(CAP_VAR).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_CAP);
-        Ok(Self { parts: tokio::sync::Mutex::new(scan(&dir)?), dir, cap })
+        let copies = scan(&dir)?.into_iter().map(|(id, parts)| (id, Arc::new(tokio::sync::Mutex::new(parts))));
+        Ok(Self { copies: std::sync::Mutex::new(copies.collect()), dir, cap })
+    }
+
+    fn copy(&self, id: &str) -> Copy {
+        self.copies.lock().expect("log copies lock").entry(id.to_string()).or_default().clone()
     }
 
     /// Adds `data`, which starts at `offset` of job `id`'s log; returns how much of the log
-    /// the copy now covers (where the next chunk starts).
-    pub async fn append(&self, id: &str, offset: u64, data: Vec<u8>) -> std::io::Result<u64> {
-        let mut all = self.parts.lock().await;
-        let parts = all.entry(id.to_string()).or_default();
+    /// the copy now covers (where the next chunk starts). Runs to its end even when its
+    /// caller goes away, so the parts in memory always match the files.
+    pub async fn append(self: &Arc<Self>, id: &str, offset: u64, data: Vec<u8>) -> std::io::Result<u64> {
+        if !usable(id) {
+            return Err(std::io::Error::other(format!("{id:?} cannot name a log copy")));
+        }
+        let (this, id) = (self.clone(), id.to_string());
+        tokio::spawn(async move { this.append_now(&id, offset, data).await }).await.map_err(std::io::Error::other)?
+    }
+
+    async fn append_now(&self, id: &str, offset: u64, data: Vec<u8>) -> std::io::Result<u64> {
+        let copy = self.copy(id);
+        let mut parts = copy.lock().await;
         let end = parts.last().map_or(0, |p| p.start + p.len);
-        let Some(new_part) = placement(parts, offset, self.cap) else { return Ok(end) };
+        let Some(new) = placement(&parts, offset, self.cap) else { return Ok(end) };
         if data.is_empty() {
             return Ok(end);
         }
-        if new_part {
+        if new {
             parts.push(Part { start: offset, len: 0 });
         }
-        let last = *parts.last().expect("a part to append to");
-        let (path, gone) = (
-            part_path(&self.dir, id, last.start),
-            dropped(parts).iter().map(|p| part_path(&self.dir, id, p.start)).collect::<Vec<_>>(),
-        );
-        let len = data.len() as u64;
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
-            file.write_all(&data)?;
-            for old in gone {
-                let _ = std::fs::remove_file(old);
+        let start = parts.last().expect("a part to append to").start;
+        let path = part_path(&self.dir, id, start);
+        let gone: Vec<PathBuf> = dropped(&parts).iter().map(|p| part_path(&self.dir, id, p.start)).collect();
+        let written = tokio::task::spawn_blocking(move || write_part(&path, new, &data, &gone))
+            .await
+            .map_err(std::io::Error::other)?;
+        let (len, result) = match written {
+            Ok(written) => written,
+            Err(e) => {
+                if new {
+                    parts.pop();
+                }
+                return Err(e);
             }
-            Ok(())
-        })
-        .await
-        .map_err(std::io::Error::other)??;
+        };
         let kept = parts.len().saturating_sub(2);
         parts.drain(..kept);
-        parts.last_mut().expect("appended").len += len;
-        Ok(end + len)
+        let last = parts.last_mut().expect("appended");
+        last.len = len;
+        result.map(|()| last.start + last.len)
     }
 
     /// The copy of job `id`'s log, and how many of its first bytes were not kept; `None`
     /// when the head has none.
     pub async fn read(&self, id: &str) -> std::io::Result<Option<(Vec<u8>, u64)>> {
-        let parts = match self.parts.lock().await.get(id) {
-            Some(parts) if !parts.is_empty() => parts.clone(),
-            _ => return Ok(None),
-        };
+        let Some(copy) = self.copies.lock().expect("log copies lock").get(id).cloned() else { return Ok(None) };
+        // Held while reading: a part is not dropped under the reader.
+        let parts = copy.lock().await;
+        let Some(first) = parts.first().map(|p| p.start) else { return Ok(None) };
         let paths: Vec<PathBuf> = parts.iter().map(|p| part_path(&self.dir, id, p.start)).collect();
         let text = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
             let mut text = Vec::new();
@@ -124,14 +160,23 @@ impl LogCopies {
         })
         .await
         .map_err(std::io::Error::other)??;
-        Ok(Some((text, parts[0].start)))
+        Ok(Some((text, first)))
     }
 
     /// Forgets job `id`'s copy (the job was deleted).
     pub async fn remove(&self, id: &str) {
-        let parts = self.parts.lock().await.remove(id).unwrap_or_default();
-        for part in parts {
+        let Some(copy) = self.copies.lock().expect("log copies lock").remove(id) else { return };
+        for part in copy.lock().await.drain(..) {
             let _ = tokio::fs::remove_file(part_path(&self.dir, id, part.start)).await;
+        }
+    }
+
+    /// Forgets the copies of jobs `keep` does not name (deleted while a copy was on its way).
+    pub async fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let ids: Vec<String> =
+            self.copies.lock().expect("log copies lock").keys().filter(|id| !keep(id)).cloned().collect();
+        for id in ids {
+            self.remove(&id).await;
         }
     }
 }
@@ -164,21 +209,25 @@ mod tests {
     #[tokio::test]
     async fn a_copy_keeps_the_newest_bytes_and_survives_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let copies = LogCopies { dir: dir.path().to_path_buf(), cap: 8, parts: Default::default() };
-        assert_eq!(copies.append("raysubmit_a/b", 0, b"0123".to_vec()).await.unwrap(), 4);
+        let copies = Arc::new(LogCopies { dir: dir.path().to_path_buf(), cap: 8, copies: Default::default() });
+        assert_eq!(copies.append("raysubmit_a.b", 0, b"0123".to_vec()).await.unwrap(), 4);
         // A chunk sent again, or ahead of the copy, changes nothing: the answer says where to go on.
-        assert_eq!(copies.append("raysubmit_a/b", 2, b"23".to_vec()).await.unwrap(), 4);
-        assert_eq!(copies.append("raysubmit_a/b", 9, b"x".to_vec()).await.unwrap(), 4);
+        assert_eq!(copies.append("raysubmit_a.b", 2, b"23".to_vec()).await.unwrap(), 4);
+        assert_eq!(copies.append("raysubmit_a.b", 9, b"x".to_vec()).await.unwrap(), 4);
         for (offset, chunk) in [(4, "4567"), (8, "89"), (10, "ab"), (12, "cdef")] {
-            copies.append("raysubmit_a/b", offset, chunk.as_bytes().to_vec()).await.unwrap();
+            copies.append("raysubmit_a.b", offset, chunk.as_bytes().to_vec()).await.unwrap();
         }
-        let (text, not_kept) = copies.read("raysubmit_a/b").await.unwrap().unwrap();
+        let (text, not_kept) = copies.read("raysubmit_a.b").await.unwrap().unwrap();
         assert_eq!((String::from_utf8(text).unwrap(), not_kept), ("89abcdef".to_string(), 8));
-        let again = LogCopies { dir: dir.path().to_path_buf(), cap: 8, parts: scan(dir.path()).unwrap().into() };
-        assert_eq!(again.read("raysubmit_a/b").await.unwrap().unwrap().0, b"89abcdef");
-        assert_eq!(again.append("raysubmit_a/b", 16, b"g".to_vec()).await.unwrap(), 17);
-        again.remove("raysubmit_a/b").await;
-        assert!(again.read("raysubmit_a/b").await.unwrap().is_none());
+        assert!(copies.append("../escape", 0, b"x".to_vec()).await.is_err());
+        drop(copies);
+        let again = Arc::new(LogCopies::open(dir.path().to_path_buf()).unwrap());
+        assert_eq!(again.read("raysubmit_a.b").await.unwrap().unwrap().0, b"89abcdef");
+        assert_eq!(again.append("raysubmit_a.b", 16, b"g".to_vec()).await.unwrap(), 17);
+        again.append("other", 0, b"x".to_vec()).await.unwrap();
+        again.retain(|id| id == "other").await;
+        assert!(again.read("raysubmit_a.b").await.unwrap().is_none());
+        again.remove("other").await;
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

@@ -45,7 +45,7 @@ pub struct JobManager {
     agents: Arc<Agents>,
     drivers: Arc<Drivers>,
     /// The head's copies of the driver logs, for when their node is gone.
-    log_copies: LogCopies,
+    log_copies: Arc<LogCopies>,
     /// Where jobs are started and stopped: the node agents' services.
     starts: Arc<dyn AgentJobs>,
     wake: Notify,
@@ -88,7 +88,7 @@ impl JobManager {
             packages,
             agents,
             drivers,
-            log_copies,
+            log_copies: Arc::new(log_copies),
             starts,
             wake: Notify::new(),
             changed: watch::channel(0).0,
@@ -315,11 +315,14 @@ impl JobManager {
         let key = id.to_string();
         off_thread(&self.store, move |store| store.delete_job(&key)).await.map_err(internal)?;
         self.drivers.forget_submission(id);
+        {
+            let mut table = self.lock();
+            table.records.remove(id);
+            table.order.retain(|j| j != id);
+            table.dispatched.remove(id);
+        }
+        // After the record: a piece of the log on its way now is refused.
         self.log_copies.remove(id).await;
-        let mut table = self.lock();
-        table.records.remove(id);
-        table.order.retain(|j| j != id);
-        table.dispatched.remove(id);
         Ok(())
     }
 
@@ -425,6 +428,9 @@ impl JobManager {
     /// Starts are sent beside the rounds (an agent may take a while to answer) by tasks
     /// the loop owns: they end with it.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        // Copies of logs of jobs deleted while a piece was on its way.
+        let known: HashSet<String> = self.lock().records.keys().cloned().collect();
+        self.log_copies.retain(|id| known.contains(id)).await;
         let mut sending = tokio::task::JoinSet::new();
         loop {
             for d in self.round().await {
@@ -491,6 +497,12 @@ impl JobManager {
                 .into_inner()
                 .map(|chunk| chunk.map(|c| c.data.into()).map_err(|s| s.message().to_string()))
                 .boxed()),
+            // A follower of a live node's log is told the read failed rather than handed a
+            // snapshot it would take for the end.
+            Err(why) if follow => Err(ApiError::Internal(format!(
+                "cannot read the logs of job {id} on node {node_id} ({}): {why}",
+                node.node_ip
+            ))),
             Err(why) => {
                 let name = format!("node {node_id} ({})", node.node_ip);
                 self.log_copy(id, &name, &format!("cannot be reached ({why})")).await

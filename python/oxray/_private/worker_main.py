@@ -20,36 +20,16 @@ from oxray.runtime_context import _current as current_context
 class _Tee(io.TextIOBase):
     """Writes to the worker's own stream and keeps a copy for the caller."""
 
-    def __init__(self, stream, fd):
+    def __init__(self, stream):
         self.stream = stream
         self.captured = []
         # Threaded and async actors print from several threads at once.
         self.lock = threading.Lock()
-        self.fd = fd
-        # Where the log file ended before the first write since `start_range` (None: none yet).
-        self.range_start = None
-        self.marking = False
 
     def write(self, text):
         with self.lock:
-            if self.marking and self.range_start is None:
-                self.range_start = _offset(self.fd, self.stream)
             self.captured.append(text)
         return self.stream.write(text)
-
-    def start_range(self):
-        """Marks where the next write lands in the log file: found at that write, so a task
-        that prints nothing costs no system call."""
-        self.range_start, self.marking = None, True
-
-    def end_range(self):
-        """`(start, end)` in the log file of what was written since `start_range`."""
-        self.marking = False
-        if self.range_start is None:
-            return None
-        start, self.range_start = self.range_start, None
-        end = _offset(self.fd, self.stream)
-        return None if start is None or end is None else (start, end)
 
     def flush(self):
         self.stream.flush()
@@ -195,7 +175,7 @@ def main() -> None:
     executor = _native.TaskExecutor(os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_WORKER_ID"],
                                     os.environ["OXRAY_AUTH_TOKEN"])
     state = {"functions": {}}
-    out, err = _Tee(sys.stdout, 1), _Tee(sys.stderr, 2)
+    out, err = _Tee(sys.stdout), _Tee(sys.stderr)
     sys.stdout, sys.stderr = out, err
     while True:
         try:
@@ -232,21 +212,12 @@ def _exit_worker():
 _REPORTING = os.environ.get("OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS", "").strip() != "0"
 
 
-def _offset(fd, stream):
-    """Where the log file behind `fd` ends now, after what `stream` holds (None when it is not
-    a file)."""
-    stream.flush()
+def _log_offsets():
+    """Where this worker's stdout and stderr files end now (None when they are not files)."""
     try:
-        return os.lseek(fd, 0, os.SEEK_CUR)
+        return os.lseek(1, 0, os.SEEK_CUR), os.lseek(2, 0, os.SEEK_CUR)
     except OSError:
         return None
-
-
-def _log_offsets(out, err):
-    """`[stdout start, stdout end, stderr start, stderr end]` of what a task printed; a
-    stream it did not print to is an empty range."""
-    ranges = [out.end_range() or (0, 0), err.end_range() or (0, 0)]
-    return [ranges[0][0], ranges[0][1], ranges[1][0], ranges[1][1]]
 
 
 def _error_text(error):
@@ -366,10 +337,7 @@ def _run_one(executor, task, state, out, err, decoded=None):
     exiting = False
     error_text = ""
     # A normal task runs alone in its worker: what it printed is a range of the worker's logs.
-    ranged = _REPORTING and not (task.actor_creation or task.actor_method)
-    if ranged:
-        out.start_range()
-        err.start_range()
+    before = _log_offsets() if _REPORTING and not (task.actor_creation or task.actor_method) else None
     try:
         result = _run(task, state, decoded)
         if task.streaming:  # streaming: each value goes as it comes, the reply says it ended
@@ -390,7 +358,8 @@ def _run_one(executor, task, state, out, err, decoded=None):
         error_text = _error_text(error)
     out.flush()
     err.flush()
-    offsets = _log_offsets(out, err) if ranged else []
+    after = before and _log_offsets()
+    offsets = [before[0], after[0], before[1], after[1]] if after else []
     output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
     executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3], bool(state.get("exit_after_reply")),
                     error_text, offsets)
