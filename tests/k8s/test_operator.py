@@ -341,7 +341,10 @@ def test_a_rayservice_serves_its_config_and_applies_changes_in_place(operator, k
     assert s["numServeEndpoints"] == 1 and s["conditions"][0]["reason"] == "NonZeroServeEndpoints"
     svc = kube.get("/api/v1/namespaces/default/services/fruit-serve-svc")
     assert svc["spec"]["ports"][0]["port"] == serve_port
-    assert svc["spec"]["selector"] == {"ray.io/cluster": "fruit-raycluster", "ray.io/node-type": "head"}
+    # The Serve Service leads to the pods whose proxy is up, labelled as KubeRay labels them.
+    assert svc["spec"]["selector"] == {"ray.io/cluster": "fruit-raycluster", "ray.io/serve": "true"}
+    [head_pod] = kube.list(PODS, labelSelector="ray.io/cluster=fruit-raycluster,ray.io/node-type=head")["items"]
+    assert head_pod["metadata"]["labels"]["ray.io/serve"] == "true"
     ip = status(kube, CLUSTERS, "fruit-raycluster")["head"]["podIP"]
 
     def fruit():
@@ -355,6 +358,19 @@ def test_a_rayservice_serves_its_config_and_applies_changes_in_place(operator, k
     apply(kubectl, service)
     wait_until(lambda: fruit()["price"] == 5, timeout=60, what="the new price")
     assert fruit()["pid"] == first["pid"]
+
+    # The head pod left out of the Serve Service: no endpoint is left, and it says so.
+    service["spec"]["excludeHeadPodFromServeSvc"] = True
+    apply(kubectl, service)
+    out = wait_until(lambda: (st := status(kube, SERVICES, "fruit"))["numServeEndpoints"] == 0 and st, timeout=30,
+                     what="the head pod to leave the Serve Service")
+    assert out["conditions"][0]["reason"] == "ZeroServeEndpoints"
+    assert kube.get(f"/api/v1/namespaces/default/pods/{head_pod['metadata']['name']}")["metadata"]["labels"][
+        "ray.io/serve"] == "false"
+    service["spec"]["excludeHeadPodFromServeSvc"] = False
+    apply(kubectl, service)
+    wait_until(lambda: status(kube, SERVICES, "fruit")["numServeEndpoints"] == 1, timeout=30,
+               what="the head pod to serve again")
 
     # A config the head refuses is reported, and the running app keeps serving.
     service["spec"]["serveConfigV2"] = serve_config(serve_port, 5).replace("import_path: fruit:build",

@@ -9,6 +9,8 @@ pub const LABEL_GROUP: &str = "ray.io/group";
 pub const LABEL_IDENTIFIER: &str = "ray.io/identifier";
 pub const LABEL_APP_NAME: &str = "app.kubernetes.io/name";
 pub const LABEL_CREATED_BY: &str = "app.kubernetes.io/created-by";
+/// "true" on the pods behind the Serve Service: those whose Serve proxy is up.
+pub const LABEL_SERVE: &str = "ray.io/serve";
 pub const LABEL_ORIGIN_NAME: &str = "ray.io/originated-from-cr-name";
 pub const LABEL_ORIGIN_KIND: &str = "ray.io/originated-from-crd";
 pub const ANNOTATION_TEMPLATE_HASH: &str = "oxray.io/pod-template-hash";

@@ -1,16 +1,17 @@
 //! `RayService`: its cluster is a RayCluster owned by the RayService; once the cluster's
 //! head answers, `serveConfigV2` goes to its Serve REST API (again whenever the head runs
 //! something else than it says: a change to the config is applied in place), the Serve
-//! Service `<name>-serve-svc` leads to the proxy, and the status reports each
-//! application's status as the head does.
+//! Service `<name>-serve-svc` leads to the pods labelled `ray.io/serve=true` (those whose
+//! Serve proxy is up, as KubeRay labels them), and the status reports each application's
+//! status as the head does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
@@ -19,7 +20,7 @@ use crate::crd::service::{RayService, RayServiceStatus, ServiceStatusDetail};
 use crate::crd::{Condition, RayCluster};
 use crate::error::Result;
 use crate::head::Head;
-use crate::names::{LABEL_CLUSTER, LABEL_NODE_TYPE};
+use crate::names::{LABEL_CLUSTER, LABEL_NODE_TYPE, LABEL_SERVE};
 use crate::service_plan;
 
 /// How often Serve's progress is looked at (KubeRay's period).
@@ -78,13 +79,14 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
         }
     }
     let statuses = service_plan::application_statuses(&details);
-    let serving = service_plan::all_running(&config, &statuses);
-    let condition = if serving {
-        ready()
-    } else {
-        not_ready("ZeroServeEndpoints", "the Serve applications are not all RUNNING".into())
+    let exclude_head = service.spec.exclude_head_pod_from_serve_svc.unwrap_or(false);
+    let endpoints = label_serve_pods(&ctx, &namespace, &name, &details, exclude_head).await?;
+    let condition = match (service_plan::all_running(&config, &statuses), endpoints) {
+        (false, _) => not_ready("ZeroServeEndpoints", "the Serve applications are not all RUNNING".into()),
+        (true, 0) => not_ready("ZeroServeEndpoints", "no pod of the cluster runs a healthy Serve proxy".into()),
+        (true, _) => ready(),
     };
-    report(&service, &ctx, &name, &cluster, condition, Some(statuses)).await
+    report(&service, &ctx, &name, &cluster, condition, Some((statuses, endpoints))).await
 }
 
 fn not_ready(reason: &str, message: String) -> Condition {
@@ -108,18 +110,20 @@ async fn report(
     cluster_name: &str,
     cluster: &RayCluster,
     mut condition: Condition,
-    statuses: Option<BTreeMap<String, crate::crd::service::AppStatus>>,
+    statuses: Option<(BTreeMap<String, crate::crd::service::AppStatus>, i32)>,
 ) -> Result<Action> {
     let serving = condition.status == "True";
     condition.observed_generation = service.metadata.generation;
     // What the head said last stays while it cannot be asked.
     let last = service.status.as_ref().and_then(|s| s.active_service_status.as_ref());
-    let application_statuses =
-        statuses.unwrap_or_else(|| last.map(|l| l.application_statuses.clone()).unwrap_or_default());
+    let (application_statuses, endpoints) = statuses.unwrap_or_else(|| {
+        let kept = service.status.as_ref().map_or(0, |s| s.num_serve_endpoints);
+        (last.map(|l| l.application_statuses.clone()).unwrap_or_default(), kept)
+    });
     let status = RayServiceStatus {
         conditions: vec![condition],
         service_status: serving.then(|| "Running".to_string()),
-        num_serve_endpoints: i32::from(serving),
+        num_serve_endpoints: endpoints,
         active_service_status: Some(ServiceStatusDetail {
             ray_cluster_name: Some(cluster_name.to_string()),
             ray_cluster_status: cluster.status.clone(),
@@ -132,7 +136,41 @@ async fn report(
     Ok(Action::requeue(POLL))
 }
 
-/// `<name>-serve-svc`: the Serve port of the cluster's head, where the proxy runs.
+/// Sets each pod's `ray.io/serve` label from the proxies the head reports; returns how many
+/// pods serve (the Serve Service's endpoints).
+async fn label_serve_pods(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+    details: &serde_json::Value,
+    exclude_head: bool,
+) -> Result<i32> {
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    let listed = pods.list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={cluster}"))).await?;
+    let label_of = |pod: &Pod, key: &str| pod.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
+    let facts: Vec<(String, String, bool)> = listed
+        .items
+        .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .map(|pod| {
+            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+            (pod.name_any(), ip, label_of(pod, LABEL_NODE_TYPE).as_deref() == Some("head"))
+        })
+        .collect();
+    let views: Vec<service_plan::ServePod> =
+        facts.iter().map(|(name, ip, head)| service_plan::ServePod { name, ip, head: *head }).collect();
+    let wanted = service_plan::serve_labels(&views, details, exclude_head);
+    for (pod, value) in &wanted {
+        let now = listed.items.iter().find(|p| p.name_any() == *pod).and_then(|p| label_of(p, LABEL_SERVE));
+        if now.as_deref() != Some(*value) {
+            let patch = serde_json::json!({"metadata": {"labels": {LABEL_SERVE: value}}});
+            pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        }
+    }
+    Ok(wanted.iter().filter(|(_, v)| *v == "true").count() as i32)
+}
+
+/// `<name>-serve-svc`: the Serve port of the cluster's pods that serve.
 async fn ensure_serve_service(
     service: &RayService,
     ctx: &Context,
@@ -142,7 +180,18 @@ async fn ensure_serve_service(
 ) -> Result<()> {
     let services = Api::<Service>::namespaced(ctx.client.clone(), namespace);
     let name = format!("{}-serve-svc", service.name_any());
-    if services.get_opt(&name).await?.is_some() {
+    let selector =
+        BTreeMap::from([(LABEL_CLUSTER.to_string(), cluster.to_string()), (LABEL_SERVE.to_string(), "true".into())]);
+    if let Some(existing) = services.get_opt(&name).await? {
+        let now = existing.spec.as_ref().and_then(|s| s.selector.clone()).unwrap_or_default();
+        if now != selector {
+            // A merge patch merges maps: keys no longer wanted are removed by null.
+            let mut patch: serde_json::Map<String, serde_json::Value> =
+                now.keys().map(|k| (k.clone(), serde_json::Value::Null)).collect();
+            patch.extend(selector.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))));
+            let patch = serde_json::json!({"spec": {"selector": patch}});
+            services.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        }
         return Ok(());
     }
     let svc = Service {
@@ -153,10 +202,7 @@ async fn ensure_serve_service(
             ..Default::default()
         },
         spec: Some(ServiceSpec {
-            selector: Some(BTreeMap::from([
-                (LABEL_CLUSTER.to_string(), cluster.to_string()),
-                (LABEL_NODE_TYPE.to_string(), "head".to_string()),
-            ])),
+            selector: Some(selector),
             ports: Some(vec![ServicePort {
                 name: Some("serve".into()),
                 port,

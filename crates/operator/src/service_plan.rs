@@ -68,6 +68,37 @@ pub fn application_statuses(details: &Value) -> BTreeMap<String, AppStatus> {
         .collect()
 }
 
+/// A pod of the service's cluster, as the Serve Service's membership sees it.
+pub struct ServePod<'a> {
+    pub name: &'a str,
+    pub ip: &'a str,
+    pub head: bool,
+}
+
+/// What each pod's `ray.io/serve` label should be: "true" where a healthy Serve proxy runs
+/// at the pod's address (the head's too, unless `exclude_head`), else "false". KubeRay asks
+/// each pod's `/-/healthz`; the head lists the proxies it knows, with their addresses.
+pub fn serve_labels<'a>(pods: &[ServePod<'a>], details: &Value, exclude_head: bool) -> Vec<(&'a str, &'static str)> {
+    let healthy: Vec<&str> = details
+        .get("proxies")
+        .and_then(Value::as_object)
+        .map(|proxies| {
+            proxies
+                .values()
+                .filter(|p| p.get("status").and_then(Value::as_str) == Some("HEALTHY"))
+                .filter_map(|p| p.get("node_ip").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    pods.iter()
+        .map(|pod| {
+            let left_out = pod.ip.is_empty() || (pod.head && exclude_head);
+            let serves = !left_out && healthy.contains(&pod.ip);
+            (pod.name, if serves { "true" } else { "false" })
+        })
+        .collect()
+}
+
 /// Serving: every application of the config is RUNNING.
 pub fn all_running(wanted: &Value, statuses: &BTreeMap<String, AppStatus>) -> bool {
     let names: Vec<&str> = wanted
@@ -108,6 +139,25 @@ mod tests {
             &wanted,
             &json!({"applications": {"fruit": {"deployed_app_config": app}, "old": {"deployed_app_config": {}}}})
         ));
+    }
+
+    #[test]
+    fn pods_serve_where_a_healthy_proxy_runs_and_the_head_can_be_left_out() {
+        let details = json!({"proxies": {
+            "n1": {"node_ip": "10.0.0.1", "status": "HEALTHY"},
+            "n2": {"node_ip": "10.0.0.2", "status": "HEALTHY"},
+            "n3": {"node_ip": "10.0.0.3", "status": "UNHEALTHY"}}});
+        let pod = |name, ip, head| ServePod { name, ip, head };
+        let pods = [
+            pod("head", "10.0.0.1", true),
+            pod("w1", "10.0.0.2", false),
+            pod("w2", "10.0.0.3", false),
+            pod("w3", "", false),
+        ];
+        let labels = serve_labels(&pods, &details, false);
+        assert_eq!(labels, [("head", "true"), ("w1", "true"), ("w2", "false"), ("w3", "false")]);
+        assert_eq!(serve_labels(&pods, &details, true)[0], ("head", "false"));
+        assert!(serve_labels(&pods, &json!({}), false).iter().all(|(_, v)| *v == "false"));
     }
 
     #[test]
