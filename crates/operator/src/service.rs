@@ -53,9 +53,6 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             Err(e) => return report(&service, &ctx, &name, &cluster, not_ready("InvalidServeConfig", e), None).await,
         },
     };
-    if let Some(config) = &wanted {
-        ensure_serve_service(&service, &ctx, &namespace, &name, service_plan::serve_port(config)).await?;
-    }
     let head = Head::of_cluster(&ctx, &namespace, &name).await?;
     let (Some(config), Some(head)) = (wanted, head) else {
         return report(&service, &ctx, &name, &cluster, not_ready("Initializing", String::new()), None).await;
@@ -65,28 +62,35 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
         // The head is starting: its API answers soon.
         Err(e) => return report(&service, &ctx, &name, &cluster, not_ready("Initializing", e.to_string()), None).await,
     };
+    // Labels first, then the Service that selects by them: it never points at no pod
+    // because the labels were not set yet.
+    let exclude_head = service.spec.exclude_head_pod_from_serve_svc.unwrap_or(false);
+    let endpoints = label_serve_pods(&ctx, &namespace, &name, &details, exclude_head).await?;
+    ensure_serve_service(&service, &ctx, &namespace, &name, service_plan::serve_port(&config)).await?;
+    let seen = |statuses| Some((statuses, endpoints));
     if service_plan::needs_put(&config, &details) {
         match head.put_serve_config(&config).await {
             Ok(Ok(())) => tracing::info!(service = %service.name_any(), "sent serveConfigV2 to the head"),
             Ok(Err(refused)) => {
                 let why = format!("the head refused serveConfigV2: {refused}");
                 ctx.event(service.as_ref(), true, "InvalidServeConfig", why.clone()).await;
-                return report(&service, &ctx, &name, &cluster, not_ready("InvalidServeConfig", why), None).await;
+                let statuses = seen(service_plan::application_statuses(&details));
+                return report(&service, &ctx, &name, &cluster, not_ready("InvalidServeConfig", why), statuses).await;
             }
             Err(e) => {
-                return report(&service, &ctx, &name, &cluster, not_ready("Initializing", e.to_string()), None).await
+                let statuses = seen(service_plan::application_statuses(&details));
+                return report(&service, &ctx, &name, &cluster, not_ready("Initializing", e.to_string()), statuses)
+                    .await;
             }
         }
     }
     let statuses = service_plan::application_statuses(&details);
-    let exclude_head = service.spec.exclude_head_pod_from_serve_svc.unwrap_or(false);
-    let endpoints = label_serve_pods(&ctx, &namespace, &name, &details, exclude_head).await?;
     let condition = match (service_plan::all_running(&config, &statuses), endpoints) {
         (false, _) => not_ready("ZeroServeEndpoints", "the Serve applications are not all RUNNING".into()),
         (true, 0) => not_ready("ZeroServeEndpoints", "no pod of the cluster runs a healthy Serve proxy".into()),
         (true, _) => ready(),
     };
-    report(&service, &ctx, &name, &cluster, condition, Some((statuses, endpoints))).await
+    report(&service, &ctx, &name, &cluster, condition, seen(statuses)).await
 }
 
 fn not_ready(reason: &str, message: String) -> Condition {
@@ -164,10 +168,15 @@ async fn label_serve_pods(
         let now = listed.items.iter().find(|p| p.name_any() == *pod).and_then(|p| label_of(p, LABEL_SERVE));
         if now.as_deref() != Some(*value) {
             let patch = serde_json::json!({"metadata": {"labels": {LABEL_SERVE: value}}});
-            pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            match pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                // Deleted since it was listed.
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
         }
     }
-    Ok(wanted.iter().filter(|(_, v)| *v == "true").count() as i32)
+    Ok(service_plan::endpoints(&views, &wanted))
 }
 
 /// `<name>-serve-svc`: the Serve port of the cluster's pods that serve.

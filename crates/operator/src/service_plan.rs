@@ -90,13 +90,22 @@ pub fn serve_labels<'a>(pods: &[ServePod<'a>], details: &Value, exclude_head: bo
                 .collect()
         })
         .unwrap_or_default();
+    // Pods on the head's address (host network) answer with the head's proxy.
+    let head_ip = pods.iter().find(|p| p.head).map(|p| p.ip).filter(|ip| !ip.is_empty());
     pods.iter()
         .map(|pod| {
-            let left_out = pod.ip.is_empty() || (pod.head && exclude_head);
+            let left_out = pod.ip.is_empty() || (exclude_head && (pod.head || Some(pod.ip) == head_ip));
             let serves = !left_out && healthy.contains(&pod.ip);
             (pod.name, if serves { "true" } else { "false" })
         })
         .collect()
+}
+
+/// The Serve Service's endpoints: the addresses of the pods labelled to serve.
+pub fn endpoints(pods: &[ServePod], labels: &[(&str, &str)]) -> i32 {
+    let serving: std::collections::BTreeSet<&str> =
+        pods.iter().zip(labels).filter(|(_, (_, value))| *value == "true").map(|(pod, _)| pod.ip).collect();
+    serving.len() as i32
 }
 
 /// Serving: every application of the config is RUNNING.
@@ -157,6 +166,12 @@ mod tests {
         let labels = serve_labels(&pods, &details, false);
         assert_eq!(labels, [("head", "true"), ("w1", "true"), ("w2", "false"), ("w3", "false")]);
         assert_eq!(serve_labels(&pods, &details, true)[0], ("head", "false"));
+        assert_eq!(endpoints(&pods, &labels), 2);
+        // A pod sharing the head's address (host network) is the head's proxy too.
+        let shared = [pod("head", "10.0.0.1", true), pod("w1", "10.0.0.1", false)];
+        assert_eq!(serve_labels(&shared, &details, false), [("head", "true"), ("w1", "true")]);
+        assert_eq!(endpoints(&shared, &serve_labels(&shared, &details, false)), 1);
+        assert!(serve_labels(&shared, &details, true).iter().all(|(_, v)| *v == "false"));
         assert!(serve_labels(&pods, &json!({}), false).iter().all(|(_, v)| *v == "false"));
     }
 

@@ -173,6 +173,8 @@ fn build(
     }
     let template_meta = template.metadata.clone().unwrap_or_default();
     let mut labels = template_meta.labels.clone().unwrap_or_default();
+    // Set by the operator once the pod's Serve proxy is up, never before.
+    labels.remove(LABEL_SERVE);
     labels.extend(cluster.labels(node_type, group));
     let mut annotations = template_meta.annotations.clone().unwrap_or_default();
     annotations.insert(ANNOTATION_TEMPLATE_HASH.into(), template_hash(template, start_params));
