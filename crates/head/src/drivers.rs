@@ -284,14 +284,10 @@ mod tests {
         }
     }
 
-    fn table(records: Vec<DriverRecord>) -> Table {
-        Table::from_records(records)
-    }
-
     #[test]
     fn ids_count_up_and_are_kept_by_drivers_and_submissions() {
         assert_eq!(decide(&Table::default(), &info("", "")), Registration::New(1));
-        let t = table(vec![record(1, None, true), record(2, Some("raysubmit_a"), false)]);
+        let t = Table::from_records(vec![record(1, None, true), record(2, Some("raysubmit_a"), false)]);
         assert_eq!(decide(&t, &info("", "")), Registration::New(3));
         assert_eq!(decide(&t, &info("01000000", "")), Registration::Rejoin(1));
         assert_eq!(decide(&t, &info("", "raysubmit_a")), Registration::Rejoin(2));
@@ -304,7 +300,7 @@ mod tests {
         let mut records: Vec<DriverRecord> = (1..=MAX_DRIVERS as u32).map(|j| record(j, None, j != 1)).collect();
         records.push(record(MAX_DRIVERS as u32 + 1, None, false));
         records.push(record(MAX_DRIVERS as u32 + 2, None, false));
-        assert_eq!(pruned(&table(records)), vec![2, 3]);
+        assert_eq!(pruned(&Table::from_records(records)), vec![2, 3]);
     }
 
     #[test]

@@ -32,6 +32,12 @@ struct Table {
     dispatched: HashSet<String>,
 }
 
+enum Named {
+    Submission(String),
+    Driver(oxray_types::JobId),
+    Unknown,
+}
+
 /// The table in memory shows only what the database holds: a change is written first
 /// (off the async threads, one writer at a time, so writes land in the order they are
 /// shown), then shown.
@@ -203,16 +209,28 @@ impl JobManager {
 
     /// A job by submission id, or by job id (a submission's, or a driver's of its own).
     pub fn details(&self, id: &str) -> Option<JobDetails> {
-        let by_job = || oxray_types::JobId::parse(id).map(|job| (job, self.drivers.submission_of(job)));
-        let found = self.lock().records.get(id).cloned();
-        let job = match found {
-            Some(job) => job,
-            None => match by_job()? {
-                (_, Some(submission)) => self.lock().records.get(&submission).cloned()?,
-                (job, None) => return self.drivers.row(job),
-            },
-        };
-        Some(self.to_details(&job))
+        match self.named(id) {
+            Named::Submission(submission) => {
+                let job = self.lock().records.get(&submission).cloned()?;
+                Some(self.to_details(&job))
+            }
+            Named::Driver(job) => self.drivers.row(job),
+            Named::Unknown => None,
+        }
+    }
+
+    /// What `id` names: a submission (by its id, or by the job id of its driver), or a
+    /// driver's own job.
+    fn named(&self, id: &str) -> Named {
+        if self.lock().records.contains_key(id) {
+            return Named::Submission(id.to_string());
+        }
+        let Some(job) = oxray_types::JobId::parse(id) else { return Named::Unknown };
+        match self.drivers.submission_of(job) {
+            Some(submission) => Named::Submission(submission),
+            None if self.drivers.row(job).is_some() => Named::Driver(job),
+            None => Named::Unknown,
+        }
     }
 
     fn to_details(&self, job: &JobRecord) -> JobDetails {
@@ -224,15 +242,13 @@ impl JobManager {
     /// The submission `id` names: a submission id, or the job id of a submission's driver. A
     /// driver of its own has no entrypoint here to stop, delete or read, as Ray answers.
     fn submission_named(&self, id: &str, what: &str) -> Result<String, ApiError> {
-        let Some(job) = oxray_types::JobId::parse(id).filter(|_| !self.lock().records.contains_key(id)) else {
-            return Ok(id.to_string());
-        };
-        match self.drivers.submission_of(job) {
-            Some(submission) => Ok(submission),
-            None if self.drivers.row(job).is_some() => {
+        match self.named(id) {
+            Named::Submission(submission) => Ok(submission),
+            Named::Driver(_) => {
                 Err(ApiError::BadRequest(format!("Can only {what} submission type jobs; {id} is a driver's job.")))
             }
-            None => Ok(id.to_string()),
+            // Not found, as the caller then says.
+            Named::Unknown => Ok(id.to_string()),
         }
     }
 
