@@ -68,10 +68,10 @@ def state(cluster, path, **params):
 def agent_pid(cluster, node_name):
     """The pid of the agent that runs `node_name`, from its process record."""
     for record in Path(cluster.env["OXRAY_HOME"], "procs").glob("*.json"):
-        info = json.loads(record.read_text())
         try:
+            info = json.loads(record.read_text())
             argv = Path(f"/proc/{info['pid']}/cmdline").read_bytes().split(b"\0")
-        except FileNotFoundError:  # an agent killed before
+        except FileNotFoundError:  # an agent killed before, or a record removed meanwhile
             continue
         if info.get("role") == "agent" and node_name.encode() in argv:
             return info["pid"]

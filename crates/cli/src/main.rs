@@ -10,6 +10,9 @@ mod target;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "oxray", version, about = "A distributed compute runtime for AI workloads, compatible with Ray")]
 struct Cli {

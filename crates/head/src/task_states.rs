@@ -147,6 +147,23 @@ fn retry_of(previous: &TaskRecord, event: &v1::TaskEvent) -> v1::TaskEvent {
     }
 }
 
+/// Fills in what an event names by index in its report's tables; an index out of the
+/// tables names nothing.
+fn named(event: &mut v1::TaskEvent, shapes: &[v1::TaskShape], places: &[v1::TaskPlace]) {
+    if let Some(shape) = (event.shape as usize).checked_sub(1).and_then(|at| shapes.get(at)) {
+        event.name.clone_from(&shape.name);
+        event.kind.clone_from(&shape.kind);
+        event.actor_id.clone_from(&shape.actor_id);
+        event.placement_group_id.clone_from(&shape.placement_group_id);
+        event.required_resources.clone_from(&shape.required_resources);
+    }
+    if let Some(place) = (event.place as usize).checked_sub(1).and_then(|at| places.get(at)) {
+        event.node_id.clone_from(&place.node_id);
+        event.worker_id.clone_from(&place.worker_id);
+        event.worker_pid = place.worker_pid;
+    }
+}
+
 /// A task attempt's key: task ids are 128-bit hex, so reports of tens of thousands of tasks
 /// a second cost no allocation for their keys.
 type Key = (u128, u32);
@@ -192,7 +209,8 @@ impl TaskStates {
         }
         let mut t = self.lock();
         t.dropped_tasks += report.dropped_tasks;
-        for event in report.tasks {
+        for mut event in report.tasks {
+            named(&mut event, &report.shapes, &report.places);
             self.apply_task(&mut t, event, &report.job_id);
         }
         for event in report.actors {
@@ -297,6 +315,32 @@ mod tests {
         let (tasks, _) = states.tasks();
         assert_eq!((tasks[0].state(), tasks[0].event.job_id.as_str()), ("FINISHED", "job-7"));
         assert_eq!(state_name(&tasks[0].event.transitions[0]), "PENDING_NODE_ASSIGNMENT");
+    }
+
+    #[test]
+    fn events_take_what_they_name_from_their_reports_tables() {
+        let states = TaskStates::new(10);
+        let shape = v1::TaskShape { name: "f".into(), kind: "NORMAL_TASK".into(), ..Default::default() };
+        let place = v1::TaskPlace { node_id: "n1".into(), worker_id: "w1".into(), worker_pid: 42 };
+        let (mut named, mut astray) = (task("b1", 0, &["RUNNING"]), task("b2", 0, &["RUNNING"]));
+        (named.shape, named.place) = (1, 1);
+        (astray.shape, astray.place, astray.name) = (2, 9, "g".into());
+        let report = v1::ReportEventsRequest {
+            tasks: vec![named, astray],
+            shapes: vec![shape],
+            places: vec![place],
+            ..Default::default()
+        };
+        states.apply(report);
+        let (mut tasks, _) = states.tasks();
+        tasks.sort_by(|a, b| a.event.task_id.cmp(&b.event.task_id));
+        let e = &tasks[0].event;
+        assert_eq!((e.name.as_str(), e.node_id.as_str(), e.worker_id.as_str(), e.worker_pid), ("f", "n1", "w1", 42));
+        assert_eq!(
+            (tasks[1].event.name.as_str(), tasks[1].event.node_id.as_str()),
+            ("g", ""),
+            "an index out of range names nothing"
+        );
     }
 
     #[test]

@@ -4,6 +4,9 @@
 use pyo3::prelude::*;
 use std::collections::HashMap;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod client;
 mod errors;
 mod executor;

@@ -6,9 +6,9 @@ use oxray_object_store::{NodeStore, StoredFile};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 /// How an object came to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +135,9 @@ struct Inner {
 pub struct ObjectTable {
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
+    /// How many values that hold an error were set: a `get` waiting on many objects looks
+    /// past the first missing one only when this moved (see `settle`).
+    failures: AtomicU64,
     owners: OnceLock<Arc<dyn Owners>>,
     store: OnceLock<Arc<NodeStore>>,
 }
@@ -191,6 +194,7 @@ impl ObjectTable {
             match inner.slots.get_mut(id) {
                 Some(slot) if slot.value.is_some() => Some((holds, file)),
                 Some(slot) => {
+                    self.count_failure(&value);
                     slot.value = Some(value);
                     slot.holds = holds;
                     slot.file = file;
@@ -206,6 +210,12 @@ impl ObjectTable {
             }
         }
         self.changed.send_modify(|v| *v += 1);
+    }
+
+    fn count_failure(&self, value: &Ready) {
+        if value.outcome != Outcome::Value {
+            self.failures.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// Stores a value; `contained` are the ObjectRefs inside it, kept alive while it lives.
@@ -435,137 +445,6 @@ impl ObjectTable {
         }
     }
 
-    /// The value if ready; starts fetching a borrowed object that is not here yet.
-    fn peek(self: &Arc<Self>, id: &str) -> Result<Option<Ready>, GetError> {
-        let fetch = {
-            let mut inner = self.lock();
-            let slot = inner.slots.get_mut(id).ok_or_else(|| GetError::Unknown(id.to_string()))?;
-            if let Some(value) = &slot.value {
-                return Ok(Some(value.clone()));
-            }
-            match (&slot.owner, slot.fetching) {
-                (Some(owner), false) => {
-                    slot.fetching = true;
-                    owner.clone()
-                }
-                _ => return Ok(None),
-            }
-        };
-        if let Some(owners) = self.owners.get() {
-            let (this, id) = (self.clone(), id.to_string());
-            let fetched = owners.fetch(id.clone(), fetch);
-            tokio::spawn(async move {
-                let ready = fetched.await;
-                if let Some(slot) = this.lock().slots.get_mut(&id) {
-                    slot.value = Some(ready);
-                }
-                this.changed.send_modify(|v| *v += 1);
-            });
-        }
-        Ok(None)
-    }
-
-    /// Waits for every object, up to `deadline`; as soon as one holds an error (in any
-    /// position), answers that one alone, as Ray's `get` raises the first error at once.
-    pub async fn get(self: &Arc<Self>, ids: &[String], deadline: Option<Instant>) -> Result<Vec<Ready>, GetError> {
-        let mut values: Vec<Option<Ready>> = vec![None; ids.len()];
-        if let Some(failed) = self.settle(ids, &mut values, ids.len(), deadline, true).await? {
-            return Ok(vec![values[failed].take().expect("settled")]);
-        }
-        values.into_iter().zip(ids).map(|(v, id)| v.ok_or_else(|| GetError::Timeout(id.clone()))).collect()
-    }
-
-    /// Which objects are ready once `num_returns` of them are, or at `deadline`.
-    pub async fn wait(
-        self: &Arc<Self>,
-        ids: &[String],
-        num_returns: usize,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<bool>, GetError> {
-        let mut values: Vec<Option<Ready>> = vec![None; ids.len()];
-        // Only `get` reports a timeout: `wait` answers with what is ready by then.
-        match self.settle(ids, &mut values, num_returns, deadline, false).await {
-            Ok(_) | Err(GetError::Timeout(_)) => Ok(values.iter().map(Option::is_some).collect()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The positions of the first `enough` objects that are ready now, if that many are
-    /// (fetching borrowed ones looked at that are not here yet); inside the runtime.
-    pub fn ready_now<S: AsRef<str>>(
-        self: &Arc<Self>,
-        ids: impl Iterator<Item = S>,
-        enough: usize,
-    ) -> Result<Option<Vec<usize>>, GetError> {
-        let mut ready = Vec::with_capacity(enough);
-        for (at, id) in ids.enumerate() {
-            if ready.len() >= enough {
-                break;
-            }
-            if self.peek(id.as_ref())?.is_some() {
-                ready.push(at);
-            }
-        }
-        Ok((ready.len() >= enough).then_some(ready))
-    }
-
-    /// Fills `values` until `enough` are there (or `deadline` passes: a timeout naming the
-    /// first missing), the first ones in order when more are ready. Missing objects are
-    /// asked for as they are looked at; after a change only those still missing are looked
-    /// at again. With `stop_on_error`, stops at the first value found that holds an error
-    /// and answers its position.
-    async fn settle(
-        self: &Arc<Self>,
-        ids: &[String],
-        values: &mut [Option<Ready>],
-        enough: usize,
-        deadline: Option<Instant>,
-        stop_on_error: bool,
-    ) -> Result<Option<usize>, GetError> {
-        let mut rx = self.changed.subscribe();
-        let mut missing: Vec<usize> = (0..ids.len()).collect();
-        loop {
-            let mut found = ids.len() - missing.len();
-            let mut still = Vec::new();
-            let mut unseen = missing.into_iter();
-            // `wait` for one of a thousand refs mostly finds the first ready: the rest of
-            // the list need not be looked at.
-            for at in unseen.by_ref() {
-                if found >= enough {
-                    still.push(at);
-                    break;
-                }
-                match self.peek(&ids[at])? {
-                    Some(ready) => {
-                        let failed = stop_on_error && ready.outcome != Outcome::Value;
-                        values[at] = Some(ready);
-                        if failed {
-                            return Ok(Some(at));
-                        }
-                        found += 1;
-                    }
-                    None => still.push(at),
-                }
-            }
-            still.extend(unseen);
-            missing = still;
-            let Some(first) = missing.first() else { return Ok(None) };
-            if found >= enough {
-                return Ok(None);
-            }
-            match deadline {
-                Some(d) => {
-                    if tokio::time::timeout_at(d, rx.changed()).await.is_err() {
-                        return Err(GetError::Timeout(ids[*first].clone()));
-                    }
-                }
-                None => {
-                    let _ = rx.changed().await;
-                }
-            }
-        }
-    }
-
     /// How many objects the table holds (owned and borrowed).
     pub fn len(&self) -> usize {
         self.lock().slots.len()
@@ -578,6 +457,7 @@ impl ObjectTable {
 
 mod kinds;
 pub mod pinned;
+mod waits;
 
 use kinds::reference_type;
 

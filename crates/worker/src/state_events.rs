@@ -9,6 +9,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+mod names;
+pub use names::{Names, Shape};
+
 /// Task attempts a report carries at most (Ray's `task_events_send_batch_size`, 10,000 there):
 /// a process that starts more in a second (tens of thousands of tiny calls) reports the first
 /// ones and counts the rest, so that reporting costs the calls little.
@@ -45,6 +48,8 @@ struct Pending {
     actors: Vec<v1::ActorEvent>,
     /// The attempt each retried task is on; tasks on their first attempt are not here.
     attempts: HashMap<u128, u32>,
+    /// What the events above name by index.
+    names: Names,
     dropped: u64,
     /// The job of the changes above that do not name one: the batch's.
     job: JobId,
@@ -94,15 +99,21 @@ impl Reporter {
         self.pending.lock().expect("state events lock")
     }
 
-    /// Task `task_id`'s current attempt entered `state`; `fill` adds what is known now.
-    /// Runs on the path of every call: nothing is allocated unless the change is kept.
-    /// Returns the attempt it belongs to.
-    pub fn task(&self, task_id: &str, state: State, fill: impl FnOnce(&mut v1::TaskEvent)) -> u32 {
+    /// Task `task_id`'s current attempt entered `state`; `fill` adds what is known now,
+    /// naming what other events share through the report's `Names`. Runs on the path of
+    /// every call: nothing is allocated unless the change is kept. Returns the attempt it
+    /// belongs to.
+    pub fn task(&self, task_id: &str, state: State, fill: impl FnOnce(&mut v1::TaskEvent, &mut Names)) -> u32 {
         self.task_states(task_id, &[state], fill)
     }
 
     /// `task` for changes that happen at once (an actor call sent as it is made).
-    pub fn task_states(&self, task_id: &str, states: &[State], fill: impl FnOnce(&mut v1::TaskEvent)) -> u32 {
+    pub fn task_states(
+        &self,
+        task_id: &str,
+        states: &[State],
+        fill: impl FnOnce(&mut v1::TaskEvent, &mut Names),
+    ) -> u32 {
         let time_ms = now_ms();
         let id = key(task_id);
         let mut pending = self.lock();
@@ -139,17 +150,18 @@ impl Reporter {
                 at
             }
         };
-        let event = &mut pending.tasks[at];
+        let Pending { tasks, names, .. } = &mut *pending;
+        let event = &mut tasks[at];
         for state in states {
             event.transitions.push(v1::TaskTransition { state: String::new(), time_ms, code: *state as i32 });
         }
-        fill(event);
+        fill(event, names);
         attempt
     }
 
     /// The task's attempt failed and it runs again: the next events are the next attempt's.
     pub fn retry(&self, task_id: &str, error_type: &str, error_message: String) {
-        let failed = self.task(task_id, FAILED, |e| {
+        let failed = self.task(task_id, FAILED, |e, _| {
             e.error_type = error_type.to_string();
             e.error_message = error_message;
         });
@@ -173,11 +185,14 @@ impl Reporter {
         pending.at.clear();
         // The next second is likely as busy: its buffer is made at once, not grown by copies.
         let room = Vec::with_capacity(pending.tasks.len());
+        let (shapes, places) = pending.names.take();
         Some(v1::ReportEventsRequest {
             tasks: std::mem::replace(&mut pending.tasks, room),
             actors: std::mem::take(&mut pending.actors),
             dropped_tasks: std::mem::take(&mut pending.dropped),
             job_id: pending.job.hex_or_empty(),
+            shapes,
+            places,
             ..Default::default()
         })
     }
@@ -226,17 +241,18 @@ mod tests {
     #[test]
     fn changes_of_one_attempt_merge_and_retries_start_another() {
         let r = reporter();
-        r.task("t", PENDING, |e| e.name = "f".into());
-        r.task("t", State::Running, |e| e.node_id = "n".into());
+        r.task("t", PENDING, |e, _| e.name = "f".into());
+        r.task("t", State::Running, |e, names| e.place = names.place("n", "w", 1));
         r.retry("t", "WORKER_DIED", "gone".into());
-        r.task("t", PENDING, |_| {});
+        r.task("t", PENDING, |_, _| {});
         r.retry("t", "WORKER_DIED", "again".into());
-        r.task("t", FINISHED, |_| {});
+        r.task("t", FINISHED, |_, _| {});
         let batch = r.take().unwrap();
         assert_eq!(batch.tasks.len(), 3);
         assert_eq!((batch.tasks[2].attempt, states(&batch.tasks[2])), (2, vec![FINISHED]));
         let (first, second) = (&batch.tasks[0], &batch.tasks[1]);
-        assert_eq!((first.attempt, first.name.as_str(), first.node_id.as_str()), (0, "f", "n"));
+        assert_eq!((first.attempt, first.name.as_str(), first.place), (0, "f", 1));
+        assert_eq!(batch.places[0].node_id, "n");
         assert_eq!(states(first), [PENDING, State::Running, FAILED]);
         assert_eq!(first.error_type, "WORKER_DIED");
         assert_eq!((second.attempt, states(second)), (1, vec![PENDING, FAILED]));
@@ -250,10 +266,10 @@ mod tests {
     fn a_full_buffer_drops_and_counts() {
         let r = reporter();
         for i in 0..MAX_BUFFERED + 3 {
-            r.task(&i.to_string(), PENDING, |_| {});
+            r.task(&i.to_string(), PENDING, |_, _| {});
         }
-        r.task("0", FINISHED, |_| {});
-        r.task(&MAX_BUFFERED.to_string(), FINISHED, |_| {});
+        r.task("0", FINISHED, |_, _| {});
+        r.task(&MAX_BUFFERED.to_string(), FINISHED, |_, _| {});
         let batch = r.take().unwrap();
         assert_eq!((batch.tasks.len(), batch.dropped_tasks), (MAX_BUFFERED, 3));
         assert_eq!(batch.tasks[0].transitions.len(), 2);
@@ -263,8 +279,8 @@ mod tests {
     fn changes_at_once_are_one_entry_and_ids_key_by_their_digits() {
         let r = reporter();
         let id = "0123456789abcdef0123456789abcdef";
-        r.task_states(id, &[PENDING, State::Running], |e| e.name = "A.f".into());
-        r.task(id, FINISHED, |_| {});
+        r.task_states(id, &[PENDING, State::Running], |e, _| e.name = "A.f".into());
+        r.task(id, FINISHED, |_, _| {});
         let batch = r.take().unwrap();
         assert_eq!(states(&batch.tasks[0]), [PENDING, State::Running, FINISHED]);
         assert_eq!(key(id), 0x0123456789abcdef0123456789abcdef);
@@ -283,10 +299,10 @@ mod tests {
     #[test]
     fn changes_name_the_job_the_process_worked_for_when_they_came() {
         let r = reporter();
-        r.task("t", PENDING, |_| {});
+        r.task("t", PENDING, |_, _| {});
         JOB.with(|j| j.set(2));
-        r.task("t", State::Running, |_| {});
-        r.task("u", PENDING, |_| {});
+        r.task("t", State::Running, |_, _| {});
+        r.task("u", PENDING, |_, _| {});
         let batch = r.take().unwrap();
         assert_eq!(batch.job_id, "02000000");
         // The head fills in the batch's job where a change names none.

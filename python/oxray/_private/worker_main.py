@@ -211,6 +211,13 @@ def _exit_worker():
 # Whether task state goes to the state API (where a task's log range is shown).
 _REPORTING = os.environ.get("OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS", "").strip() != "0"
 
+# Where the last task's output ended, and when. A task that comes right after it starts
+# there: a busy worker looks where its files end once a task, not twice (each look is two
+# system calls). After a pause it looks again, so that what other threads printed while
+# the worker was idle is not put down to the next task.
+_last_end = [None, 0.0]
+_BACK_TO_BACK_S = 0.01
+
 
 def _log_offsets():
     """Where this worker's stdout and stderr files end now (None when they are not files)."""
@@ -218,6 +225,19 @@ def _log_offsets():
         return os.lseek(1, 0, os.SEEK_CUR), os.lseek(2, 0, os.SEEK_CUR)
     except OSError:
         return None
+
+
+def _task_log_start():
+    end, at = _last_end
+    if end is not None and time.monotonic() - at < _BACK_TO_BACK_S:
+        return end
+    return _log_offsets()
+
+
+def _task_log_end():
+    end = _log_offsets()
+    _last_end[0], _last_end[1] = end, time.monotonic()
+    return end
 
 
 def _error_text(error):
@@ -337,7 +357,7 @@ def _run_one(executor, task, state, out, err, decoded=None):
     exiting = False
     error_text = ""
     # A normal task runs alone in its worker: what it printed is a range of the worker's logs.
-    before = _log_offsets() if _REPORTING and not (task.actor_creation or task.actor_method) else None
+    before = _task_log_start() if _REPORTING and not (task.actor_creation or task.actor_method) else None
     try:
         result = _run(task, state, decoded)
         if task.streaming:  # streaming: each value goes as it comes, the reply says it ended
@@ -358,7 +378,7 @@ def _run_one(executor, task, state, out, err, decoded=None):
         error_text = _error_text(error)
     out.flush()
     err.flush()
-    after = before and _log_offsets()
+    after = before and _task_log_end()
     offsets = [before[0], after[0], before[1], after[1]] if after else []
     output = _prefixed(out.take(), name) + _prefixed(err.take(), name)
     executor.finish(task_id, reply[0], reply[1], reply[2], output, reply[3], bool(state.get("exit_after_reply")),

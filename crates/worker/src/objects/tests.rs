@@ -1,5 +1,6 @@
 use super::*;
 use std::time::Duration;
+use tokio::time::Instant;
 
 #[tokio::test]
 async fn get_waits_for_values_and_times_out() {
@@ -39,6 +40,32 @@ async fn get_answers_the_first_error_without_waiting_for_the_rest() {
     assert_eq!((got[0].data.as_slice(), got[0].outcome), (&b"boom"[..], Outcome::TaskError));
     table.fulfil(&slow, b"v".to_vec(), Outcome::Value, Vec::new());
     assert_eq!(table.get(&[slow], None).await.unwrap()[0].data.as_slice(), b"v");
+}
+
+/// Sets `ids[i]` to `outcomes[n]` in the order given, a few milliseconds apart.
+fn fulfil_in_turn(table: &Arc<ObjectTable>, ids: &[String], order: Vec<(usize, Outcome)>) {
+    let (t, ids) = (table.clone(), ids.to_vec());
+    tokio::spawn(async move {
+        for (i, outcome) in order {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            t.fulfil(&ids[i], vec![i as u8], outcome, Vec::new());
+        }
+    });
+}
+
+#[tokio::test]
+async fn get_of_many_finds_values_in_any_order_and_an_error_behind_a_missing_one() {
+    let table = Arc::new(ObjectTable::default());
+    let deadline = Some(Instant::now() + Duration::from_secs(10));
+    let ids: Vec<String> = (0..4).map(|_| table.pending()).collect();
+    fulfil_in_turn(&table, &ids, [3, 1, 2, 0].map(|i| (i, Outcome::Value)).to_vec());
+    let got = table.get(&ids, deadline).await.unwrap();
+    assert_eq!(got.iter().map(|r| r.data[0]).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    // After a change that left the first missing, an error further on is still answered.
+    let ids: Vec<String> = (0..3).map(|_| table.pending()).collect();
+    fulfil_in_turn(&table, &ids, vec![(1, Outcome::Value), (2, Outcome::TaskError)]);
+    let got = table.get(&ids, deadline).await.unwrap();
+    assert_eq!((got.len(), got[0].data[0], got[0].outcome), (1, 2, Outcome::TaskError));
 }
 
 #[tokio::test]

@@ -63,25 +63,33 @@ impl Submitter {
             let _ = answered.await;
         }
         tracing::debug!(actor = %actor_id, "no handle is left; ending the actor");
-        self.terminate_gracefully(&actor_id).await;
+        let deadline = tokio::time::Instant::now() + GRACEFUL_SHUTDOWN;
+        // The actor answers first, then runs its hooks, then tells this process it is gone
+        // (which ends its worker): killed before that, it would not run them.
+        if self.terminate_gracefully(&actor_id, deadline).await && !self.actors.dead_by(&actor_id, deadline).await {
+            tracing::warn!(actor = %actor_id, "the actor did not end within {GRACEFUL_SHUTDOWN:?}; killing it");
+        }
         let _ = self.kill_actor(&actor_id, true).await;
     }
 
     /// Asks a live actor to end itself, as Ray does for an actor out of scope: its
-    /// `__ray_shutdown__` and atexit handlers run. An actor that does not answer in time is
-    /// killed all the same by the caller.
-    async fn terminate_gracefully(&self, actor_id: &str) {
-        let Some(Ok(address)) = self.actors.address_now(actor_id, "", None) else { return };
-        let Ok(place) = self.pushes.place(&address) else { return };
+    /// `__ray_shutdown__` and atexit handlers run. Whether it answered by `deadline` (its
+    /// worker alive to run them); one that did not is killed all the same by the caller.
+    async fn terminate_gracefully(&self, actor_id: &str, deadline: tokio::time::Instant) -> bool {
+        let Some(Ok(address)) = self.actors.address_now(actor_id, "", None) else { return false };
+        let Ok(place) = self.pushes.place(&address) else { return false };
         let push = v1::PushTaskRequest {
             task_id: crate::objects::new_id(),
             function_name: TERMINATE.into(),
             actor_method: TERMINATE.into(),
             ..Default::default()
         };
-        let ended = tokio::time::timeout(GRACEFUL_SHUTDOWN, self.pushes.push(&address, Some(place), push)).await;
-        if ended.is_err() {
-            tracing::warn!(actor = %actor_id, "the actor did not end within {GRACEFUL_SHUTDOWN:?}; killing it");
+        match tokio::time::timeout_at(deadline, self.pushes.push(&address, Some(place), push)).await {
+            Ok(reply) => reply.is_ok(),
+            Err(_) => {
+                tracing::warn!(actor = %actor_id, "the actor did not end within {GRACEFUL_SHUTDOWN:?}; killing it");
+                false
+            }
         }
     }
 

@@ -189,6 +189,20 @@ impl ActorDirectory {
         self.notify();
     }
 
+    /// Waits until the actor is dead here (or unknown), at most until `deadline`; whether it
+    /// is.
+    pub async fn dead_by(&self, actor_id: &str, deadline: tokio::time::Instant) -> bool {
+        let mut rx = self.changed.subscribe();
+        loop {
+            if !matches!(self.lock().get(actor_id).map(|r| &r.life), Some(Life::Alive | Life::Restarting)) {
+                return true;
+            }
+            if !matches!(tokio::time::timeout_at(deadline, rx.changed()).await, Ok(Ok(()))) {
+                return false;
+            }
+        }
+    }
+
     pub(crate) fn set_dead(&self, actor_id: &str, reason: String) -> Option<Lease> {
         let lease = self.lock().get_mut(actor_id).and_then(|r| {
             r.life = Life::Dead(reason);

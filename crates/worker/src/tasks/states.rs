@@ -2,7 +2,7 @@
 //! `state_events`): every hook is a no-op when reporting is off.
 
 use super::{Failure, NoReply, Reply, Route, Strategy, Submitter, TaskSpec, CANCELLED};
-use crate::state_events::{State, FAILED, FINISHED};
+use crate::state_events::{Names, Shape, State, FAILED, FINISHED};
 use oxray_proto::v1;
 
 /// Ray's ErrorType name for how a task ended without a value.
@@ -29,20 +29,35 @@ fn nonzero(resources: &oxray_types::ResourceSet) -> std::collections::HashMap<St
     resources.iter().filter(|(_, amount)| *amount > 0.0).map(|(name, amount)| (name.to_string(), amount)).collect()
 }
 
-/// What a task's submission tells the state API.
-fn submitted(e: &mut v1::TaskEvent, spec: &TaskSpec) {
-    e.name.clone_from(&spec.name);
-    match &spec.route {
-        Route::Lease(resources, _, strategy) => {
-            e.kind = "NORMAL_TASK".into();
-            e.required_resources = nonzero(resources);
-            if let Strategy::Bundle { group, .. } = strategy {
-                e.placement_group_id.clone_from(group);
-            }
-        }
-        Route::Actor(call) => {
-            e.kind = if call.creation { "ACTOR_CREATION_TASK" } else { "ACTOR_TASK" }.into();
-            e.actor_id.clone_from(&call.actor_id);
+/// What a task's submission tells the state API: the shape it shares with the other tasks
+/// of its function, named in the report's table.
+fn submitted(e: &mut v1::TaskEvent, names: &mut Names, spec: &TaskSpec) {
+    let no_group = oxray_types::ResourceSet::default();
+    let shape = match &spec.route {
+        Route::Lease(resources, _, strategy) => Shape {
+            name: &spec.name,
+            kind: "NORMAL_TASK",
+            actor_id: "",
+            placement_group_id: match strategy {
+                Strategy::Bundle { group, .. } => group,
+                _ => "",
+            },
+            resources,
+        },
+        Route::Actor(call) => Shape {
+            name: &spec.name,
+            kind: if call.creation { "ACTOR_CREATION_TASK" } else { "ACTOR_TASK" },
+            actor_id: &call.actor_id,
+            placement_group_id: "",
+            resources: &no_group,
+        },
+    };
+    match names.shape(&shape) {
+        Some(at) => e.shape = at,
+        None => {
+            let s = shape.to_proto();
+            (e.name, e.kind, e.actor_id) = (s.name, s.kind, s.actor_id);
+            (e.placement_group_id, e.required_resources) = (s.placement_group_id, s.required_resources);
         }
     }
 }
@@ -67,31 +82,31 @@ impl Submitter {
     pub(super) fn note_submitted(&self, task_id: &str, spec: &TaskSpec) {
         let Some(events) = &self.events else { return };
         let state = if spec.dependencies.is_empty() { State::PendingNodeAssignment } else { State::PendingArgsAvail };
-        events.task(task_id, state, |e| submitted(e, spec));
+        events.task(task_id, state, |e, names| submitted(e, names, spec));
     }
 
     /// An actor call sent from the thread that made it: submitted and running at once, one
     /// change to record.
     pub(super) fn note_sent_at_once(&self, task_id: &str, spec: &TaskSpec) {
         let Some(events) = &self.events else { return };
-        events.task_states(task_id, &[State::PendingNodeAssignment, State::Running], |e| submitted(e, spec));
+        events.task_states(task_id, &[State::PendingNodeAssignment, State::Running], |e, names| {
+            submitted(e, names, spec)
+        });
     }
 
     /// The task's arguments are ready: it waits for a worker now.
     pub(super) fn note_args_ready(&self, task_id: &str, had_dependencies: bool) {
         if let (Some(events), true) = (&self.events, had_dependencies) {
-            events.task(task_id, State::PendingNodeAssignment, |_| {});
+            events.task(task_id, State::PendingNodeAssignment, |_, _| {});
         }
     }
 
     /// The task was sent to the worker of `lease` (to an actor's worker when `None`).
     pub(super) fn note_running(&self, task_id: &str, lease: Option<&v1::LeaseReply>) {
         let Some(events) = &self.events else { return };
-        events.task(task_id, State::Running, |e| {
+        events.task(task_id, State::Running, |e, names| {
             if let Some(lease) = lease {
-                e.node_id.clone_from(&lease.node_id);
-                e.worker_id.clone_from(&lease.worker_id);
-                e.worker_pid = lease.worker_pid;
+                e.place = names.place(&lease.node_id, &lease.worker_id, lease.worker_pid);
             }
         });
     }
@@ -113,14 +128,14 @@ impl Submitter {
         let Some(events) = &self.events else { return };
         match outcome {
             Ok(reply) if !reply.is_error => {
-                events.task(task_id, FINISHED, |e| e.log_offsets.clone_from(&reply.log_offsets))
+                events.task(task_id, FINISHED, |e, _| e.log_offsets.clone_from(&reply.log_offsets))
             }
-            Ok(reply) => events.task(task_id, FAILED, |e| {
+            Ok(reply) => events.task(task_id, FAILED, |e, _| {
                 e.error_type = "TASK_EXECUTION_EXCEPTION".into();
                 e.error_message = raised(reply);
                 e.log_offsets.clone_from(&reply.log_offsets);
             }),
-            Err(failure) => events.task(task_id, FAILED, |e| {
+            Err(failure) => events.task(task_id, FAILED, |e, _| {
                 e.error_type = error_type(failure, actor).into();
                 e.error_message = failure_message(failure);
             }),
