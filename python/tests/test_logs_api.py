@@ -1,11 +1,13 @@
 """Workers and logs in the state API: `/api/v0/workers`, `/api/v0/logs`, `/api/v0/logs/{file,stream}`
 and `oxray logs` / `oxray list workers`, on a real two-node cluster whose second node dies last."""
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -201,6 +203,23 @@ def job_logs(cluster, job_id):
         return json.loads(response.read())["logs"]
 
 
+def follow_job_log(cluster, job):
+    """Follows a job's log over the WebSocket (Ray's `tail_job_logs`) in a thread."""
+    from oxray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})
+    tail = {"chunks": []}
+
+    async def collect():
+        async for chunk in client.tail_job_logs(job):
+            tail["chunks"].append(chunk)
+
+    tail["thread"] = threading.Thread(target=lambda: asyncio.run(collect()), daemon=True)
+    tail["thread"].start()
+    eventually(lambda: "".join(tail["chunks"]), lambda text: "job line 2" in text)
+    return tail
+
+
 def test_the_logs_of_a_dead_node_say_it_is_gone(two_nodes):
     cluster, facts = two_nodes
     task = tasks_named(cluster, "speak")[0]
@@ -211,8 +230,14 @@ def test_the_logs_of_a_dead_node_say_it_is_gone(two_nodes):
     with api(cluster, f"/api/jobs/{job}") as response:
         driver_pid = int(json.loads(response.read())["driver_info"]["pid"])
     time.sleep(2)  # the agent sends the log's news every second
+    tail = follow_job_log(cluster, job)
     os.kill(agent_pid(cluster, "side"), signal.SIGKILL)
     os.killpg(driver_pid, signal.SIGKILL)  # its entrypoint dies with the machine
+    # A follower is told, and given what the copy holds past what it read.
+    tail["thread"].join(90)
+    followed = "".join(tail["chunks"])
+    assert not tail["thread"].is_alive() and "job line 2\n" in followed, followed
+    assert f"node {facts['side']} (" in followed and "stopped answering" in followed, followed
     eventually(lambda: state(cluster, "nodes", filter_keys=["state"], filter_predicates=["="],
                              filter_values=["DEAD"])["result"], lambda rows: len(rows) == 1)
     code, text = refused(cluster, task_id=task["task_id"])

@@ -231,6 +231,7 @@ def test_storage_through_a_pyarrow_filesystem(tune_cluster, tmp_path):
     assert again.metrics["step"] == 2 and again.path == ok.path and again.checkpoint.path == ok.checkpoint.path
     staging = Path(tempfile.gettempdir(), STAGING)
     assert not list(staging.glob("remote-*")), "the staging copies are removed"
+    assert not staging.exists() or any(staging.iterdir()), "and their parent, once empty"
 
     Path(tmp_path / "marker").write_text("go on")
     assert Tuner.can_restore("results/remote", storage_filesystem=remote)

@@ -4,6 +4,9 @@
 //! the offset in the whole log of their first byte. A part is closed at half the cap and the
 //! one before it dropped, so a copy never needs rewriting.
 
+use bytes::Bytes;
+use futures_util::StreamExt;
+use oxray_http::ByteStream;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -187,12 +190,75 @@ pub fn copy_notice(node: &str, why: &str, not_kept: u64) -> String {
     format!("\n[oxray] {node} {why}: above is the copy of this job's log that the head kept{cut}, up to what the node last sent.\n")
 }
 
+/// A follower's stream of a live node's log that, should the node stop answering midway,
+/// goes on with what the head's copy holds beyond what was sent already, then a line
+/// saying why, and ends.
+pub fn followed_then_copy(copies: Arc<LogCopies>, id: String, node: String, live: ByteStream) -> ByteStream {
+    enum Phase {
+        Live(ByteStream, u64),
+        Ended,
+    }
+    let step = move |phase| {
+        let (copies, id, node) = (copies.clone(), id.clone(), node.clone());
+        async move {
+            let Phase::Live(mut live, sent) = phase else { return None };
+            match live.next().await? {
+                Ok(bytes) => {
+                    let sent = sent + bytes.len() as u64;
+                    Some((Ok(bytes), Phase::Live(live, sent)))
+                }
+                Err(why) => {
+                    let (copy, not_kept) = match copies.read(&id).await {
+                        Ok(copy) => copy.unwrap_or_default(),
+                        Err(e) => {
+                            return Some((Err(format!("{why}; the head's copy cannot be read: {e}")), Phase::Ended))
+                        }
+                    };
+                    let mut rest = unsent(copy, not_kept, sent);
+                    rest.extend(copy_notice(&node, &format!("stopped answering ({why})"), not_kept).into_bytes());
+                    Some((Ok(Bytes::from(rest)), Phase::Ended))
+                }
+            }
+        }
+    };
+    futures_util::stream::unfold(Phase::Live(live, 0), step).boxed()
+}
+
+/// What of a copy that starts at offset `not_kept` of the log lies past the first `sent`
+/// bytes.
+fn unsent(mut copy: Vec<u8>, not_kept: u64, sent: u64) -> Vec<u8> {
+    let from = usize::try_from(sent.saturating_sub(not_kept)).unwrap_or(usize::MAX).min(copy.len());
+    copy.drain(..from);
+    copy
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn part(start: u64, len: u64) -> Part {
         Part { start, len }
+    }
+
+    #[test]
+    fn a_follower_gets_what_the_copy_holds_past_what_it_was_sent() {
+        assert_eq!(unsent(b"abcdef".to_vec(), 0, 4), b"ef");
+        assert_eq!(unsent(b"cdef".to_vec(), 2, 4), b"ef", "the copy starts at offset 2");
+        assert_eq!(unsent(b"cdef".to_vec(), 2, 1), b"cdef", "bytes before the copy are lost");
+        assert_eq!(unsent(b"ab".to_vec(), 0, 5), b"", "the copy lags behind the node");
+    }
+
+    #[tokio::test]
+    async fn a_followed_log_whose_node_stops_answering_goes_on_from_the_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let copies = Arc::new(LogCopies::open(dir.path().join("logs")).unwrap());
+        copies.append("job", 0, b"one\ntwo\nthree\n".to_vec()).await.unwrap();
+        let live: Vec<Result<Bytes, String>> = vec![Ok(Bytes::from_static(b"one\n")), Err("connection reset".into())];
+        let stream =
+            followed_then_copy(copies, "job".into(), "node n1".into(), futures_util::stream::iter(live).boxed());
+        let chunks: Vec<_> = stream.collect().await;
+        let text: String = chunks.into_iter().map(|c| String::from_utf8(c.unwrap().to_vec()).unwrap()).collect();
+        assert!(text.starts_with("one\ntwo\nthree\n\n[oxray] node n1 stopped answering (connection reset)"), "{text}");
     }
 
     #[test]

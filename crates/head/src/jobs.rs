@@ -4,7 +4,7 @@
 use crate::agents::Agents;
 use crate::drivers::Drivers;
 use crate::events::Events;
-use crate::job_log_copies::{copy_notice, LogCopies};
+use crate::job_log_copies::{copy_notice, followed_then_copy, LogCopies};
 use crate::membership::Membership;
 use crate::packages::Packages;
 use crate::store::{off_thread, Store};
@@ -509,10 +509,12 @@ impl JobManager {
             Err(e) => Err(e.to_string()),
         };
         match read {
-            Ok(stream) => Ok(stream
-                .into_inner()
-                .map(|chunk| chunk.map(|c| c.data.into()).map_err(|s| s.message().to_string()))
-                .boxed()),
+            Ok(stream) => {
+                let live =
+                    stream.into_inner().map(|chunk| chunk.map(|c| c.data.into()).map_err(|s| s.message().to_string()));
+                let name = format!("node {node_id} ({})", node.node_ip);
+                Ok(followed_then_copy(self.log_copies.clone(), id.to_string(), name, live.boxed()))
+            }
             // A follower of a live node's log is told the read failed rather than handed a
             // snapshot it would take for the end.
             Err(why) if follow => Err(ApiError::Internal(format!(

@@ -106,22 +106,27 @@ pub fn task_row(record: &TaskRecord, actors: &HashMap<String, ActorRecord>) -> V
     })
 }
 
-/// An actor; `named` gives the name and namespace of the named ones.
-/// Where a normal task's output lies in its worker's log files, as Ray's `task_log_info`.
+/// Where a normal task's output lies in its worker's log files, as Ray's `task_log_info`
+/// (none when the offsets make no range: its log was rotated meanwhile).
 fn task_log_info(e: &v1::TaskEvent) -> Value {
     match e.log_offsets[..] {
-        [out_start, out_end, err_start, err_end] if !e.worker_id.is_empty() => json!({
+        [out_start, out_end, err_start, err_end]
+            if !e.worker_id.is_empty() && out_start <= out_end && err_start <= err_end =>
+        {
+            json!({
             "stdout_file": format!("worker-{}.out", e.worker_id),
             "stdout_start": out_start,
             "stdout_end": out_end,
             "stderr_file": format!("worker-{}.err", e.worker_id),
             "stderr_start": err_start,
             "stderr_end": err_end,
-        }),
+            })
+        }
         _ => Value::Null,
     }
 }
 
+/// An actor; `named` gives the name and namespace of the named ones.
 pub fn actor_row(record: &ActorRecord, named: &HashMap<String, (String, String)>) -> Value {
     let e = &record.event;
     let (name, namespace) =

@@ -115,6 +115,10 @@ class Experiment:
             self.sync(force=True)
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+            try:  # the shared parent goes with the last run's copy
+                os.rmdir(os.path.dirname(self.root))
+            except OSError:
+                pass
 
     # ----- checkpoints, where trial workers write them
 
@@ -161,8 +165,12 @@ class Experiment:
 def staging_dir(name: str) -> str:
     """A fresh local copy of a remote experiment for this run (a restore downloads into it)."""
     parent = os.path.join(tempfile.gettempdir(), STAGING)
-    os.makedirs(parent, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f"{name}-", dir=parent)
+    while True:
+        os.makedirs(parent, exist_ok=True)
+        try:
+            return tempfile.mkdtemp(prefix=f"{name}-", dir=parent)
+        except FileNotFoundError:  # another run's close removed the empty parent meanwhile
+            continue
 
 
 def is_checkpoint_dir(name: str) -> bool:

@@ -69,6 +69,15 @@ async fn get_of_many_finds_values_in_any_order_and_an_error_behind_a_missing_one
 }
 
 #[tokio::test]
+async fn wait_for_all_answers_at_its_deadline_which_are_ready() {
+    let table = Arc::new(ObjectTable::default());
+    let ids: Vec<String> = (0..3).map(|_| table.pending()).collect();
+    fulfil_in_turn(&table, &ids, vec![(2, Outcome::Value), (1, Outcome::Value)]);
+    let ready = table.wait(&ids, 3, Some(Instant::now() + Duration::from_millis(300))).await.unwrap();
+    assert_eq!(ready, [false, true, true], "those behind a missing one are looked at too");
+}
+
+#[tokio::test]
 async fn a_value_given_twice_keeps_the_first() {
     let table = Arc::new(ObjectTable::default());
     let id = table.pending();

@@ -87,10 +87,11 @@ impl ObjectTable {
     /// at again. With `stop_on_error`, stops at the first value found that holds an error
     /// and answers its position.
     ///
-    /// When every object is needed, a change looks at the missing ones in order only up to
-    /// the first still missing (all were looked at, and fetched, on the first pass): a get of
-    /// a thousand results is not a thousand passes over the list. Only a new error, which
-    /// must be answered wherever it is, makes it look at them all again.
+    /// A `get` (every object needed, errors answered) looks, after a change, at the missing
+    /// ones in order only up to the first still missing (all were looked at, and fetched, on
+    /// the first pass): a get of a thousand results is not a thousand passes over the list.
+    /// Only a new error, which must be answered wherever it is, makes it look at them all
+    /// again. A `wait` looks at them all: at its deadline it answers which are ready.
     async fn settle(
         self: &Arc<Self>,
         ids: &[String],
@@ -147,7 +148,7 @@ impl ObjectTable {
                 }
             }
             let now = self.failures.load(Ordering::SeqCst);
-            look_at_all = enough < ids.len() || (stop_on_error && now != failures);
+            look_at_all = !stop_on_error || enough < ids.len() || now != failures;
             failures = now;
         }
     }

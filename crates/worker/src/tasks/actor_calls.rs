@@ -64,9 +64,10 @@ impl Submitter {
         }
         tracing::debug!(actor = %actor_id, "no handle is left; ending the actor");
         let deadline = tokio::time::Instant::now() + GRACEFUL_SHUTDOWN;
+        self.actors.end_for_good(&actor_id);
         // The actor answers first, then runs its hooks, then tells this process it is gone
         // (which ends its worker): killed before that, it would not run them.
-        if self.terminate_gracefully(&actor_id, deadline).await && !self.actors.dead_by(&actor_id, deadline).await {
+        if self.terminate_gracefully(&actor_id, deadline).await && !self.actors.gone_by(&actor_id, deadline).await {
             tracing::warn!(actor = %actor_id, "the actor did not end within {GRACEFUL_SHUTDOWN:?}; killing it");
         }
         let _ = self.kill_actor(&actor_id, true).await;

@@ -189,12 +189,19 @@ impl ActorDirectory {
         self.notify();
     }
 
-    /// Waits until the actor is dead here (or unknown), at most until `deadline`; whether it
-    /// is.
-    pub async fn dead_by(&self, actor_id: &str, deadline: tokio::time::Instant) -> bool {
+    /// The actor is being ended: should its worker die meanwhile, it is not restarted.
+    pub fn end_for_good(&self, actor_id: &str) {
+        if let Some(plan) = self.lock().get_mut(actor_id).and_then(|r| r.plan.as_mut()) {
+            plan.restarts_left = 0;
+        }
+    }
+
+    /// Waits until the actor's worker is gone here (the actor dead, restarting or unknown),
+    /// at most until `deadline`; whether it is.
+    pub async fn gone_by(&self, actor_id: &str, deadline: tokio::time::Instant) -> bool {
         let mut rx = self.changed.subscribe();
         loop {
-            if !matches!(self.lock().get(actor_id).map(|r| &r.life), Some(Life::Alive | Life::Restarting)) {
+            if !matches!(self.lock().get(actor_id).map(|r| &r.life), Some(Life::Alive)) {
                 return true;
             }
             if !matches!(tokio::time::timeout_at(deadline, rx.changed()).await, Ok(Ok(()))) {
