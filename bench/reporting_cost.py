@@ -7,7 +7,11 @@ the whole cluster (driver, head, agent, workers) spent per call. On a small shar
 the first swings with scheduling from round to round; the second counts the work done and
 shows the cost of reporting more steadily.
 
-Usage: .venv/bin/python bench/reporting_cost.py [--rounds 4] [--seconds 1.0]
+With --against DIR, a third column runs the same rows on another built checkout (its
+`python/` with the native module in place and its `target/release/oxray`): the code before
+reporting existed, to see the rows against what they were then.
+
+Usage: .venv/bin/python bench/reporting_cost.py [--rounds 4] [--seconds 1.0] [--against DIR]
 """
 
 import argparse
@@ -134,14 +138,19 @@ def measure(seconds):
     print(json.dumps(out))
 
 
-def one_round(seconds, reporting):
+def one_round(seconds, reporting, against=None):
+    here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ)
     env.pop("OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS", None)
     if not reporting:
         env["OXRAY_TASK_EVENTS_REPORT_INTERVAL_MS"] = "0"
+    path = [here]
+    if against:
+        path.insert(0, os.path.join(against, "python"))
+        env["OXRAY_BIN"] = os.path.join(against, "target", "release", "oxray")
     with tempfile.TemporaryDirectory() as home:
         env["OXRAY_HOME"] = home
-        env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = os.pathsep.join(path + [env.get("PYTHONPATH", "")])
         out = subprocess.run([sys.executable, __file__, "--measure", "--seconds", str(seconds)], env=env,
                              capture_output=True, text=True, timeout=600, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -152,25 +161,33 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--against", metavar="DIR", help="another built checkout, run as a third column")
     args = parser.parse_args()
     if args.measure:
         return measure(args.seconds)
-    runs = {True: [], False: []}
+    runs = {True: [], False: [], "against": []}
     for _ in range(args.rounds):
         for reporting in (True, False):
             runs[reporting].append(one_round(args.seconds, reporting))
+        if args.against:
+            runs["against"].append(one_round(args.seconds, True, args.against))
 
     def median(reporting, pick):
         values = sorted(pick(r) for r in runs[reporting])
         return values[len(values) // 2]
 
     print(f"median of {args.rounds} rounds each; CPU: the cluster's CPU time per call")
-    print(f"{'row':34} {'calls/s on':>10} {'off':>10} {'on vs off':>10} {'CPU us on':>10} {'off':>8} {'on vs off':>10}")
+    print(f"{'row':34} {'calls/s on':>10} {'off':>10} {'on vs off':>10} {'CPU us on':>10} {'off':>8} {'on vs off':>10}"
+          + (f" {'against':>10} {'on vs it':>9}" if args.against else ""))
     for row in ROWS:
         on, off = median(True, lambda r: r[row][0]), median(False, lambda r: r[row][0])
         cpu_on, cpu_off = median(True, lambda r: r[row][1]), median(False, lambda r: r[row][1])
-        print(f"{row:34} {on:>10.0f} {off:>10.0f} {100 * (on / off - 1):>+9.1f}% "
-              f"{cpu_on:>10.1f} {cpu_off:>8.1f} {100 * (cpu_on / cpu_off - 1):>+9.1f}%")
+        line = (f"{row:34} {on:>10.0f} {off:>10.0f} {100 * (on / off - 1):>+9.1f}% "
+                f"{cpu_on:>10.1f} {cpu_off:>8.1f} {100 * (cpu_on / cpu_off - 1):>+9.1f}%")
+        if args.against:
+            then = median("against", lambda r: r[row][0])
+            line += f" {then:>10.0f} {100 * (on / then - 1):>+8.1f}%"
+        print(line)
     print()
     print("where reporting's CPU goes: us per call, on minus off (median of the rounds)")
     print(f"{'row':34} " + " ".join(f"{r:>8}" for r in ROLES))
