@@ -208,9 +208,10 @@ bench-state: release setup $(VENV)/.ready
 	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
 	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/state_memory.py --ray
 
+# AGAINST=DIR adds a column for another built checkout (see bench/reporting_cost.py).
 bench-reporting: release setup $(VENV)/.ready
 	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
-	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/reporting_cost.py --rounds 8
+	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/reporting_cost.py --rounds 8 $(if $(AGAINST),--against $(AGAINST))
 
 demo: release venv
 	bash scripts/demo.sh target/release/oxray $(PY)
