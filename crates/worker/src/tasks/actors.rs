@@ -181,8 +181,9 @@ impl ActorDirectory {
         }
     }
 
+    /// The actor lives at `address`: unless it died meanwhile (a dead actor stays dead).
     fn set_address(&self, actor_id: &str, address: &str) {
-        if let Some(r) = self.lock().get_mut(actor_id) {
+        if let Some(r) = self.lock().get_mut(actor_id).filter(|r| !matches!(r.life, Life::Dead(_))) {
             r.address = address.to_string();
             r.life = Life::Alive;
         }
@@ -454,11 +455,12 @@ impl Submitter {
             };
             match created {
                 Ok(reply) if !reply.is_error => {
-                    tracing::info!(actor = %actor_id, %address, "actor restarted");
-                    if let Some(r) = self.actors.lock().get_mut(&actor_id) {
-                        r.lease = Some(lease);
+                    // Killed while it restarted: its new worker goes back at once.
+                    if let Err((lease, _)) = self.actors.placed(&actor_id, lease) {
+                        let _ = self.give_back(&lease, true).await;
+                        return;
                     }
-                    self.actors.set_address(&actor_id, &address);
+                    tracing::info!(actor = %actor_id, %address, "actor restarted");
                     self.note_actor(&actor_id, "ALIVE", |_| {});
                     return;
                 }
@@ -515,5 +517,26 @@ impl ActorOwner for Arc<Submitter> {
 
     async fn cancel(&self, task_id: &str, force: bool) -> bool {
         Submitter::cancel(self, task_id, force).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(restarts_left: i64) -> RestartPlan {
+        let (resources, env) = (ResourceSet::new(), Env::new());
+        RestartPlan { resources, env, strategy: Strategy::Default, detached: false, restarts_left }
+    }
+
+    #[test]
+    fn a_dead_actor_stays_dead_and_one_ended_for_good_has_no_restart_left() {
+        let actors = ActorDirectory::default();
+        actors.expect("a", plan(3));
+        actors.end_for_good("a");
+        assert_eq!(actors.lock()["a"].plan.as_ref().map(|p| p.restarts_left), Some(0));
+        actors.set_dead("a", "killed".into());
+        actors.set_address("a", "10.0.0.1:5");
+        assert_eq!(actors.address_now("a", "", None), Some(Err("killed".into())), "a late address does not revive it");
     }
 }
