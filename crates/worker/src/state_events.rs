@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 mod names;
-pub use names::{Names, Shape};
+pub use names::{asked, Names, Shape};
 
 /// Task attempts a report carries at most (Ray's `task_events_send_batch_size`, 10,000 there):
 /// a process that starts more in a second (tens of thousands of tiny calls) reports the first

@@ -48,9 +48,14 @@ impl Shape<'_> {
             kind: self.kind.to_string(),
             actor_id: self.actor_id.to_string(),
             placement_group_id: self.placement_group_id.to_string(),
-            required_resources: self.asked().map(|(name, amount)| (name.to_string(), amount)).collect(),
+            required_resources: asked(self.resources),
         }
     }
+}
+
+/// Resources as the state API shows them: what is asked for (an actor's 0 CPU is not).
+pub fn asked(resources: &ResourceSet) -> HashMap<String, f64> {
+    resources.iter().filter(|(_, amount)| *amount > 0.0).map(|(name, amount)| (name.to_string(), amount)).collect()
 }
 
 /// The shapes and places of one report.

@@ -2,7 +2,7 @@
 //! `state_events`): every hook is a no-op when reporting is off.
 
 use super::{Failure, NoReply, Reply, Route, Strategy, Submitter, TaskSpec, CANCELLED};
-use crate::state_events::{Names, Shape, State, FAILED, FINISHED};
+use crate::state_events::{asked, Names, Shape, State, FAILED, FINISHED};
 use oxray_proto::v1;
 
 /// Ray's ErrorType name for how a task ended without a value.
@@ -22,11 +22,6 @@ fn failure_message(failure: &Failure) -> String {
         Failure::Dependency(_) => "an argument of the task failed".to_string(),
         Failure::OutOfMemory(m) | Failure::System(m) | Failure::Cancelled(m) | Failure::RuntimeEnv(m) => m.clone(),
     }
-}
-
-/// Resources as the state API shows them: what is asked for (an actor's 0 CPU is not).
-fn nonzero(resources: &oxray_types::ResourceSet) -> std::collections::HashMap<String, f64> {
-    resources.iter().filter(|(_, amount)| *amount > 0.0).map(|(name, amount)| (name.to_string(), amount)).collect()
 }
 
 /// What a task's submission tells the state API: the shape it shares with the other tasks
@@ -150,7 +145,7 @@ impl Submitter {
             actor_id: actor_id.to_string(),
             state: state.to_string(),
             detached: facts.detached,
-            required_resources: nonzero(&facts.resources),
+            required_resources: asked(&facts.resources),
             ..Default::default()
         };
         if let Strategy::Bundle { group, .. } = &facts.strategy {
