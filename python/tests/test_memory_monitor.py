@@ -3,6 +3,8 @@ ended before the kernel's OOM killer picks a process; the task fails with OutOfM
 runs again as its retries allow, and the node goes on working."""
 
 import os
+import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -40,21 +42,77 @@ def _used_and_total():
     return machine
 
 
+CGROUP_LIMIT = 8 << 30  # far above what the hog reaches before the monitor acts
+
+
+def _own_v1_memory_cgroup():
+    """The folder of this process's memory cgroup (v1), or None."""
+    own = next((l.split(":", 2)[2] for l in Path("/proc/self/cgroup").read_text().splitlines()
+                if "memory" in l.split(":")[1].split(",")), None)
+    return Path("/sys/fs/cgroup/memory", own.lstrip("/")) if own else None
+
+
+def _v1_memory_cgroup():
+    """A new memory cgroup (v1) under this process's own, or None where none can be made."""
+    own = _own_v1_memory_cgroup()
+    if own is None:
+        return None
+    folder = own / f"oxray-test-{os.getpid()}"
+    try:
+        folder.mkdir(exist_ok=True)
+        (folder / "memory.limit_in_bytes").write_text(str(CGROUP_LIMIT))
+    except OSError:
+        return None
+    return folder
+
+
+@contextmanager
+def _inside(cgroup):
+    """This process in `cgroup` meanwhile, so that what it starts is counted there."""
+    own = _own_v1_memory_cgroup()
+    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+    try:
+        yield
+    finally:
+        (own / "cgroup.procs").write_text(str(os.getpid()))
+
+
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory):
-    used, total = _used_and_total()
-    threshold = (used + HEADROOM) / total
-    if threshold > 0.9:
-        pytest.skip("this machine has too little free memory to fill past a threshold safely")
+    """A cluster whose memory monitor acts once a task takes about HEADROOM. Where a memory
+    cgroup can be made, the cluster runs in one and the monitor reads it, so that memory
+    others use on the machine (a VM's balloon, other tests) moves nothing; else the machine's
+    use now plus HEADROOM is the threshold."""
+    cgroup = _v1_memory_cgroup()
+    if cgroup:
+        threshold = HEADROOM / CGROUP_LIMIT
+    else:
+        used, total = _used_and_total()
+        threshold = (used + HEADROOM) / total
+        if threshold > 0.9:
+            pytest.skip("this machine has too little free memory to fill past a threshold safely")
     cluster = Cluster(tmp_path_factory.mktemp("memory"))
     try:
-        cluster.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2",
-                      "--node-ip-address", "127.0.0.1", "--memory-usage-threshold", f"{threshold:.4f}",
-                      "--memory-monitor-refresh-ms", "100")
+        with _inside(cgroup) if cgroup else nullcontext():
+            cluster.oxray("start", "--head", "--port", "0", "--dashboard-port", "0", "--num-cpus", "2",
+                          "--node-ip-address", "127.0.0.1", "--memory-usage-threshold", f"{threshold:.4f}",
+                          "--memory-monitor-refresh-ms", "100")
         with driver_of(cluster):
             yield
     finally:
         cluster.stop()
+        if cgroup:
+            _remove(cgroup)
+
+
+def _remove(cgroup):
+    """Removes the cgroup once the cluster's processes have left it."""
+    for _ in range(100):
+        try:
+            cgroup.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 @oxray.remote(max_retries=0)

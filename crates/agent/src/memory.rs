@@ -82,23 +82,59 @@ pub fn from_cgroup(limit: &str, current: &str, stat: &str, inactive_key: &str) -
     Some(Usage { used: current.saturating_sub(inactive_file), total })
 }
 
-/// The use that matters here: the memory cgroup's when its limit is below the machine's
-/// memory (a container), else the machine's.
+/// Where the process's memory cgroup lies under the cgroup mounts, from /proc/self/cgroup:
+/// the v2 path (`0::/path`) and the v1 memory controller's (`N:...memory...:/path`).
+pub fn own_cgroups(text: &str) -> (Option<String>, Option<String>) {
+    let (mut v2, mut v1) = (None, None);
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        if id == "0" && controllers.is_empty() {
+            v2 = Some(path.to_string());
+        } else if controllers.split(',').any(|c| c == "memory") {
+            v1 = Some(path.to_string());
+        }
+    }
+    (v2, v1)
+}
+
+/// A cgroup's folder and those above it, up to the mount: a limit set on any of them holds
+/// for the process (a job's cgroup under a container's, a systemd unit's under its slice).
+pub fn folder_and_ancestors(mount: &str, path: &str) -> Vec<String> {
+    let mut folders = Vec::new();
+    let mut parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != "..").collect();
+    loop {
+        folders.push(std::iter::once(mount).chain(parts.iter().copied()).collect::<Vec<_>>().join("/"));
+        if parts.pop().is_none() {
+            return folders;
+        }
+    }
+}
+
+/// The readings with the tightest limit, if one is below the machine's memory.
+pub fn tightest(machine: Usage, readings: impl IntoIterator<Item = Usage>) -> Usage {
+    readings.into_iter().filter(|u| u.total < machine.total).min_by_key(|u| u.total).unwrap_or(machine)
+}
+
+/// The use that matters here: that of the memory cgroup the agent runs in (or one above it)
+/// when its limit is below the machine's memory (a container, a batch job, a systemd unit),
+/// else the machine's.
 pub fn read_usage() -> Option<Usage> {
-    let read = |path: &str| std::fs::read_to_string(path).ok();
-    let machine = from_meminfo(&read("/proc/meminfo")?)?;
-    let v2 =
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat", "inactive_file");
-    let v1 = (
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-        "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        "/sys/fs/cgroup/memory/memory.stat",
-        "total_inactive_file",
-    );
-    let cgroup = [v2, v1].into_iter().find_map(|(limit, current, stat, key)| {
-        from_cgroup(&read(limit)?, &read(current)?, &read(stat)?, key).filter(|u| u.total < machine.total)
+    let read = |path: String| std::fs::read_to_string(path).ok();
+    let machine = from_meminfo(&read("/proc/meminfo".into())?)?;
+    let (v2, v1) = own_cgroups(&read("/proc/self/cgroup".into()).unwrap_or_default());
+    let levels = |mount: &str, path: Option<String>| folder_and_ancestors(mount, path.as_deref().unwrap_or("/"));
+    let v2 = levels("/sys/fs/cgroup", v2).into_iter().map(|d| {
+        (format!("{d}/memory.max"), format!("{d}/memory.current"), format!("{d}/memory.stat"), "inactive_file")
     });
-    Some(cgroup.unwrap_or(machine))
+    let v1 = levels("/sys/fs/cgroup/memory", v1).into_iter().map(|d| {
+        let f = |name: &str| format!("{d}/memory.{name}");
+        (f("limit_in_bytes"), f("usage_in_bytes"), f("stat"), "total_inactive_file")
+    });
+    let readings = v2
+        .chain(v1)
+        .filter_map(|(limit, current, stat, key)| from_cgroup(&read(limit)?, &read(current)?, &read(stat)?, key));
+    Some(tightest(machine, readings))
 }
 
 /// A lease the monitor may end, as the pool describes it.
@@ -137,6 +173,26 @@ mod tests {
         assert_eq!(v1, Some(Usage { used: 800, total: 1000 }));
         assert!(from_cgroup("max\n", "900\n", "", "inactive_file").is_none(), "no limit: the machine's memory counts");
         assert!(usage.describe(0.5).contains("60.0%"));
+    }
+
+    #[test]
+    fn the_agents_own_cgroup_and_those_above_it_are_read() {
+        let v1 = "12:pids:/x\n4:memory:/slurm/uid_0/job_7\n0::/user.slice/a.scope\n";
+        assert_eq!(own_cgroups(v1), (Some("/user.slice/a.scope".into()), Some("/slurm/uid_0/job_7".into())));
+        assert_eq!(own_cgroups("5:cpu,memory:/\n"), (None, Some("/".into())));
+        assert_eq!(own_cgroups("garbage\n"), (None, None));
+        assert_eq!(folder_and_ancestors("/m", "/a/b"), vec!["/m/a/b", "/m/a", "/m"]);
+        assert_eq!(folder_and_ancestors("/m", "/"), vec!["/m"]);
+        assert_eq!(folder_and_ancestors("/m", "/../a"), vec!["/m/a", "/m"], "no way out of the mount");
+    }
+
+    #[test]
+    fn the_tightest_limit_below_the_machines_memory_counts() {
+        let u = |used, total| Usage { used, total };
+        let machine = u(50, 1000);
+        assert_eq!(tightest(machine, [u(40, 5000), u(30, 400), u(35, 600)]), u(30, 400));
+        assert_eq!(tightest(machine, [u(40, 5000), u(50, 1000)]), machine, "no limit below the machine's");
+        assert_eq!(tightest(machine, []), machine);
     }
 
     #[test]
