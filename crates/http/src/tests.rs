@@ -116,13 +116,16 @@ fn node(state: NodeState, head: bool) -> NodeInfo {
 }
 
 fn app() -> Router {
-    router(ApiState {
-        view: Arc::new(FixedView(vec![node(NodeState::Alive, true), node(NodeState::Dead, false)])),
-        jobs: Arc::new(NoJobs),
-        token: Token::parse("s3cret").unwrap(),
-        session_name: "session_x".into(),
-        max_package_bytes: crate::MAX_PACKAGE_BYTES,
-    })
+    router(
+        ApiState {
+            view: Arc::new(FixedView(vec![node(NodeState::Alive, true), node(NodeState::Dead, false)])),
+            jobs: Arc::new(NoJobs),
+            token: Token::parse("s3cret").unwrap(),
+            session_name: "session_x".into(),
+            max_package_bytes: crate::MAX_PACKAGE_BYTES,
+        },
+        crate::Documented::new(true),
+    )
 }
 
 async fn get(uri: &str, header: Option<(&str, &str)>) -> (StatusCode, String) {

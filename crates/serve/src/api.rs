@@ -9,18 +9,74 @@ use crate::{DeployError, Serve};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, put};
 use axum::Json;
+use oxray_http::{op, schema, Documented};
 use std::sync::Arc;
 
-pub fn router(serve: Arc<Serve>) -> axum::Router {
-    axum::Router::new()
-        .route("/api/oxray/serve/applications", get(details))
-        .route("/api/oxray/serve/applications/{name}", put(deploy).delete(remove))
-        .route("/api/serve/applications/", delete(shutdown).put(apply).get(ray_details))
-        .route("/api/v1/applications/{app}/deployments/{deployment}/scale", axum::routing::post(scale))
-        .route("/api/oxray/serve/queued", axum::routing::post(handle_queues))
-        .route("/api/oxray/serve/http", put(start_http))
+/// Serve's routes, described for the head's OpenAPI document.
+pub fn router(serve: Arc<Serve>) -> Documented {
+    let serve_op = |summary| op("serve", summary);
+    let config = schema::object();
+    Documented::new(true)
+        .get("/api/oxray/serve/applications", serve_op("Serve's applications, as oxray's client reads them"), details)
+        .put(
+            "/api/oxray/serve/applications/{name}",
+            serve_op("Deploy an application built by oxray's client")
+                .body("application/json", schema::object())
+                .answers(400, "a bad application")
+                .answers(503, "the HTTP proxy could not start"),
+            deploy,
+        )
+        .delete("/api/oxray/serve/applications/{name}", serve_op("Remove an application"), remove)
+        .put(
+            "/api/serve/applications/",
+            serve_op("Apply a declarative Serve config, as `serve deploy` and KubeRay send it")
+                .body("application/json", config)
+                .answers(400, "a bad config"),
+            apply,
+        )
+        .get(
+            "/api/serve/applications/",
+            serve_op("Ray's ServeInstanceDetails").query(&[(
+                "api_type",
+                serde_json::json!({ "type": "string", "enum": ["declarative", "imperative"] }),
+                "only the applications deployed this way",
+            )]),
+            ray_details,
+        )
+        .delete("/api/serve/applications/", serve_op("Shut every application down"), shutdown)
+        .post(
+            "/api/v1/applications/{app}/deployments/{deployment}/scale",
+            serve_op("Set a deployment's replica count")
+                .body(
+                    "application/json",
+                    serde_json::json!({
+                        "type": "object",
+                        "required": ["target_num_replicas"],
+                        "properties": { "target_num_replicas": { "type": "integer", "minimum": 0 } },
+                    }),
+                )
+                .answers(400, "a bad request")
+                .answers(404, "no such deployment")
+                .answers(412, "the deployment autoscales"),
+            scale,
+        )
+        .post(
+            "/api/oxray/serve/queued",
+            serve_op("Requests waiting in a process's handles, for autoscaling")
+                .body("application/json", schema::object())
+                .answers(204, "noted")
+                .answers(400, "a bad report"),
+            handle_queues,
+        )
+        .put(
+            "/api/oxray/serve/http",
+            serve_op("Start the HTTP proxies (`serve start`)")
+                .body("application/json", schema::object())
+                .answers(400, "bad options")
+                .answers(503, "the HTTP proxy could not start"),
+            start_http,
+        )
         .with_state(serve)
 }
 

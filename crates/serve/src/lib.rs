@@ -77,7 +77,7 @@ impl Serve {
     }
 
     /// The REST API, for the dashboard port (behind its token check).
-    pub fn router(self: &Arc<Self>) -> axum::Router {
+    pub fn router(self: &Arc<Self>) -> oxray_http::Documented {
         api::router(self.clone())
     }
 
