@@ -96,7 +96,8 @@ async fn deploy(State(serve): State<Arc<Serve>>, Path(name): Path<String>, body:
     match serve.deploy(&name, spec).await {
         Ok(()) => Json(serde_json::json!({})).into_response(),
         Err(DeployError::Invalid(e)) => error(StatusCode::BAD_REQUEST, e),
-        Err(DeployError::Proxy(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        // The proxy's port is taken or cannot be bound: nothing broke in the head.
+        Err(DeployError::Proxy(e)) => error(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }
 
@@ -118,7 +119,7 @@ async fn start_http(State(serve): State<Arc<Serve>>, body: axum::body::Bytes) ->
     };
     match serve.start_http(&wanted.http_options, wanted.proxy_location).await {
         Ok(options) => Json(serde_json::json!({ "http_options": options })).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }
 
