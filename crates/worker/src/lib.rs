@@ -11,6 +11,7 @@ mod errors;
 mod executor;
 pub mod job;
 mod local;
+mod node_deaths;
 mod object_links;
 mod object_server;
 mod objects;

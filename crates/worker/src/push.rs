@@ -46,6 +46,14 @@ pub(crate) struct Pushes {
     caller: String,
     streams: Arc<Mutex<HashMap<String, Arc<Stream>>>>,
     items: Items,
+    /// The node of each worker address this process leased, to cut its connections when the
+    /// head declares the node dead: a node cut off by the network sends no reset, and its
+    /// connections would wait for ever.
+    nodes: Mutex<HashMap<String, String>>,
+    /// Nodes the head declared dead.
+    dead: Mutex<std::collections::HashSet<String>>,
+    head: Option<oxray_rpc::HeadClient>,
+    watching: std::sync::Once,
 }
 
 /// Where the items of streaming tasks go, by task id.
@@ -59,11 +67,63 @@ struct Stream {
     sender: Arc<Sender>,
     /// `None` once the connection broke: nothing more is sent on it.
     waiting: Mutex<Option<HashMap<String, Waiting>>>,
+    /// Ends the connection from outside, saying why.
+    cut: Mutex<Option<oneshot::Sender<String>>>,
 }
 
 impl Pushes {
-    pub fn new(token: Token, caller: String) -> Self {
-        Self { token, caller, streams: Default::default(), items: Default::default() }
+    pub fn new(token: Token, caller: String, head: Option<oxray_rpc::HeadClient>) -> Self {
+        Self {
+            token,
+            caller,
+            streams: Default::default(),
+            items: Default::default(),
+            nodes: Default::default(),
+            dead: Default::default(),
+            head,
+            watching: std::sync::Once::new(),
+        }
+    }
+
+    /// The worker at `address` runs on node `node_id`. The first call starts following the
+    /// head's node changes (inside the runtime).
+    pub fn on_node(self: &Arc<Self>, address: &str, node_id: &str) {
+        if node_id.is_empty() {
+            return;
+        }
+        self.nodes.lock().expect("nodes lock").insert(address.to_string(), node_id.to_string());
+        if let Some(head) = &self.head {
+            self.watching.call_once(|| drop(tokio::spawn(follow_deaths(head.clone(), Arc::downgrade(self)))));
+        }
+    }
+
+    /// The nodes of the workers this process pushes to.
+    pub fn known_nodes(&self) -> std::collections::HashSet<String> {
+        self.nodes.lock().expect("nodes lock").values().cloned().collect()
+    }
+
+    /// Whether the head declared `node_id` dead.
+    pub fn is_dead(&self, node_id: &str) -> bool {
+        self.dead.lock().expect("dead lock").contains(node_id)
+    }
+
+    /// Cuts the connections to the workers of `node_id`: what waits on them fails with `why`.
+    pub fn node_died(&self, node_id: &str, why: &str) {
+        self.dead.lock().expect("dead lock").insert(node_id.to_string());
+        let addresses: Vec<String> = {
+            let mut nodes = self.nodes.lock().expect("nodes lock");
+            let gone: Vec<String> = nodes.iter().filter(|(_, n)| *n == node_id).map(|(a, _)| a.clone()).collect();
+            gone.iter().for_each(|a| drop(nodes.remove(a)));
+            gone
+        };
+        let streams = self.streams.lock().expect("streams lock");
+        for address in addresses {
+            let cut = streams.get(&address).and_then(|s| s.cut.lock().expect("cut lock").take());
+            if let Some(cut) = cut {
+                tracing::warn!(address, node_id, "cutting the connection to a worker: {why}");
+                let _ = cut.send(why.to_string());
+            }
+        }
     }
 
     /// Items of the streaming task `task_id` go to `sink` until `forget_items`.
@@ -132,17 +192,22 @@ impl Pushes {
         let sender = Sender::pending(runtime, MAGIC);
         sender.send(&v1::TaskStreamHello { token: self.token.as_str().to_string() })?;
         static STREAMS: AtomicU64 = AtomicU64::new(0);
+        let (cut, cut_off) = oneshot::channel();
         let stream = Arc::new(Stream {
             id: STREAMS.fetch_add(1, Ordering::Relaxed),
             items: self.items.clone(),
             sequences: AtomicU64::new(0),
             sender,
             waiting: Mutex::new(Some(HashMap::new())),
+            cut: Mutex::new(Some(cut)),
         });
         streams.insert(address.to_string(), stream.clone());
         let (this, address, streams) = (stream.clone(), address.to_string(), self.streams.clone());
         tokio::spawn(async move {
-            let reason = this.serve(&address).await;
+            let reason = tokio::select! {
+                reason = this.serve(&address) => reason,
+                Ok(why) = cut_off => format!("{BROKEN}: {why}"),
+            };
             this.sender.close(&reason);
             {
                 // A newer connection may have taken its place already.
@@ -157,6 +222,28 @@ impl Pushes {
             }
         });
         Ok(stream)
+    }
+}
+
+/// How long to wait before following the head again after the stream broke.
+const RECONNECT: Duration = Duration::from_millis(500);
+
+/// Follows the head's node changes while `pushes` lives, again after the stream breaks.
+async fn follow_deaths(mut head: oxray_rpc::HeadClient, pushes: std::sync::Weak<Pushes>) {
+    loop {
+        if let Ok(stream) = head.watch_nodes(v1::WatchNodesRequest {}).await {
+            let mut stream = stream.into_inner();
+            while let Ok(Some(change)) = stream.message().await {
+                let Some(pushes) = pushes.upgrade() else { return };
+                for node in crate::node_deaths::gone(&change, &pushes.known_nodes()) {
+                    pushes.node_died(&node, &format!("the head declared node {node} dead"));
+                }
+            }
+        }
+        if pushes.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(RECONNECT).await;
     }
 }
 
@@ -198,5 +285,37 @@ impl Stream {
                 Err(e) => return format!("{BROKEN}: {e}"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_push_to_a_worker_on_a_node_declared_dead_fails_at_once() {
+        // A worker that takes the connection and never answers, as one cut off by the
+        // network looks from here.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let held = tokio::spawn(async move { listener.accept().await });
+        let pushes = Arc::new(Pushes::new(Token::generate(), "caller".into(), None));
+        pushes.on_node(&address, "node-a");
+        let request = v1::PushTaskRequest { task_id: "t1".into(), ..Default::default() };
+        let push = tokio::spawn({
+            let (pushes, address) = (pushes.clone(), address.clone());
+            async move { pushes.push(&address, None, request).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!push.is_finished(), "nothing answers, nothing breaks");
+        pushes.node_died("node-b", "not this one");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!push.is_finished(), "another node's death cuts nothing here");
+        pushes.node_died("node-a", "the head declared node node-a dead");
+        let reply = tokio::time::timeout(Duration::from_secs(5), push).await.expect("cut at once").unwrap();
+        assert!(reply.unwrap_err().contains("declared node node-a dead"));
+        assert!(pushes.is_dead("node-a") && !pushes.is_dead("node-c"));
+        assert!(pushes.known_nodes().is_empty());
+        held.abort();
     }
 }

@@ -147,7 +147,7 @@ pub struct Submitter {
     token: Token,
     python: String,
     workers: Mutex<HashMap<String, WorkerServiceClient<Authed>>>,
-    pub(crate) pushes: crate::push::Pushes,
+    pub(crate) pushes: Arc<crate::push::Pushes>,
     /// Tasks waiting for a worker, by resource shape.
     shapes: Mutex<HashMap<String, Shape>>,
     /// Tasks running now, by id: the worker each runs on.
@@ -251,6 +251,7 @@ impl Submitter {
     ) -> Self {
         let leases = Arc::new(oxray_rpc::LeaseClients::new(token.clone(), None));
         let events = head.clone().and_then(crate::state_events::Reporter::start);
+        let pushes = Arc::new(crate::push::Pushes::new(token.clone(), crate::objects::new_id(), head.clone()));
         Self {
             events,
             objects,
@@ -270,7 +271,7 @@ impl Submitter {
                     start_ticks: me.start_ticks,
                 }
             },
-            pushes: crate::push::Pushes::new(token.clone(), crate::objects::new_id()),
+            pushes,
             token,
             python,
             workers: Mutex::new(HashMap::new()),

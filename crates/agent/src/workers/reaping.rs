@@ -81,6 +81,27 @@ impl WorkerPool {
         owners
     }
 
+    /// Ends every worker and frees every bundle: the head declared this node dead, so what
+    /// ran here was failed or given to other nodes and must not go on beside it (a task
+    /// would run twice, an actor live twice).
+    pub fn end_all(&self, why: &str) {
+        let leases: Vec<String> = self.lock().leases.keys().cloned().collect();
+        for id in leases {
+            self.give_back(&id, true, (ExitType::SystemError, why));
+        }
+        let now = worker_records::now_ms();
+        let mut state = self.lock();
+        let State { idle, records, ledger, .. } = &mut *state;
+        // Dropping an idle worker kills it (kill_on_drop).
+        for worker in idle.drain(..) {
+            records.ended(&worker.id, (ExitType::SystemError, why.to_string()), now);
+        }
+        *ledger = Ledger::new(ledger.total().clone());
+        drop(state);
+        self.freed.notify_waiters();
+        self.changed.notify_one();
+    }
+
     /// Ends the worker of the newest task lease (else actor lease) when `over` (read now)
     /// says why the node's memory is short, unless a worker ended so is still exiting: its
     /// memory is not free yet, and the reading would blame the next worker for it.
@@ -209,6 +230,24 @@ mod tests {
             granted: 1,
             ended_for: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_node_declared_dead_ends_every_worker_and_frees_its_resources() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool(Arc::new(FakeOwners::default()), dir.path());
+        pool.lock().leases.insert("a".into(), actor_lease(&["sleep", "30"], "10.0.0.9:5000"));
+        let pid = pool.lock().leases.get_mut("a").unwrap().worker.child.id().unwrap();
+        pool.end_all("declared dead");
+        assert!(pool.lock().leases.is_empty());
+        assert_eq!(pool.available(), pool.total());
+        let gone = async {
+            // Gone, or a zombie until tokio reaps it.
+            while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), gone).await.expect("the worker is killed");
     }
 
     #[tokio::test]

@@ -278,6 +278,7 @@ impl Submitter {
             let address = lease.reply.worker_address.clone();
             // The creation call takes its place before any call can.
             let gpu_ids = lease.reply.gpu_ids.clone();
+            self.pushes.on_node(&address, &lease.reply.node_id);
             let place = self.pushes.place(&address).map(|place| (place, gpu_ids));
             match self.actors.placed(&actor_id, lease) {
                 Ok(()) => Ok((address, place)),
@@ -449,6 +450,7 @@ impl Submitter {
             let mut push = creation.clone();
             push.task_id = crate::objects::new_id();
             push.gpu_ids = lease.reply.gpu_ids.clone();
+            self.pushes.on_node(&address, &lease.reply.node_id);
             let created = match self.pushes.place(&address) {
                 Ok(place) => self.pushes.push(&address, Some(place), push).await,
                 Err(e) => Err(e),

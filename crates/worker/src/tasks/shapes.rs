@@ -97,6 +97,7 @@ impl Submitter {
             let mut push = queued.push;
             push.gpu_ids = lease.reply.gpu_ids.clone();
             self.note_running(&task_id, Some(&lease.reply));
+            self.pushes.on_node(&lease.reply.worker_address, &lease.reply.node_id);
             let reply = self.pushes.push(&lease.reply.worker_address, None, push).await;
             self.running.lock().expect("running lock").remove(&task_id);
             // A broken worker, or one that ends after this reply (`max_calls`), runs nothing
