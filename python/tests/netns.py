@@ -93,8 +93,7 @@ class Host:
         setup = f'mount -t tmpfs -o size=512m tmpfs /dev/shm && hostname {self.ns} && exec "$@"'
         self.run("unshare", "-u", "-m", "--propagation", "private", "sh", "-c", setup, "sh", OXRAY_BIN, "start",
                  *args, "--node-ip-address", self.address)
-        records = Path(self.env["OXRAY_HOME"], "procs").glob("*.json")
-        self.pid = min(json.loads(r.read_text())["pid"] for r in records)
+        self.pid = self.role_pid("head" if "--head" in args else "agent")
 
     def oxray(self, *args):
         return self.run(OXRAY_BIN, *args)

@@ -24,8 +24,8 @@ def _meminfo(name):
 
 
 def _used_and_total():
-    """As the agent reads it: the memory cgroup's when it is limited below the machine's
-    memory, else the machine's."""
+    """Where no cgroup of its own can be made: the memory cgroup's at the mount's root when it
+    is limited below the machine's memory (a container's), else the machine's."""
     total = _meminfo("MemTotal:")
     machine = (total - _meminfo("MemAvailable:"), total)
     for limit, current, stat, key in (
@@ -42,7 +42,9 @@ def _used_and_total():
     return machine
 
 
-CGROUP_LIMIT = 8 << 30  # far above what the hog reaches before the monitor acts
+# Far above what the hog reaches before the monitor acts, and below the machine's memory
+# (else the agent reads the machine's, not the cgroup's).
+CGROUP_LIMIT = min(8 << 30, _meminfo("MemTotal:") // 2)
 
 
 def _own_v1_memory_cgroup():
@@ -60,8 +62,12 @@ def _v1_memory_cgroup():
     folder = own / f"oxray-test-{os.getpid()}"
     try:
         folder.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    try:
         (folder / "memory.limit_in_bytes").write_text(str(CGROUP_LIMIT))
     except OSError:
+        folder.rmdir()
         return None
     return folder
 
@@ -83,7 +89,7 @@ def tight(tmp_path_factory):
     cgroup can be made, the cluster runs in one and the monitor reads it, so that memory
     others use on the machine (a VM's balloon, other tests) moves nothing; else the machine's
     use now plus HEADROOM is the threshold."""
-    cgroup = _v1_memory_cgroup()
+    cgroup = _v1_memory_cgroup() if HEADROOM / CGROUP_LIMIT < 0.5 else None
     if cgroup:
         threshold = HEADROOM / CGROUP_LIMIT
     else:

@@ -67,7 +67,7 @@ pub async fn follow(mut head: HeadClient, view: Arc<SharedView>, shutdown: Cance
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => return,
-            s = head.watch_nodes(v1::WatchNodesRequest {}) => s,
+            s = head.watch_nodes(v1::WatchNodesRequest::default()) => s,
         };
         if let Ok(stream) = stream {
             let mut stream = stream.into_inner();

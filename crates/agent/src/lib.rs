@@ -300,14 +300,18 @@ impl JoinedAgent {
             }
             v1::HeartbeatVerdict::NodeDead => {
                 let old = self.node.node_id.clone();
-                tracing::warn!("the head declared node {old} dead; ending its workers and jobs before rejoining");
+                // The new id first: a lease granted from now on is the new node's, and the
+                // ones ended below are all the old one's.
+                self.node = describe(&self.config, NodeId::random(), self.node.agent_port);
+                *self.node_id.lock().expect("node id lock") = self.node.node_id.hex();
+                tracing::warn!(
+                    "the head declared node {old} dead; ending its workers and jobs, then rejoining as node {}",
+                    self.node.node_id
+                );
                 // Its tasks were retried and its actors restarted elsewhere, its jobs failed:
                 // none may go on beside them.
                 self.pool.end_all("the head declared its node dead (it did not report for too long)");
                 self.runner.stop_all().await;
-                self.node = describe(&self.config, NodeId::random(), self.node.agent_port);
-                *self.node_id.lock().expect("node id lock") = self.node.node_id.hex();
-                tracing::warn!("rejoining as node {}", self.node.node_id);
                 self.register().await
             }
             _ => Ok(()),

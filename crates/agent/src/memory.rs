@@ -111,14 +111,19 @@ pub fn folder_and_ancestors(mount: &str, path: &str) -> Vec<String> {
     }
 }
 
-/// The readings with the tightest limit, if one is below the machine's memory.
-pub fn tightest(machine: Usage, readings: impl IntoIterator<Item = Usage>) -> Usage {
-    readings.into_iter().filter(|u| u.total < machine.total).min_by_key(|u| u.total).unwrap_or(machine)
+/// The fullest of the readings limited below the machine's memory (the first to run out:
+/// a parent shared with others may be fuller than the agent's own cgroup), else the machine's.
+pub fn fullest(machine: Usage, readings: impl IntoIterator<Item = Usage>) -> Usage {
+    readings
+        .into_iter()
+        .filter(|u| u.total < machine.total)
+        .max_by(|a, b| a.fraction().total_cmp(&b.fraction()))
+        .unwrap_or(machine)
 }
 
-/// The use that matters here: that of the memory cgroup the agent runs in (or one above it)
-/// when its limit is below the machine's memory (a container, a batch job, a systemd unit),
-/// else the machine's.
+/// The use that matters here: that of the memory cgroup the agent runs in, or of one above
+/// it, when limited below the machine's memory (a container, a batch job, a systemd unit),
+/// the fullest of them; else the machine's.
 pub fn read_usage() -> Option<Usage> {
     let read = |path: String| std::fs::read_to_string(path).ok();
     let machine = from_meminfo(&read("/proc/meminfo".into())?)?;
@@ -131,10 +136,13 @@ pub fn read_usage() -> Option<Usage> {
         let f = |name: &str| format!("{d}/memory.{name}");
         (f("limit_in_bytes"), f("usage_in_bytes"), f("stat"), "total_inactive_file")
     });
+    // The limit first: a cgroup with none (the root's aggregate stat is costly) is not read.
+    let limited =
+        |limit: &str| read(limit.to_string()).filter(|l| l.trim().parse::<u64>().is_ok_and(|l| l < machine.total));
     let readings = v2
         .chain(v1)
-        .filter_map(|(limit, current, stat, key)| from_cgroup(&read(limit)?, &read(current)?, &read(stat)?, key));
-    Some(tightest(machine, readings))
+        .filter_map(|(limit, current, stat, key)| from_cgroup(&limited(&limit)?, &read(current)?, &read(stat)?, key));
+    Some(fullest(machine, readings))
 }
 
 /// A lease the monitor may end, as the pool describes it.
@@ -187,12 +195,13 @@ mod tests {
     }
 
     #[test]
-    fn the_tightest_limit_below_the_machines_memory_counts() {
+    fn the_fullest_cgroup_limited_below_the_machines_memory_counts() {
         let u = |used, total| Usage { used, total };
         let machine = u(50, 1000);
-        assert_eq!(tightest(machine, [u(40, 5000), u(30, 400), u(35, 600)]), u(30, 400));
-        assert_eq!(tightest(machine, [u(40, 5000), u(50, 1000)]), machine, "no limit below the machine's");
-        assert_eq!(tightest(machine, []), machine);
+        assert_eq!(fullest(machine, [u(40, 5000), u(30, 400), u(590, 600)]), u(590, 600), "a fuller parent");
+        assert_eq!(fullest(machine, [u(300, 400), u(310, 600)]), u(300, 400));
+        assert_eq!(fullest(machine, [u(40, 5000), u(50, 1000)]), machine, "no limit below the machine's");
+        assert_eq!(fullest(machine, []), machine);
     }
 
     #[test]

@@ -119,6 +119,10 @@ struct State {
     /// Workers the memory monitor ended whose leases were returned before they finished
     /// exiting: their memory is not free yet.
     ending: Vec<tokio::process::Child>,
+    /// Workers ended with their lease, with why, until they are reaped: one may have been
+    /// exiting on its own (a broken call is often its death, seen before its exit), and its
+    /// own status then says why it ended.
+    retiring: Vec<(String, tokio::process::Child, (ExitType, String))>,
     records: WorkerRecords,
 }
 
@@ -477,10 +481,15 @@ impl WorkerPool {
             lease.worker.since = std::time::Instant::now();
             self.lock().idle.push(lease.worker);
         } else {
-            // Dropping the child kills it (kill_on_drop).
             tracing::info!(worker = %lease.worker.id, "worker retired");
-            let exit = exit.unwrap_or_else(|| (why.0, why.1.to_string()));
-            self.lock().records.ended(&lease.worker.id, exit, now);
+            match exit {
+                Some(exit) => self.lock().records.ended(&lease.worker.id, exit, now),
+                None => {
+                    let _ = lease.worker.child.start_kill();
+                    let why = (why.0, why.1.to_string());
+                    self.lock().retiring.push((lease.worker.id, lease.worker.child, why));
+                }
+            }
         }
         self.release(&holding, lease.bundle.as_ref());
         lease.ended_for

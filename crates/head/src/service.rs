@@ -73,8 +73,9 @@ impl head_service_server::HeadService for HeadService {
 
     async fn watch_nodes(
         &self,
-        _request: Request<v1::WatchNodesRequest>,
+        request: Request<v1::WatchNodesRequest>,
     ) -> Result<Response<Self::WatchNodesStream>, Status> {
+        let deaths_only = request.into_inner().deaths_only;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let membership = self.membership.clone();
         let shutdown = self.shutdown.clone();
@@ -84,10 +85,13 @@ impl head_service_server::HeadService for HeadService {
             let mut since = None;
             loop {
                 changed.borrow_and_update();
-                let (version, nodes) = membership.changes_since(since);
-                if since.is_none() || !nodes.is_empty() {
+                let (version, mut nodes) = membership.changes_since(since);
+                if deaths_only {
+                    nodes.retain(|n| !n.is_alive());
+                }
+                if (since.is_none() && !deaths_only) || !nodes.is_empty() {
                     let nodes = nodes.iter().map(v1::Node::from).collect();
-                    let change = v1::NodesChange { version, full: since.is_none(), nodes };
+                    let change = v1::NodesChange { version, full: since.is_none() && !deaths_only, nodes };
                     if tx.send(Ok(change)).await.is_err() {
                         return;
                     }

@@ -191,18 +191,6 @@ pub fn router(state: ApiState, others: Documented) -> Router {
             status::cluster_status,
         )
         .get("/metrics", op("status", "Prometheus metrics of the cluster"), metrics::render)
-        .get("/api/jobs/", jobs("Every job").query(&[("limit", schema::integer(), "the newest this many")]), jobs::list)
-        .get("/api/jobs", jobs("Every job").query(&[("limit", schema::integer(), "the newest this many")]), jobs::list)
-        .post(
-            "/api/jobs/",
-            jobs("Submit a job").body("application/json", job_submission()).answers(400, "a bad submission"),
-            jobs::submit,
-        )
-        .post(
-            "/api/jobs",
-            jobs("Submit a job").body("application/json", job_submission()).answers(400, "a bad submission"),
-            jobs::submit,
-        )
         .get("/api/jobs/{id}", jobs("A job").answers(404, "no such job"), jobs::get)
         .delete(
             "/api/jobs/{id}",
@@ -248,14 +236,23 @@ pub fn router(state: ApiState, others: Documented) -> Router {
             ui("The nodes' use over the last hour").query(&[("node_id", schema::string(), "one node")]),
             ui::usage,
         )
-        .get("/api/openapi.json", op("status", "This document"), openapi_json)
-        .map(|r| {
-            // Package uploads stream with their own limit; JSON bodies stay small.
-            r.layer(DefaultBodyLimit::max(8 * 1024 * 1024))
-                // Unknown paths answer 404 only to callers with the token, as Ray's server does.
-                .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "Not Found") })
-                .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token))
-        });
+        .get("/api/openapi.json", op("status", "This document"), openapi_json);
+    // Ray's clients use both spellings.
+    let protected = ["/api/jobs/", "/api/jobs"].into_iter().fold(protected, |api, path| {
+        api.get(path, jobs("Every job").query(&[("limit", schema::integer(), "the newest this many")]), jobs::list)
+            .post(
+                path,
+                jobs("Submit a job").body("application/json", job_submission()).answers(400, "a bad submission"),
+                jobs::submit,
+            )
+    });
+    let (protected, protected_paths) = protected.finish(|r| {
+        // Package uploads stream with their own limit; JSON bodies stay small.
+        r.layer(DefaultBodyLimit::max(8 * 1024 * 1024))
+            // Unknown paths answer 404 only to callers with the token, as Ray's server does.
+            .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "Not Found") })
+            .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token))
+    });
     let public = Documented::new(false)
         .get("/api/version", op("status", "Versions, as Ray's clients check them"), status::version)
         // What Ray's Serve CLI checks first.
@@ -271,7 +268,6 @@ pub fn router(state: ApiState, others: Documented) -> Router {
             ui::authenticate,
         );
     let (others, mut paths) = others.into_parts();
-    let (protected, protected_paths) = protected.into_parts();
     let (public, public_paths) = public.into_parts();
     paths.merge(protected_paths);
     paths.merge(public_paths);

@@ -160,9 +160,10 @@ impl<S: Clone + Send + Sync + 'static> Documented<S> {
         self
     }
 
-    /// The router with `f` applied (layers, a fallback), its description kept.
-    pub fn map(self, f: impl FnOnce(Router<S>) -> Router<S>) -> Self {
-        Self { router: f(self.router), ..self }
+    /// The router with `f` applied (layers, a fallback), and the description. No route can be
+    /// added after: a layer covers only the routes added before it.
+    pub fn finish(self, f: impl FnOnce(Router<S>) -> Router<S>) -> (Router<S>, Paths) {
+        (f(self.router), self.paths)
     }
 
     pub fn with_state<S2>(self, state: S) -> Documented<S2> {

@@ -297,3 +297,23 @@ async fn task_lists_filter_and_summarize_in_rays_envelope() {
     let (status, body) = get_json("/api/v0/actors").await;
     assert_eq!((status, body["data"]["result"]["total"].clone()), (StatusCode::OK, serde_json::json!(0)));
 }
+
+#[tokio::test]
+async fn every_operation_the_document_says_needs_the_token_refuses_a_call_without_it() {
+    let (_, body) = get("/api/openapi.json", AUTH).await;
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let mut checked = 0;
+    for (path, methods) in doc["paths"].as_object().unwrap() {
+        let uri = path.replace('{', "").replace('}', "");
+        for (method, operation) in methods.as_object().unwrap() {
+            if operation.get("security").is_none() {
+                continue;
+            }
+            let request = Request::builder().method(method.to_uppercase().as_str()).uri(&uri);
+            let (status, _) = send(request, None, Body::empty()).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 30, "{checked} operations");
+}

@@ -46,10 +46,6 @@ pub(crate) struct Pushes {
     caller: String,
     streams: Arc<Mutex<HashMap<String, Arc<Stream>>>>,
     items: Items,
-    /// The node of each worker address this process leased, to cut its connections when the
-    /// head declares the node dead: a node cut off by the network sends no reset, and its
-    /// connections would wait for ever.
-    nodes: Mutex<HashMap<String, String>>,
     /// Nodes the head declared dead.
     dead: Mutex<std::collections::HashSet<String>>,
     head: Option<oxray_rpc::HeadClient>,
@@ -69,6 +65,10 @@ struct Stream {
     waiting: Mutex<Option<HashMap<String, Waiting>>>,
     /// Ends the connection from outside, saying why.
     cut: Mutex<Option<oneshot::Sender<String>>>,
+    /// The node of the worker, when this process leased it: its connection is cut when the
+    /// head declares the node dead (a node cut off by the network sends no reset, and the
+    /// connection would wait for ever).
+    node: Mutex<Option<String>>,
 }
 
 impl Pushes {
@@ -78,28 +78,33 @@ impl Pushes {
             caller,
             streams: Default::default(),
             items: Default::default(),
-            nodes: Default::default(),
             dead: Default::default(),
             head,
             watching: std::sync::Once::new(),
         }
     }
 
-    /// The worker at `address` runs on node `node_id`. The first call starts following the
-    /// head's node changes (inside the runtime).
+    /// The worker at `address` runs on node `node_id` (its connection is opened if needed,
+    /// so inside the runtime). The first call starts following the head's node deaths.
     pub fn on_node(self: &Arc<Self>, address: &str, node_id: &str) {
         if node_id.is_empty() {
             return;
         }
-        self.nodes.lock().expect("nodes lock").insert(address.to_string(), node_id.to_string());
+        if let Ok(stream) = self.stream(address) {
+            let mut node = stream.node.lock().expect("node lock");
+            if node.as_deref() != Some(node_id) {
+                *node = Some(node_id.to_string());
+            }
+        }
         if let Some(head) = &self.head {
             self.watching.call_once(|| drop(tokio::spawn(follow_deaths(head.clone(), Arc::downgrade(self)))));
         }
     }
 
-    /// The nodes of the workers this process pushes to.
+    /// The nodes of the workers this process is connected to.
     pub fn known_nodes(&self) -> std::collections::HashSet<String> {
-        self.nodes.lock().expect("nodes lock").values().cloned().collect()
+        let streams = self.streams.lock().expect("streams lock");
+        streams.values().filter_map(|s| s.node.lock().expect("node lock").clone()).collect()
     }
 
     /// Whether the head declared `node_id` dead.
@@ -110,16 +115,12 @@ impl Pushes {
     /// Cuts the connections to the workers of `node_id`: what waits on them fails with `why`.
     pub fn node_died(&self, node_id: &str, why: &str) {
         self.dead.lock().expect("dead lock").insert(node_id.to_string());
-        let addresses: Vec<String> = {
-            let mut nodes = self.nodes.lock().expect("nodes lock");
-            let gone: Vec<String> = nodes.iter().filter(|(_, n)| *n == node_id).map(|(a, _)| a.clone()).collect();
-            gone.iter().for_each(|a| drop(nodes.remove(a)));
-            gone
-        };
         let streams = self.streams.lock().expect("streams lock");
-        for address in addresses {
-            let cut = streams.get(&address).and_then(|s| s.cut.lock().expect("cut lock").take());
-            if let Some(cut) = cut {
+        for (address, stream) in streams.iter() {
+            if stream.node.lock().expect("node lock").as_deref() != Some(node_id) {
+                continue;
+            }
+            if let Some(cut) = stream.cut.lock().expect("cut lock").take() {
                 tracing::warn!(address, node_id, "cutting the connection to a worker: {why}");
                 let _ = cut.send(why.to_string());
             }
@@ -200,6 +201,7 @@ impl Pushes {
             sender,
             waiting: Mutex::new(Some(HashMap::new())),
             cut: Mutex::new(Some(cut)),
+            node: Mutex::new(None),
         });
         streams.insert(address.to_string(), stream.clone());
         let (this, address, streams) = (stream.clone(), address.to_string(), self.streams.clone());
@@ -231,7 +233,7 @@ const RECONNECT: Duration = Duration::from_millis(500);
 /// Follows the head's node changes while `pushes` lives, again after the stream breaks.
 async fn follow_deaths(mut head: oxray_rpc::HeadClient, pushes: std::sync::Weak<Pushes>) {
     loop {
-        if let Ok(stream) = head.watch_nodes(v1::WatchNodesRequest {}).await {
+        if let Ok(stream) = head.watch_nodes(v1::WatchNodesRequest { deaths_only: true }).await {
             let mut stream = stream.into_inner();
             while let Ok(Some(change)) = stream.message().await {
                 let Some(pushes) = pushes.upgrade() else { return };
@@ -315,7 +317,7 @@ mod tests {
         let reply = tokio::time::timeout(Duration::from_secs(5), push).await.expect("cut at once").unwrap();
         assert!(reply.unwrap_err().contains("declared node node-a dead"));
         assert!(pushes.is_dead("node-a") && !pushes.is_dead("node-c"));
-        assert!(pushes.known_nodes().is_empty());
+        assert!(pushes.known_nodes().is_empty(), "the cut connection is gone");
         held.abort();
     }
 }

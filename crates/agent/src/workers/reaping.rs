@@ -42,11 +42,18 @@ impl WorkerPool {
         owners
     }
 
-    /// Forgets idle workers that died and retires warm ones that waited too long.
+    /// Forgets idle workers that died, retires warm ones that waited too long, and notes how
+    /// workers ended with their lease exited.
     fn retire_idle(&self) {
+        use std::os::unix::process::ExitStatusExt;
         let now = worker_records::now_ms();
         let mut state = self.lock();
-        let State { idle, records, .. } = &mut *state;
+        let State { idle, records, retiring, .. } = &mut *state;
+        retiring.retain_mut(|(id, child, why)| {
+            let Ok(Some(status)) = child.try_wait() else { return true };
+            records.ended(id, retired_exit(status.code(), status.signal(), why), now);
+            false
+        });
         idle.retain_mut(|w| {
             let exit = exited(&mut w.child).or_else(|| {
                 let stale = w.kind.keeps_warm() && w.since.elapsed() > WARM_IDLE;
@@ -134,6 +141,17 @@ impl WorkerPool {
             "the worker running the {what} (at {}) was ended to free memory: {why}",
             lease.worker.address
         ));
+    }
+}
+
+/// How a worker ended with its lease exited: killed here, it was still running and `why`
+/// says why it ended; else it was exiting on its own (a SIGKILL does not change the status
+/// of a process already exiting) and its status says why.
+fn retired_exit(code: Option<i32>, signal: Option<i32>, why: &(ExitType, String)) -> (ExitType, String) {
+    if signal == Some(nix::sys::signal::Signal::SIGKILL as i32) {
+        why.clone()
+    } else {
+        worker_records::exit_of(code, signal)
     }
 }
 
@@ -248,6 +266,37 @@ mod tests {
             }
         };
         tokio::time::timeout(Duration::from_secs(10), gone).await.expect("the worker is killed");
+    }
+
+    #[test]
+    fn a_worker_ended_with_its_lease_keeps_its_own_exit_unless_killed_here() {
+        let why = (ExitType::IntendedUserExit, "its placement group was removed".to_string());
+        assert_eq!(retired_exit(None, Some(9), &why), why);
+        let own = retired_exit(Some(3), None, &why);
+        assert_eq!(own.0, ExitType::SystemError);
+        assert!(own.1.contains("code 3"), "{own:?}");
+    }
+
+    #[tokio::test]
+    async fn a_worker_given_back_while_it_runs_is_killed_and_noted_with_the_reason_once_reaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool(Arc::new(FakeOwners::default()), dir.path());
+        let mut lease = actor_lease(&["sleep", "30"], "10.0.0.9:5000");
+        lease.notify = None;
+        pool.lock().records.launched(&lease.worker.id, 1);
+        pool.lock().leases.insert("l".into(), lease);
+        pool.give_back("l", true, (ExitType::IntendedUserExit, "its placement group was removed"));
+        let ended = async {
+            loop {
+                pool.retire_idle();
+                if let Some(exit) = pool.worker_records().pop().and_then(|r| r.exit) {
+                    return exit;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let exit = tokio::time::timeout(Duration::from_secs(10), ended).await.expect("reaped");
+        assert_eq!(exit, (ExitType::IntendedUserExit, "its placement group was removed".into()));
     }
 
     #[tokio::test]

@@ -285,22 +285,24 @@ impl Submitter {
     /// agent ended the worker, if it did (empty when it did not).
     pub async fn give_back(&self, lease: &Lease, disconnect: bool) -> Result<String, crate::WorkerError> {
         self.task_leases.lock().expect("task leases lock").remove(&lease.reply.lease_id);
-        if self.pushes.is_dead(&lease.reply.node_id) {
-            // Its agent ends everything it ran once it learns so; it may not be reachable now.
-            return Ok(String::new());
-        }
         let request = v1::ReturnWorkerRequest { lease_id: lease.reply.lease_id.clone(), disconnect };
         // An agent cut off by the network never answers: what waits on the return (a retry)
         // must not wait with it.
-        let reply = tokio::time::timeout(RETURN_PATIENCE, self.leases.return_worker(&lease.agent_address, request))
-            .await
-            .map_err(|_| {
+        let leases = self.leases.clone();
+        let agent = lease.agent_address.clone();
+        let returned = async move {
+            tokio::time::timeout(RETURN_PATIENCE, leases.return_worker(&agent, request)).await.map_err(|_| {
                 crate::WorkerError::Unreachable(format!(
-                    "the agent at {} did not take its worker back in {RETURN_PATIENCE:?}",
-                    lease.agent_address
+                    "the agent at {agent} did not take its worker back in {RETURN_PATIENCE:?}"
                 ))
-            })??;
-        Ok(reply.exit_reason)
+            })
+        };
+        if self.pushes.is_dead(&lease.reply.node_id) {
+            // Told in the background: the agent ends what its dead node ran once it learns so.
+            tokio::spawn(returned);
+            return Ok(String::new());
+        }
+        Ok(returned.await??.exit_reason)
     }
 }
 
