@@ -304,7 +304,7 @@ async fn every_operation_the_document_says_needs_the_token_refuses_a_call_withou
     let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
     let mut checked = 0;
     for (path, methods) in doc["paths"].as_object().unwrap() {
-        let uri = path.replace('{', "").replace('}', "");
+        let uri = path.replace(['{', '}'], "");
         for (method, operation) in methods.as_object().unwrap() {
             if operation.get("security").is_none() {
                 continue;
