@@ -73,6 +73,8 @@ impl Submitter {
         if more {
             self.spawn_drive(key.clone(), want.clone());
         }
+        // Once per lease: its connection lasts as long as it does (a broken one ends it).
+        self.pushes.on_node(&lease.reply.worker_address, &lease.reply.node_id);
         // SPREAD chooses a node per lease, so each of its leases runs one task: a kept lease
         // would keep the queued tasks on one node.
         let one_task = want.strategy == Strategy::Spread;
@@ -97,7 +99,6 @@ impl Submitter {
             let mut push = queued.push;
             push.gpu_ids = lease.reply.gpu_ids.clone();
             self.note_running(&task_id, Some(&lease.reply));
-            self.pushes.on_node(&lease.reply.worker_address, &lease.reply.node_id);
             let reply = self.pushes.push(&lease.reply.worker_address, None, push).await;
             self.running.lock().expect("running lock").remove(&task_id);
             // A broken worker, or one that ends after this reply (`max_calls`), runs nothing
