@@ -107,7 +107,10 @@ class Host:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def stop(self):
-        subprocess.run([OXRAY_BIN, "stop", "--force"], env=self.env, capture_output=True, timeout=60)
+        """A clean stop (its agent removes its object store, which a private /dev/shm would
+        otherwise take along and leave the spill folder in the shared /tmp), else a forced one."""
+        if subprocess.run([OXRAY_BIN, "stop"], env=self.env, capture_output=True, timeout=60).returncode != 0:
+            subprocess.run([OXRAY_BIN, "stop", "--force"], env=self.env, capture_output=True, timeout=60)
 
     def role_pid(self, role):
         for record in Path(self.env["OXRAY_HOME"], "procs").glob("*.json"):

@@ -1,6 +1,8 @@
 //! The node's object store directories (shared memory, and disk for what spills): made and
 //! marked when the agent joins, removed when it leaves. An agent killed outright cannot
-//! remove them, so each agent that starts removes those whose agent is gone.
+//! remove them, so each agent that starts removes those whose agent is gone. Each directory
+//! names its agent: one whose /dev/shm was private (a container's, a test host's) left its
+//! spill directory in a /tmp that others share.
 
 use oxray_config::procs;
 use std::path::{Path, PathBuf};
@@ -10,7 +12,7 @@ use std::path::{Path, PathBuf};
 pub fn object_store_dirs(agent_port: u16) -> (PathBuf, PathBuf) {
     let shm = Path::new("/dev/shm");
     let memory = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-    (memory.join(format!("{PREFIX}{agent_port}")), std::env::temp_dir().join(format!("oxray-spill-{agent_port}")))
+    (memory.join(format!("{PREFIX}{agent_port}")), std::env::temp_dir().join(format!("{SPILL_PREFIX}{agent_port}")))
 }
 
 /// The file in the object store directory that names the node it belongs to.
@@ -18,6 +20,7 @@ pub const STORE_NODE_FILE: &str = "node";
 /// The file that names the agent process keeping the store: pid namespace, pid, start time.
 const STORE_AGENT_FILE: &str = "agent";
 const PREFIX: &str = "oxray-objects-";
+const SPILL_PREFIX: &str = "oxray-spill-";
 
 /// Creates the directories of the store of the agent on `port` and names its node and
 /// agent in them, so processes of this machine know the store is their node's.
@@ -26,7 +29,9 @@ pub fn mark(port: u16, node_id: &str) -> std::io::Result<()> {
     oxray_config::paths::private_dir(&memory)?;
     oxray_config::paths::private_dir(&spill)?;
     let me = procs::identity();
-    std::fs::write(memory.join(STORE_AGENT_FILE), format!("{}\n{}\n{}\n", me.pid_namespace, me.pid, me.start_ticks))?;
+    let agent = format!("{}\n{}\n{}\n", me.pid_namespace, me.pid, me.start_ticks);
+    std::fs::write(memory.join(STORE_AGENT_FILE), &agent)?;
+    std::fs::write(spill.join(STORE_AGENT_FILE), &agent)?;
     std::fs::write(memory.join(STORE_NODE_FILE), node_id)
 }
 
@@ -38,22 +43,22 @@ pub fn remove(port: u16) {
     }
 }
 
-/// Removes the stores of agents of this machine that are gone; returns how many.
+/// Removes the store directories of agents of this machine that are gone; returns how many.
 pub fn sweep() -> usize {
-    let (memory, _) = object_store_dirs(0);
-    let Some(base) = memory.parent() else { return 0 };
-    let Ok(entries) = std::fs::read_dir(base) else { return 0 };
+    let (memory, spill) = object_store_dirs(0);
     let here = procs::identity().pid_namespace;
     let mut removed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(port) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)).and_then(|p| p.parse::<u16>().ok()) else {
-            continue;
-        };
-        if keeper_is_gone(&entry.path(), &here) {
-            tracing::info!(port, "removing the object store of an agent that is gone");
-            remove(port);
-            removed += 1;
+    for (base, prefix) in [(memory.parent(), PREFIX), (spill.parent(), SPILL_PREFIX)] {
+        let Some(entries) = base.and_then(|b| std::fs::read_dir(b).ok()) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let ours = name.to_str().and_then(|n| n.strip_prefix(prefix)).is_some_and(|p| p.parse::<u16>().is_ok());
+            if ours && keeper_is_gone(&entry.path(), &here) {
+                tracing::info!(dir = %entry.path().display(), "removing the object store of an agent that is gone");
+                if std::fs::remove_dir_all(entry.path()).is_ok() {
+                    removed += 1;
+                }
+            }
         }
     }
     removed

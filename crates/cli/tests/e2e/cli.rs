@@ -242,10 +242,31 @@ fn a_killed_agents_object_store_goes_when_the_next_agent_starts() {
     start_head(&m);
     let node = node_ids(&m).remove(0);
     let store = store_of(&node).expect("the node marks its store");
+    let port = store.file_name().unwrap().to_string_lossy().trim_start_matches("oxray-objects-").to_string();
+    let spill = std::env::temp_dir().join(format!("oxray-spill-{port}"));
     ok(&m.run(&["stop", "--force"]));
-    assert!(store.is_dir(), "SIGKILL leaves it behind");
+    assert!(store.is_dir() && spill.is_dir(), "SIGKILL leaves them behind");
     start_head(&m);
-    assert!(!store.exists(), "swept by the next agent of this machine");
+    assert!(!store.exists() && !spill.exists(), "swept by the next agent of this machine");
+    ok(&m.run(&["stop"]));
+}
+
+#[test]
+fn a_killed_agents_spill_folder_goes_even_when_its_shared_memory_went_first() {
+    if !Path::new("/dev/shm").is_dir() {
+        return;
+    }
+    let m = Machine::new();
+    start_head(&m);
+    let store = store_of(&node_ids(&m).remove(0)).expect("the node marks its store");
+    let port = store.file_name().unwrap().to_string_lossy().trim_start_matches("oxray-objects-").to_string();
+    let spill = std::env::temp_dir().join(format!("oxray-spill-{port}"));
+    ok(&m.run(&["stop", "--force"]));
+    // As a private /dev/shm (a container's, a test host's) goes with its mount namespace.
+    std::fs::remove_dir_all(&store).unwrap();
+    assert!(spill.is_dir());
+    start_head(&m);
+    assert!(!spill.exists(), "swept by the next agent of this machine");
     ok(&m.run(&["stop"]));
 }
 
