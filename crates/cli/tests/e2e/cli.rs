@@ -233,18 +233,22 @@ fn store_of(node_id: &str) -> Option<std::path::PathBuf> {
     })
 }
 
+/// Starts a head, kills it (SIGKILL) and returns its node's store and spill directories.
+fn killed_head_stores(m: &Machine) -> (std::path::PathBuf, std::path::PathBuf) {
+    start_head(m);
+    let store = store_of(&node_ids(m).remove(0)).expect("the node marks its store");
+    let port = store.file_name().unwrap().to_string_lossy().trim_start_matches("oxray-objects-").to_string();
+    ok(&m.run(&["stop", "--force"]));
+    (store, std::env::temp_dir().join(format!("oxray-spill-{port}")))
+}
+
 #[test]
 fn a_killed_agents_object_store_goes_when_the_next_agent_starts() {
     if !Path::new("/dev/shm").is_dir() {
         return;
     }
     let m = Machine::new();
-    start_head(&m);
-    let node = node_ids(&m).remove(0);
-    let store = store_of(&node).expect("the node marks its store");
-    let port = store.file_name().unwrap().to_string_lossy().trim_start_matches("oxray-objects-").to_string();
-    let spill = std::env::temp_dir().join(format!("oxray-spill-{port}"));
-    ok(&m.run(&["stop", "--force"]));
+    let (store, spill) = killed_head_stores(&m);
     assert!(store.is_dir() && spill.is_dir(), "SIGKILL leaves them behind");
     start_head(&m);
     assert!(!store.exists() && !spill.exists(), "swept by the next agent of this machine");
@@ -257,11 +261,7 @@ fn a_killed_agents_spill_folder_goes_even_when_its_shared_memory_went_first() {
         return;
     }
     let m = Machine::new();
-    start_head(&m);
-    let store = store_of(&node_ids(&m).remove(0)).expect("the node marks its store");
-    let port = store.file_name().unwrap().to_string_lossy().trim_start_matches("oxray-objects-").to_string();
-    let spill = std::env::temp_dir().join(format!("oxray-spill-{port}"));
-    ok(&m.run(&["stop", "--force"]));
+    let (store, spill) = killed_head_stores(&m);
     // As a private /dev/shm (a container's, a test host's) goes with its mount namespace.
     std::fs::remove_dir_all(&store).unwrap();
     assert!(spill.is_dir());
