@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 # The container image: podman, runc (crun cannot run containers on hybrid cgroups), skopeo, and
 # iptables for published ports (netavark, podman's network stack, does not depend on it).
-APT_PACKAGES := protobuf-compiler python3-venv chromium podman runc skopeo iptables wrk
+APT_PACKAGES := protobuf-compiler python3-venv chromium podman runc skopeo iptables wrk openssl
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TOOLS ?= .tools

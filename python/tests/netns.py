@@ -122,14 +122,14 @@ class Host:
     def get(self, url):
         """(status, body) of a GET from this host, or (None, why) when nothing answered."""
         code = f"""
-import sys, urllib.request, urllib.error
+import http.client, sys, urllib.request, urllib.error
 try:
     with urllib.request.urlopen({url!r}, timeout=10) as r:
         print(r.status, r.read().decode())
 except urllib.error.HTTPError as e:
     print(e.code, e.read().decode())
-except OSError as e:
-    print("None", e)
+except (OSError, http.client.HTTPException) as e:
+    print("None", repr(e))
 """
         status, _, body = self.python(code).stdout.strip().partition(" ")
         return (None if status == "None" else int(status)), body

@@ -6,6 +6,7 @@ mod monitor;
 mod output;
 mod resources;
 mod target;
+mod tls;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -5,6 +5,7 @@ mod actors;
 mod agents;
 mod drivers;
 mod events;
+mod https;
 mod job_log_copies;
 mod jobs;
 mod membership;
@@ -24,6 +25,7 @@ pub use jobs::JobManager;
 pub use membership::{Membership, MembershipError, Verdict};
 pub use store::{Store, StoreError};
 
+use futures_util::FutureExt;
 use oxray_config::session::SessionDir;
 use oxray_http::{ApiState, ClusterView};
 use oxray_proto::ray_rpc::internal_kv_gcs_service_server::InternalKvGcsServiceServer;
@@ -285,10 +287,19 @@ impl BoundHead {
             },
             serve.router(),
         );
-        let web = axum::serve(http, api).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let stopped = shutdown.clone().cancelled_owned();
+        let web = match oxray_rpc::tls::current() {
+            Some(tls) => {
+                let https = https::Listener::new(http, tls.http_server());
+                std::future::IntoFuture::into_future(axum::serve(https, api).with_graceful_shutdown(stopped)).boxed()
+            }
+            None => {
+                std::future::IntoFuture::into_future(axum::serve(http, api).with_graceful_shutdown(stopped)).boxed()
+            }
+        };
 
         let grpc = oxray_rpc::serve_until(grpc, shutdown.clone());
-        let web = oxray_rpc::serve_until(std::future::IntoFuture::into_future(web), shutdown.clone());
+        let web = oxray_rpc::serve_until(web, shutdown.clone());
         let result = tokio::try_join!(
             async { grpc.await.map_err(|e| HeadError::Serve("control plane", e.to_string())) },
             async { web.await.map_err(|e| HeadError::Serve("dashboard", e.to_string())) },
@@ -318,7 +329,8 @@ impl HeadConfig {
             "0.0.0.0" | "::" => self.node_ip.as_str(),
             host => host,
         };
-        Dashboard { host: self.dashboard_host.clone(), port, url: format!("http://{reach}:{port}") }
+        let scheme = if oxray_rpc::tls::current().is_some() { "https" } else { "http" };
+        Dashboard { host: self.dashboard_host.clone(), port, url: format!("{scheme}://{reach}:{port}") }
     }
 }
 

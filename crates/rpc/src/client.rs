@@ -88,6 +88,19 @@ pub fn explain(address: &str, status: &Status) -> String {
             let reason = cause.unwrap_or_else(|| status.message().to_string());
             format!("cannot reach the head at {address}: {reason}")
         }
+        // The connection was made, then broke before an answer: the head speaks TLS to a
+        // client that does not, or the other way round.
+        _ if std::error::Error::source(status).is_some() => {
+            let cause = std::error::Error::source(status).map(root_cause).unwrap_or_default();
+            let hint = match crate::tls::current() {
+                Some(_) => "; does the head use TLS, with the same authority?",
+                None => {
+                    "; if the head uses TLS, set OXRAY_TLS_CERT, OXRAY_TLS_KEY and OXRAY_TLS_CA to this \
+                         machine's certificate, its key and the cluster's authority"
+                }
+            };
+            format!("cannot talk to the head at {address}: {cause}{hint}")
+        }
         _ => format!("the head at {address} answered: {}", status.message()),
     }
 }

@@ -5,10 +5,53 @@
 //! socket, with no hand-off to another thread. What does not fit waits in a backlog, in
 //! order, which a task of the runtime writes out as room comes; a frame is never split
 //! between a thread's write and another's.
+//!
+//! Inside TLS a connection has one session state, which no two threads can write at once:
+//! frames go to a task of the runtime that writes them in order.
 
-use crate::socket::Socket;
+use crate::socket::{Socket, SocketStream};
+use crate::stream::Stream;
 use std::io::{self, IoSlice};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::mpsc;
+
+type TlsIo = Box<tokio_rustls::TlsStream<SocketStream>>;
+
+/// Where a connection's frames are read from.
+pub enum Reads {
+    Socket(Arc<Socket>),
+    Tls(ReadHalf<TlsIo>),
+}
+
+impl Reads {
+    async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Reads::Socket(socket) => socket.read(buf).await,
+            Reads::Tls(half) => half.read(buf).await,
+        }
+    }
+}
+
+/// Where a connection's frames are written to.
+pub enum Writes {
+    Socket(Arc<Socket>),
+    Tls(WriteHalf<TlsIo>),
+}
+
+/// A connection's two directions.
+pub fn split(stream: Stream) -> (Reads, Writes) {
+    match stream {
+        Stream::Plain(s) => {
+            let socket = Arc::new(s.into_socket());
+            (Reads::Socket(socket.clone()), Writes::Socket(socket))
+        }
+        Stream::Tls(s) => {
+            let (reads, writes) = tokio::io::split(s);
+            (Reads::Tls(reads), Writes::Tls(writes))
+        }
+    }
+}
 
 /// How the first frame of a connection is limited before its peer is known.
 pub const HELLO_LIMIT: u64 = 64 * 1024;
@@ -26,9 +69,16 @@ pub struct Sender {
     state: Mutex<SendState>,
 }
 
+#[derive(Clone)]
+enum Out {
+    Socket(Arc<Socket>),
+    /// To the task that writes a TLS connection.
+    Queue(mpsc::UnboundedSender<Vec<u8>>),
+}
+
 struct SendState {
     /// `None` until connected: frames wait in the backlog meanwhile.
-    socket: Option<Arc<Socket>>,
+    out: Option<Out>,
     backlog: Vec<u8>,
     flushing: bool,
     broken: Option<String>,
@@ -51,21 +101,34 @@ fn write_some(socket: &Socket, bytes: &[u8]) -> io::Result<usize> {
 impl Sender {
     /// A sender whose socket comes later (`connect`); `prefix` goes first.
     pub fn pending(runtime: tokio::runtime::Handle, prefix: &[u8]) -> Arc<Self> {
-        let state = SendState { socket: None, backlog: prefix.to_vec(), flushing: false, broken: None };
+        let state = SendState { out: None, backlog: prefix.to_vec(), flushing: false, broken: None };
         Arc::new(Self { runtime, state: Mutex::new(state) })
     }
 
-    pub fn connected(runtime: tokio::runtime::Handle, socket: Arc<Socket>) -> Arc<Self> {
+    pub fn connected(runtime: tokio::runtime::Handle, writes: Writes) -> Arc<Self> {
         let sender = Self::pending(runtime, &[]);
-        sender.connect(socket);
+        sender.connect(writes);
         sender
     }
 
-    /// Gives the sender its socket; what waited goes out.
-    pub fn connect(self: &Arc<Self>, socket: Arc<Socket>) {
+    /// Gives the sender its connection; what waited goes out.
+    pub fn connect(self: &Arc<Self>, writes: Writes) {
         let mut state = self.lock();
-        state.socket = Some(socket);
-        self.flush_later(&mut state);
+        match writes {
+            Writes::Socket(socket) => {
+                state.out = Some(Out::Socket(socket));
+                self.flush_later(&mut state);
+            }
+            Writes::Tls(half) => {
+                let (queue, frames) = mpsc::unbounded_channel();
+                let backlog = std::mem::take(&mut state.backlog);
+                if !backlog.is_empty() {
+                    drop(queue.send(backlog));
+                }
+                state.out = Some(Out::Queue(queue));
+                self.runtime.spawn(write_out(Arc::downgrade(self), frames, half));
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SendState> {
@@ -80,11 +143,18 @@ impl Sender {
             return Err(reason.clone());
         }
         let mut written = 0;
-        if let (Some(socket), true) = (&state.socket, state.backlog.is_empty()) {
-            match write_some(socket, &frame) {
+        match (&state.out, state.backlog.is_empty()) {
+            (Some(Out::Queue(queue)), _) => {
+                return match queue.send(frame) {
+                    Ok(()) => Ok(()),
+                    Err(_) => Err(Self::break_with(&mut state, io::ErrorKind::BrokenPipe.into())),
+                }
+            }
+            (Some(Out::Socket(socket)), true) => match write_some(socket, &frame) {
                 Ok(n) => written = n,
                 Err(e) => return Err(Self::break_with(&mut state, e)),
-            }
+            },
+            _ => {}
         }
         if written < frame.len() {
             state.backlog.extend_from_slice(&frame[written..]);
@@ -98,6 +168,10 @@ impl Sender {
         let mut state = self.lock();
         state.broken.get_or_insert_with(|| reason.to_string());
         state.backlog = Vec::new();
+        if matches!(state.out, Some(Out::Queue(_))) {
+            // Ends the writing task once it wrote what was queued.
+            state.out = None;
+        }
     }
 
     fn break_with(state: &mut SendState, error: io::Error) -> String {
@@ -108,7 +182,7 @@ impl Sender {
     }
 
     fn flush_later(self: &Arc<Self>, state: &mut SendState) {
-        if state.socket.is_some() && !state.backlog.is_empty() && !state.flushing {
+        if matches!(state.out, Some(Out::Socket(_))) && !state.backlog.is_empty() && !state.flushing {
             state.flushing = true;
             self.runtime.spawn(self.clone().flush());
         }
@@ -119,7 +193,7 @@ impl Sender {
         loop {
             let socket = {
                 let mut state = self.lock();
-                let socket = state.socket.clone().expect("flushing a connected sender");
+                let Some(Out::Socket(socket)) = state.out.clone() else { unreachable!("flushing a socket's sender") };
                 if state.broken.is_some() {
                     state.flushing = false;
                     return;
@@ -147,19 +221,39 @@ impl Sender {
     }
 }
 
+/// Writes a TLS connection's frames in order, a burst at a time; ends when the sender is
+/// gone or closed, or the connection broke (which the sender is told).
+async fn write_out(sender: Weak<Sender>, mut frames: mpsc::UnboundedReceiver<Vec<u8>>, mut half: WriteHalf<TlsIo>) {
+    while let Some(frame) = frames.recv().await {
+        let mut written = half.write_all(&frame).await;
+        while written.is_ok() {
+            match frames.try_recv() {
+                Ok(frame) => written = half.write_all(&frame).await,
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = written.and(half.flush().await) {
+            if let Some(sender) = sender.upgrade() {
+                Sender::break_with(&mut sender.lock(), e);
+            }
+            return;
+        }
+    }
+}
+
 const BUFFER: usize = 64 * 1024;
 
 /// The receiving side: whole messages, in order.
 pub struct Receiver {
-    socket: Arc<Socket>,
+    reads: Reads,
     buf: Vec<u8>,
     start: usize,
     filled: usize,
 }
 
 impl Receiver {
-    pub fn new(socket: Arc<Socket>) -> Self {
-        Self { socket, buf: vec![0; BUFFER], start: 0, filled: 0 }
+    pub fn new(reads: Reads) -> Self {
+        Self { reads, buf: vec![0; BUFFER], start: 0, filled: 0 }
     }
 
     /// Waits until `n` bytes are buffered; false at a clean end before any of them.
@@ -177,7 +271,7 @@ impl Receiver {
                     self.buf.resize(n, 0);
                 }
             }
-            let read = self.socket.read(&mut self.buf[self.filled..]).await?;
+            let read = self.reads.read(&mut self.buf[self.filled..]).await?;
             if read == 0 {
                 return match self.filled - self.start {
                     0 => Ok(false),

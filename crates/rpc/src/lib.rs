@@ -10,6 +10,8 @@ mod leases;
 mod local;
 mod owners;
 mod socket;
+mod stream;
+pub mod tls;
 
 pub use agent_jobs::{AgentJobClients, AgentJobs};
 pub use auth::{ClientAuth, ServerAuth, Token, TokenError};
@@ -22,6 +24,7 @@ pub use leases::{LeaseClients, Leases};
 pub use local::{connect, connect_lazy, dial_address, incoming, Conn};
 pub use owners::{OwnerClients, Owners};
 pub use socket::{Room, Socket, SocketStream, StdSocket};
+pub use stream::Stream;
 
 /// A gRPC server as every oxray process runs one. The stream limit is announced
 /// explicitly: without it, clients keep their initial guess of 100 concurrent calls per

@@ -5,6 +5,8 @@
 //! first and falls back to TCP. Abstract names belong to a network namespace, as ports do,
 //! and vanish with the process that bound them, so `oxray-P` is always the process that
 //! holds port P here.
+//!
+//! With TLS on (see `tls`), TCP connections are inside it; Unix ones stay plain.
 
 use hyper_util::rt::TokioIo;
 use std::io;
@@ -19,6 +21,8 @@ use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::socket::{Socket, SocketStream};
+use crate::stream::Stream as Wire;
+use crate::tls::{self, Carries};
 
 fn socket_name(port: u16) -> String {
     format!("oxray-{port}")
@@ -32,7 +36,7 @@ fn listen_beside(port: u16) -> io::Result<tokio::net::UnixListener> {
 }
 
 /// A connection a server accepted: over TCP, or over the Unix socket beside its port.
-pub struct Conn(pub SocketStream);
+pub struct Conn(pub Wire);
 
 impl AsyncRead for Conn {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
@@ -75,19 +79,23 @@ impl Connected for Conn {
 type Accepted = Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>>;
 
 /// The connections a server on `listener` accepts: its TCP ones, with Nagle's algorithm
-/// off (RPCs are small exchanges that must not wait for delayed ACKs), and those of the
-/// Unix socket beside its port.
+/// off (RPCs are small exchanges that must not wait for delayed ACKs) and inside TLS when
+/// it is on, and those of the Unix socket beside its port.
 pub fn incoming(listener: TcpListener) -> impl Stream<Item = io::Result<Conn>> {
     let port = listener.local_addr().map(|a| a.port());
     let tcp = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
         let conn = conn?;
         conn.set_nodelay(true)?;
-        Ok(Conn(SocketStream::new(Socket::from_tokio_tcp(conn)?)))
+        Ok(SocketStream::new(Socket::from_tokio_tcp(conn)?))
     });
+    let tcp: Accepted = match tls::current() {
+        Some(tls) => Box::pin(handshaken(tcp, tls)),
+        None => Box::pin(tcp.map(|conn| conn.map(|c| Conn(Wire::Plain(c))))),
+    };
     let nearby: Accepted = match port.and_then(listen_beside) {
         Ok(listener) => Box::pin(
             tokio_stream::wrappers::UnixListenerStream::new(listener)
-                .map(|conn| Ok(Conn(SocketStream::new(Socket::from_tokio_unix(conn?)?)))),
+                .map(|conn| Ok(Conn(Wire::Plain(SocketStream::new(Socket::from_tokio_unix(conn?)?))))),
         ),
         Err(e) => {
             tracing::warn!("no Unix socket beside the port; local clients use TCP: {e}");
@@ -97,6 +105,39 @@ pub fn incoming(listener: TcpListener) -> impl Stream<Item = io::Result<Conn>> {
     tcp.merge(nearby)
 }
 
+/// The connections of `tcp` once through their TLS handshakes, which run side by side so
+/// that a slow or silent peer holds up no other. Accepting stops once the stream is dropped.
+fn handshaken(
+    tcp: impl Stream<Item = io::Result<SocketStream>> + Send + 'static,
+    tls: &'static tls::Tls,
+) -> impl Stream<Item = io::Result<Conn>> {
+    let (done, handshaken) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut tcp = std::pin::pin!(tcp);
+        loop {
+            let conn = tokio::select! {
+                _ = done.closed() => return,
+                conn = tcp.next() => conn,
+            };
+            match conn {
+                None => return,
+                Some(Err(e)) => drop(done.send(Err(e))),
+                Some(Ok(io)) => {
+                    let done = done.clone();
+                    tokio::spawn(async move {
+                        let peer = io.socket().peer();
+                        match tls.accept(io).await {
+                            Ok(stream) => drop(done.send(Ok(Conn(Wire::Tls(Box::new(stream)))))),
+                            Err(e) => tracing::warn!("a connection from {peer} failed its TLS handshake: {e}"),
+                        }
+                    });
+                }
+            }
+        }
+    });
+    tokio_stream::wrappers::UnboundedReceiverStream::new(handshaken)
+}
+
 /// Whether `host` is an address of this machine (in this network namespace): only then
 /// does the Unix socket reach the process that listens at `host:port`.
 fn is_here(host: &str) -> bool {
@@ -104,7 +145,7 @@ fn is_here(host: &str) -> bool {
     ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
-type Io = TokioIo<SocketStream>;
+type Io = TokioIo<Wire>;
 
 /// Connects to the server at `host:port`, over its Unix socket when `here`.
 async fn dial(host: &str, port: u16, here: bool) -> io::Result<Socket> {
@@ -119,14 +160,23 @@ async fn dial(host: &str, port: u16, here: bool) -> io::Result<Socket> {
     Socket::from_tokio_tcp(stream)
 }
 
-/// Connects to the server at `address` ("host:port"), over its Unix socket when it is on
-/// this machine.
-pub async fn dial_address(address: &str) -> io::Result<Socket> {
+/// A dialed connection, inside TLS when it went over TCP and TLS is on.
+async fn secure(host: &str, carries: Carries, socket: Socket) -> io::Result<Wire> {
+    let stream = SocketStream::new(socket);
+    match tls::current() {
+        Some(tls) if !stream.socket().is_unix() => Ok(Wire::Tls(Box::new(tls.connect(host, carries, stream).await?))),
+        _ => Ok(Wire::Plain(stream)),
+    }
+}
+
+/// Connects to the server at `address` ("host:port") for what the connection `carries`,
+/// over its Unix socket when it is on this machine.
+pub async fn dial_address(address: &str, carries: Carries) -> io::Result<Wire> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("not a host:port address: {address}"));
     let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
     let port = port.parse().map_err(|_| bad())?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    dial(host, port, is_here(host)).await
+    secure(host, carries, dial(host, port, is_here(host)).await?).await
 }
 
 /// Dials a server's address, over its Unix socket when it is on this machine.
@@ -156,7 +206,7 @@ impl tower::Service<Uri> for Connector {
 
     fn call(&mut self, _: Uri) -> Self::Future {
         let (host, port, here) = (self.host.clone(), self.port, self.here);
-        Box::pin(async move { Ok(TokioIo::new(SocketStream::new(dial(&host, port, here).await?))) })
+        Box::pin(async move { Ok(TokioIo::new(secure(&host, Carries::Grpc, dial(&host, port, here).await?).await?)) })
     }
 }
 

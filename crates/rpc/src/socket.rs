@@ -158,6 +158,14 @@ impl Socket {
     pub fn is_unix(&self) -> bool {
         matches!(self.0.get_ref(), StdSocket::Unix(_))
     }
+
+    /// Who is at the other end, for messages.
+    pub fn peer(&self) -> String {
+        match self.0.get_ref() {
+            StdSocket::Tcp(s) => s.peer_addr().map_or_else(|_| "an unknown address".into(), |a| a.to_string()),
+            StdSocket::Unix(_) => "a local process".into(),
+        }
+    }
 }
 
 impl Room {

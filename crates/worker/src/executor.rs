@@ -4,8 +4,9 @@
 
 use crate::push::MAGIC;
 use oxray_proto::v1::{self, worker_service_server};
-use oxray_rpc::frames::{Receiver, Sender, HELLO_LIMIT};
-use oxray_rpc::{Conn, ServerAuth, Socket, Token};
+use oxray_rpc::frames::{self, Receiver, Sender, HELLO_LIMIT};
+use oxray_rpc::tls::Carries;
+use oxray_rpc::{Conn, ServerAuth, Stream, Token};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -134,17 +135,25 @@ impl Service {
 
     /// A connection to the worker's port: a caller's task connection, or gRPC.
     async fn sort(self, conn: Conn, grpc: mpsc::UnboundedSender<std::io::Result<Conn>>, token: Token) {
-        match tokio::time::timeout(HELLO_TIMEOUT, conn.0.socket().peek()).await {
-            Ok(Ok(Some(first))) if first == MAGIC[0] => self.serve_tasks(Arc::new(conn.0.into_socket()), &token).await,
-            Ok(Ok(Some(_))) => drop(grpc.send(Ok(conn))),
-            _ => {} // closed, broken or silent
+        let tasks = match (conn.0.carries(), &conn.0) {
+            (Some(carries), _) => carries == Carries::Tasks,
+            (None, Stream::Plain(plain)) => match tokio::time::timeout(HELLO_TIMEOUT, plain.socket().peek()).await {
+                Ok(Ok(Some(first))) => first == MAGIC[0],
+                _ => return, // closed, broken or silent
+            },
+            (None, Stream::Tls(_)) => false,
+        };
+        match tasks {
+            true => self.serve_tasks(conn.0, &token).await,
+            false => drop(grpc.send(Ok(conn))),
         }
     }
 
     /// Takes the tasks a caller pushes on its connection, once it showed the token.
-    async fn serve_tasks(&self, socket: Arc<Socket>, token: &Token) {
-        let replies = Sender::connected(tokio::runtime::Handle::current(), socket.clone());
-        let mut pushed = Receiver::new(socket);
+    async fn serve_tasks(&self, stream: Stream, token: &Token) {
+        let (reads, writes) = frames::split(stream);
+        let replies = Sender::connected(tokio::runtime::Handle::current(), writes);
+        let mut pushed = Receiver::new(reads);
         let hello = tokio::time::timeout(HELLO_TIMEOUT, async {
             let magic = pushed.exact(MAGIC.len()).await?;
             match magic == MAGIC {
@@ -231,9 +240,9 @@ impl Executor {
                 }
             }
         });
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{agent}"))
-            .map_err(|e| crate::WorkerError::Invalid(format!("bad agent address {agent:?}: {e}")))?
-            .connect()
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{agent}"))
+            .map_err(|e| crate::WorkerError::Invalid(format!("bad agent address {agent:?}: {e}")))?;
+        let channel = oxray_rpc::connect(endpoint)
             .await
             .map_err(|e| crate::WorkerError::Connect(format!("cannot reach the agent at {agent}: {e}")))?;
         let mut agent_client =
@@ -309,6 +318,7 @@ impl Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oxray_rpc::{Socket, SocketStream};
 
     fn task(name: &str, creation: bool) -> Incoming {
         Incoming {
@@ -340,7 +350,7 @@ mod tests {
             Service { queue, replies: Default::default(), order: Default::default(), current: Default::default() };
         let serving = service.clone();
         let token = Token::parse(token).unwrap();
-        let worker = Arc::new(Socket::from_tokio_unix(worker).unwrap());
+        let worker = Stream::Plain(SocketStream::new(Socket::from_tokio_unix(worker).unwrap()));
         tokio::spawn(async move { serving.serve_tasks(worker, &token).await });
         (Arc::new(Socket::from_tokio_unix(caller).unwrap()), service, tasks)
     }
@@ -348,7 +358,7 @@ mod tests {
     fn say_hello(caller: &Arc<Socket>, token: &str) -> Arc<Sender> {
         let sender = Sender::pending(tokio::runtime::Handle::current(), MAGIC);
         sender.send(&v1::TaskStreamHello { token: token.into() }).unwrap();
-        sender.connect(caller.clone());
+        sender.connect(frames::Writes::Socket(caller.clone()));
         sender
     }
 
@@ -357,7 +367,7 @@ mod tests {
         let (caller, _service, mut tasks) = task_connection("right");
         let sender = say_hello(&caller, "wrong");
         sender.send(&v1::PushTaskRequest { task_id: "t".into(), ..Default::default() }).unwrap();
-        let mut replies = Receiver::new(caller);
+        let mut replies = Receiver::new(frames::Reads::Socket(caller));
         let welcome = replies.recv::<v1::TaskStreamWelcome>(HELLO_LIMIT).await.unwrap().unwrap();
         assert_eq!(welcome.refused, "the cluster token is wrong");
         assert_eq!(replies.recv::<v1::PushTaskReply>(u64::MAX).await.unwrap(), None, "then closed");
@@ -370,7 +380,7 @@ mod tests {
         let sender = say_hello(&caller, "right");
         let push = v1::PushTaskRequest { task_id: "t1".into(), function_name: "f".into(), ..Default::default() };
         sender.send(&push).unwrap();
-        let mut replies = Receiver::new(caller);
+        let mut replies = Receiver::new(frames::Reads::Socket(caller));
         let welcome = replies.recv::<v1::TaskStreamWelcome>(HELLO_LIMIT).await.unwrap().unwrap();
         assert!(welcome.refused.is_empty());
         let task = tasks.recv().await.unwrap();

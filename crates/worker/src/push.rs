@@ -255,13 +255,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 impl Stream {
     /// Connects, then hands each reply to its caller; returns why the connection ended.
     async fn serve(&self, address: &str) -> String {
-        let socket = match tokio::time::timeout(CONNECT_TIMEOUT, oxray_rpc::dial_address(address)).await {
-            Ok(Ok(socket)) => Arc::new(socket),
+        let dialing = oxray_rpc::dial_address(address, oxray_rpc::tls::Carries::Tasks);
+        let (reads, writes) = match tokio::time::timeout(CONNECT_TIMEOUT, dialing).await {
+            Ok(Ok(stream)) => oxray_rpc::frames::split(stream),
             Ok(Err(e)) => return format!("cannot reach the worker at {address}: {e}"),
             Err(_) => return format!("cannot reach the worker at {address}: no answer in {CONNECT_TIMEOUT:?}"),
         };
-        self.sender.connect(socket.clone());
-        let mut replies = Receiver::new(socket);
+        self.sender.connect(writes);
+        let mut replies = Receiver::new(reads);
         match replies.recv::<v1::TaskStreamWelcome>(HELLO_LIMIT).await {
             Ok(Some(welcome)) if welcome.refused.is_empty() => {}
             Ok(Some(welcome)) => return format!("the worker at {address} refused this process: {}", welcome.refused),

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Dict, List, Optional, Union
 
 from oxray.job_submission._models import JobDetails, JobStatus
+from oxray._private.tls import ssl_context
 from oxray.job_submission._package import pack_dir
 
 
@@ -68,6 +69,7 @@ class JobSubmissionClient:
             self._headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
         self._default_metadata = dict(metadata or {})
         self._verify = verify
+        self._ssl = ssl_context(verify)
         version = self._request("GET", "/api/version")
         if int(version.get("version", 0)) < 1:
             raise RuntimeError(f"The cluster at {self._address} does not serve the Jobs API.")
@@ -82,7 +84,7 @@ class JobSubmissionClient:
             headers["Content-Type"] = "application/json"
         request = urllib.request.Request(self._address + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=60, context=self._ssl) as response:
                 text = response.read()
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")
@@ -175,8 +177,10 @@ class JobSubmissionClient:
         url = "ws" + self._address[len("http"):] + f"/api/jobs/{job_id}/logs/tail"
         # websockets 14 renamed the argument that carries the headers.
         modern = int(websockets.__version__.split(".")[0]) >= 14
-        headers = {"additional_headers" if modern else "extra_headers": self._headers}
-        async with websockets.connect(url, max_size=None, **headers) as socket:
+        options = {"additional_headers" if modern else "extra_headers": self._headers}
+        if url.startswith("wss://") and self._ssl is not None:
+            options["ssl"] = self._ssl
+        async with websockets.connect(url, max_size=None, **options) as socket:
             async for message in socket:
                 if isinstance(message, str):
                     yield message

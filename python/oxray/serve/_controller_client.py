@@ -6,6 +6,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, Optional
 
+from oxray._private.tls import ssl_context
 from oxray.serve.exceptions import RayServeException
 
 APPS_PATH = "/api/oxray/serve/applications"
@@ -38,7 +39,7 @@ def request(method: str, path: str, body: Any = None, timeout: float = 30.0, con
         headers["Content-Type"] = "application/json"
     req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
+        with urllib.request.urlopen(req, timeout=timeout, context=ssl_context()) as response:
             text = response.read()
     except urllib.error.HTTPError as e:
         detail = e.read().decode(errors="replace")

@@ -211,6 +211,7 @@ pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
     init_logging();
     let home = paths::oxray_home();
     let setup = || -> Result<oxray_head::HeadConfig> {
+        oxray_rpc::tls::init().map_err(anyhow::Error::msg)?;
         let session = args.dirs.open()?;
         let explicit = std::env::var("OXRAY_AUTH_TOKEN").ok().filter(|t| !t.is_empty());
         let token = head_token(explicit.as_deref(), &home, &session)?;
@@ -267,6 +268,7 @@ pub fn run_agent(args: AgentArgs) -> Result<ExitCode> {
     init_logging();
     let home = paths::oxray_home();
     let setup = || -> Result<(oxray_agent::AgentConfig, SessionDir)> {
+        oxray_rpc::tls::init().map_err(anyhow::Error::msg)?;
         args.resources.validate()?;
         let session = args.dirs.open()?;
         let token = resolve_token(args.token.as_deref(), &args.address)?;

@@ -51,6 +51,8 @@ pub struct StartArgs {
     /// (on Kubernetes, worker pods may start before their head)
     #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     pub join_timeout_s: f64,
+    #[command(flatten)]
+    pub tls: crate::tls::TlsArgs,
     /// The cluster token [default: $OXRAY_AUTH_TOKEN, else the token file]
     #[arg(long, env = "OXRAY_AUTH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -64,6 +66,8 @@ pub struct StartArgs {
     pub stop_on_stdin_close: bool,
 }
 
+/// Where the head's control plane listens: every interface, for the nodes that join.
+const HEAD_BIND_HOST: &str = "0.0.0.0";
 const HEAD_READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long an agent may take to register once it reaches its head.
 const AGENT_READY_MARGIN: Duration = Duration::from_secs(15);
@@ -78,7 +82,11 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
     let temp_dir = args.temp_dir.clone().unwrap_or_else(paths::default_temp_dir);
     let session = SessionDir::create(&temp_dir)?;
     let session_args = SessionArgs { session_dir: Some(session.path().to_path_buf()), temp_dir: None };
-    let token_env: Vec<(&str, &str)> = args.token.as_deref().map(|t| vec![("OXRAY_AUTH_TOKEN", t)]).unwrap_or_default();
+    let tls = args.tls.files()?;
+    let tls_env = tls.as_ref().map(|files| files.to_env()).unwrap_or_default();
+    let mut token_env: Vec<(&str, &str)> =
+        args.token.as_deref().map(|t| vec![("OXRAY_AUTH_TOKEN", t)]).unwrap_or_default();
+    token_env.extend(tls_env.iter().map(|(name, value)| (*name, value.as_str())));
 
     let mut launched = Vec::new();
     let (address, dashboard_url) = if args.head {
@@ -94,8 +102,12 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         };
         launched.push(head);
         let address = format!("{node_ip}:{port}");
+        for warning in crate::tls::exposure_warnings(tls.is_some(), HEAD_BIND_HOST, &dashboard_host) {
+            eprintln!("warning: {warning}");
+        }
         let shown_host = if dashboard_host == "0.0.0.0" { node_ip } else { dashboard_host };
-        (address, Some(format!("http://{shown_host}:{dashboard_port}")))
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        (address, Some(format!("{scheme}://{shown_host}:{dashboard_port}")))
     } else {
         (args.address.clone().unwrap_or_default(), None)
     };
@@ -153,6 +165,8 @@ fn head_args(args: &StartArgs, temp_dir: &std::path::Path, session: &SessionArgs
         "head".to_string(),
         "--port".into(),
         args.port.to_string(),
+        "--bind-host".into(),
+        HEAD_BIND_HOST.into(),
         "--dashboard-host".into(),
         args.dashboard_host.clone(),
         "--dashboard-port".into(),

@@ -18,7 +18,7 @@ async fn frames_sent_from_other_threads_arrive_whole_and_in_order() {
     // Sent before the socket is there, then around a message far larger than the socket
     // holds, from a thread outside the runtime: the backlog keeps their order.
     sender.send(&chunk(10, 1)).unwrap();
-    sender.connect(a);
+    sender.connect(Writes::Socket(a));
     let from_thread = sender.clone();
     std::thread::spawn(move || {
         for (i, n) in [8 * 1024 * 1024, 3, 0, 70_000].into_iter().enumerate() {
@@ -27,7 +27,7 @@ async fn frames_sent_from_other_threads_arrive_whole_and_in_order() {
     })
     .join()
     .unwrap();
-    let mut receiver = Receiver::new(b);
+    let mut receiver = Receiver::new(Reads::Socket(b));
     assert_eq!(receiver.exact(5).await.unwrap(), b"HELLO");
     let mut got = vec![receiver.recv::<DataChunk>(u64::MAX).await.unwrap().unwrap()];
     for _ in 0..4 {
@@ -44,22 +44,22 @@ async fn the_end_of_a_connection_is_told_from_a_cut_message() {
     a.try_write(&[IoSlice::new(&frame)]).unwrap();
     a.try_write(&[IoSlice::new(&frame[..50])]).unwrap();
     a.shutdown().unwrap();
-    let mut receiver = Receiver::new(b);
+    let mut receiver = Receiver::new(Reads::Socket(b));
     assert_eq!(receiver.recv::<DataChunk>(1000).await.unwrap(), Some(chunk(100, 1)));
     let cut = receiver.recv::<DataChunk>(1000).await.unwrap_err();
     assert_eq!(cut.kind(), io::ErrorKind::UnexpectedEof);
 
     let (a, b) = pair();
     drop(a);
-    assert_eq!(Receiver::new(b).recv::<DataChunk>(1000).await.unwrap(), None, "a clean end");
+    assert_eq!(Receiver::new(Reads::Socket(b)).recv::<DataChunk>(1000).await.unwrap(), None, "a clean end");
 }
 
 #[tokio::test]
 async fn a_message_over_the_limit_is_refused_and_a_broken_sender_says_why() {
     let (a, b) = pair();
-    let sender = Sender::connected(tokio::runtime::Handle::current(), a);
+    let sender = Sender::connected(tokio::runtime::Handle::current(), Writes::Socket(a));
     sender.send(&chunk(5000, 1)).unwrap();
-    let refused = Receiver::new(b.clone()).recv::<DataChunk>(HELLO_LIMIT.min(1000)).await.unwrap_err();
+    let refused = Receiver::new(Reads::Socket(b.clone())).recv::<DataChunk>(HELLO_LIMIT.min(1000)).await.unwrap_err();
     assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
     drop(b);
     // The peer is gone: a send fails (at once or at the next), and every later one too.

@@ -14,11 +14,10 @@ async fn serve_one(accepted: impl Stream<Item = io::Result<Conn>>) -> bool {
     let mut buf = [0u8; 4];
     conn.read_exact(&mut buf).await.unwrap();
     conn.write_all(&buf).await.unwrap();
-    conn.0.socket().is_unix()
+    conn.0.is_unix()
 }
 
-async fn echo(socket: Socket) {
-    let mut io = SocketStream::new(socket);
+async fn echo(mut io: impl AsyncRead + AsyncWrite + Unpin) {
     io.write_all(b"ping").await.unwrap();
     let mut buf = [0u8; 4];
     io.read_exact(&mut buf).await.unwrap();
@@ -29,7 +28,7 @@ async fn echo(socket: Socket) {
 async fn a_local_server_is_reached_over_its_unix_socket() {
     let (listener, port) = listener().await;
     let server = tokio::spawn(serve_one(incoming(listener)));
-    let socket = dial_address(&format!("127.0.0.1:{port}")).await.unwrap();
+    let socket = dial_address(&format!("127.0.0.1:{port}"), Carries::Grpc).await.unwrap();
     assert!(socket.is_unix(), "dialed over Unix");
     echo(socket).await;
     assert!(server.await.unwrap(), "accepted over Unix");
@@ -47,7 +46,7 @@ async fn without_a_unix_socket_tcp_is_used() {
     });
     let socket = dial("127.0.0.1", port, true).await.unwrap();
     assert!(!socket.is_unix(), "fell back to TCP");
-    echo(socket).await;
+    echo(SocketStream::new(socket)).await;
     server.await.unwrap();
 }
 

@@ -59,7 +59,7 @@ impl JobClient {
             })?,
         };
         let token = resolve_token(target.token.as_deref(), &base)?;
-        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build()?;
+        let http = crate::tls::http_client()?;
         Ok(Self { base, http, token })
     }
 
@@ -146,7 +146,8 @@ impl JobClient {
         let url = format!("{}/api/jobs/{id}/logs/tail", self.base.replacen("http", "ws", 1));
         let mut request = url.as_str().into_client_request()?;
         request.headers_mut().insert("authorization", self.token.bearer().parse()?);
-        let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        let connector = crate::tls::websocket_connector()?;
+        let (mut socket, _) = tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector)
             .await
             .map_err(|e| anyhow!("cannot follow the logs of job {id}: {e}"))?;
         use std::io::Write;
@@ -189,5 +190,6 @@ async fn dashboard_of(address: &str, target: &JobTarget) -> Result<String> {
         "0.0.0.0" | "::" | "" => address.rsplit_once(':').map(|(h, _)| h).unwrap_or(address).to_string(),
         other => other.to_string(),
     };
-    Ok(format!("http://{host}:{}", info.dashboard_port))
+    let scheme = if info.dashboard_url.starts_with("https://") { "https" } else { "http" };
+    Ok(format!("{scheme}://{host}:{}", info.dashboard_port))
 }

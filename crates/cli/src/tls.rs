@@ -1,0 +1,130 @@
+//! The TLS flags of `oxray start`, and what this program's HTTP clients trust.
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use oxray_rpc::tls::{Files, Tls, CA_ENV, CERT_ENV, KEY_ENV};
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct TlsArgs {
+    /// This node's certificate (PEM), naming the addresses other machines reach it at. With
+    /// --tls-key and --tls-ca it puts every connection between machines, and the dashboard,
+    /// on TLS
+    #[arg(long, env = CERT_ENV)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, env = KEY_ENV)]
+    pub tls_key: Option<PathBuf>,
+    /// The authority that signed every node's certificate (PEM)
+    #[arg(long, env = CA_ENV)]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The files, made absolute (the processes started with them work elsewhere) and
+    /// checked to make a TLS setup; `None` when TLS is off.
+    pub fn files(&self) -> Result<Option<Files>> {
+        let given = |path: &Option<PathBuf>| path.as_ref().map(|p| p.display().to_string());
+        let var = |name: &str| match name {
+            CERT_ENV => given(&self.tls_cert),
+            KEY_ENV => given(&self.tls_key),
+            _ => given(&self.tls_ca),
+        };
+        let files =
+            Files::from_vars(var).map_err(|e| anyhow!("--tls-cert, --tls-key and --tls-ca go together: {e}"))?;
+        let Some(files) = files else { return Ok(None) };
+        let absolute =
+            |path: &PathBuf| std::path::absolute(path).with_context(|| format!("bad path {}", path.display()));
+        let files = Files { cert: absolute(&files.cert)?, key: absolute(&files.key)?, ca: absolute(&files.ca)? };
+        Tls::load(&files).map_err(|e| anyhow!("{e}"))?;
+        Ok(Some(files))
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// What a head started without TLS should warn of: a dashboard (the Jobs API, which runs
+/// commands) reachable by other machines, and a control plane that is.
+pub fn exposure_warnings(tls: bool, control_host: &str, dashboard_host: &str) -> Vec<String> {
+    if tls {
+        return Vec::new();
+    }
+    let mut warnings = Vec::new();
+    if !is_loopback(dashboard_host) {
+        warnings.push(format!(
+            "the dashboard and Jobs API listen on {dashboard_host} without TLS: the cluster token and every \
+             request cross the network in the clear (pass --tls-cert, --tls-key and --tls-ca)"
+        ));
+    }
+    if !is_loopback(control_host) {
+        warnings.push(
+            "connections between machines are not encrypted (pass --tls-cert, --tls-key and --tls-ca to encrypt them)"
+                .to_string(),
+        );
+    }
+    warnings
+}
+
+/// The cluster's authority (PEM) when `OXRAY_TLS_CA` names one.
+fn cluster_authority() -> Result<Option<Vec<u8>>> {
+    let Some(ca) = std::env::var_os(CA_ENV).filter(|v| !v.is_empty()) else { return Ok(None) };
+    let pem = std::fs::read(&ca).with_context(|| format!("cannot read {CA_ENV}={}", ca.to_string_lossy()))?;
+    Ok(Some(pem))
+}
+
+/// An HTTP client for the cluster's API, trusting the cluster's authority when one is named.
+pub fn http_client() -> Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(5));
+    if let Some(pem) = cluster_authority()? {
+        for cert in reqwest::Certificate::from_pem_bundle(&pem).context("the cluster's authority is no PEM bundle")? {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    Ok(builder.build()?)
+}
+
+/// How WebSockets to the cluster's API trust it: its authority when one is named, else the
+/// public roots.
+pub fn websocket_connector() -> Result<Option<tokio_tungstenite::Connector>> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let Some(pem) = cluster_authority()? else { return Ok(None) };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert.context("the cluster's authority is no PEM bundle")?)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Some(tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(config))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_head_reachable_from_other_machines_without_tls_is_warned_of() {
+        assert!(exposure_warnings(false, "127.0.0.1", "localhost").is_empty());
+        assert!(exposure_warnings(true, "0.0.0.0", "0.0.0.0").is_empty());
+        let both = exposure_warnings(false, "0.0.0.0", "10.0.0.1");
+        assert_eq!(both.len(), 2);
+        assert!(both[0].contains("dashboard and Jobs API listen on 10.0.0.1"), "{both:?}");
+        assert_eq!(exposure_warnings(false, "0.0.0.0", "[::1]").len(), 1, "the dashboard on loopback");
+    }
+
+    #[test]
+    fn tls_flags_go_together_and_must_be_readable() {
+        let some = TlsArgs { tls_cert: Some("/c".into()), ..Default::default() };
+        let err = some.files().unwrap_err().to_string();
+        assert!(err.contains("go together") && err.contains("OXRAY_TLS_KEY, OXRAY_TLS_CA not set"), "{err}");
+        let unreadable =
+            TlsArgs { tls_cert: Some("/nope.crt".into()), tls_key: Some("k".into()), tls_ca: Some("a".into()) };
+        let err = unreadable.files().unwrap_err().to_string();
+        assert!(err.contains("/nope.crt"), "{err}");
+        assert!(TlsArgs::default().files().unwrap().is_none());
+    }
+}
