@@ -87,12 +87,14 @@ class Host:
             assert out.returncode == 0, f"{argv} on {self.name} exited {out.returncode}: {out.stderr}{out.stdout}"
         return out
 
-    def start(self, *args):
+    def start(self, *args, node_ip=True):
         """`oxray start` with `args`, as this host's first process: the oxray processes keep the
-        host's hostname and /dev/shm, and later commands enter them."""
+        host's hostname and /dev/shm, and later commands enter them. `node_ip=False` leaves
+        the node's address for oxray to find."""
         setup = f'mount -t tmpfs -o size=512m tmpfs /dev/shm && hostname {self.ns} && exec "$@"'
+        address = ["--node-ip-address", self.address] if node_ip else []
         self.run("unshare", "-u", "-m", "--propagation", "private", "sh", "-c", setup, "sh", OXRAY_BIN, "start",
-                 *args, "--node-ip-address", self.address)
+                 *args, *address)
         self.pid = self.role_pid("head" if "--head" in args else "agent")
 
     def oxray(self, *args):
@@ -101,9 +103,11 @@ class Host:
     def python(self, code, check=True, timeout=90):
         return self.run(sys.executable, "-c", code, check=check, timeout=timeout)
 
-    def popen(self, code):
-        """A Python process on this host, left running; its stdout is a pipe of lines."""
-        return subprocess.Popen(self._argv([sys.executable, "-u", "-c", code]), env=self.env, text=True,
+    def popen(self, code=None, argv=None):
+        """A Python process on this host (code, or a script's argv), left running; its stdout is
+        a pipe of lines."""
+        args = ["-u", "-c", code] if code is not None else ["-u", *argv]
+        return subprocess.Popen(self._argv([sys.executable, *args]), env=self.env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def stop(self):
