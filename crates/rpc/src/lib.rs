@@ -9,6 +9,7 @@ pub mod frames;
 mod leases;
 mod local;
 mod owners;
+pub mod reconnect;
 mod socket;
 mod stream;
 pub mod tls;

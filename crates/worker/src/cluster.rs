@@ -1,7 +1,7 @@
 use crate::placement_groups::Creations;
 use crate::WorkerError;
 use oxray_proto::v1;
-use oxray_rpc::{connect_head, connect_head_lazy, explain, HeadClient, Token};
+use oxray_rpc::{connect_head, connect_head_lazy, explain, reconnect, HeadClient, Token};
 use oxray_types::NodeInfo;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -78,9 +78,8 @@ impl Cluster {
         &self.info.session_name
     }
 
-    /// As `call`, for a call that changes nothing at the head: made again once if the
-    /// connection was found gone (after the head restarted, the first call on the old
-    /// connection fails before the channel reconnects).
+    /// As `call`, for a call that changes nothing at the head: made again while no answer
+    /// comes, for as long as the head may take to come back (`reconnect::window`).
     pub fn read<T, F>(&self, call: impl Fn(HeadClient) -> F) -> Result<T, WorkerError>
     where
         F: Future<Output = Result<T, tonic::Status>>,
@@ -92,11 +91,17 @@ impl Cluster {
     where
         F: Future<Output = Result<T, tonic::Status>>,
     {
-        match self.call(&call) {
-            // No answer came (the error is the client's own, not the head's).
-            Err(s) if std::error::Error::source(&s).is_some() => self.call(call),
-            done => done,
-        }
+        self.direct.block_on(reconnect::retried(|| call(self.direct_client.clone()), reconnect::unanswered))
+    }
+
+    /// As `call`, for a call that changes something: made again only while it cannot have
+    /// reached the head (its connection is refused), for as long as the head may take to
+    /// come back.
+    pub fn write<T, F>(&self, call: impl Fn(HeadClient) -> F) -> Result<T, tonic::Status>
+    where
+        F: Future<Output = Result<T, tonic::Status>>,
+    {
+        self.direct.block_on(reconnect::retried(|| call(self.direct_client.clone()), reconnect::never_sent))
     }
 
     /// As `read`, once the head has group `id`.
@@ -112,7 +117,10 @@ impl Cluster {
     }
 
     pub fn register_actor(&self, actor: v1::NamedActor) -> Result<(), WorkerError> {
-        Ok(self.call(|mut head| async move { head.register_actor(actor).await.map(|_| ()) })?)
+        Ok(self.write(|mut head| {
+            let actor = actor.clone();
+            async move { head.register_actor(actor).await.map(|_| ()) }
+        })?)
     }
 
     pub fn get_actor(&self, name: &str, namespace: &str) -> Result<v1::NamedActor, WorkerError> {
@@ -162,7 +170,10 @@ impl Cluster {
 
     pub fn remove_actor(&self, name: &str, namespace: &str) -> Result<(), WorkerError> {
         let request = v1::GetActorRequest { name: name.into(), namespace: namespace.into() };
-        Ok(self.call(|mut head| async move { head.remove_actor(request).await.map(|_| ()) })?)
+        Ok(self.write(|mut head| {
+            let request = request.clone();
+            async move { head.remove_actor(request).await.map(|_| ()) }
+        })?)
     }
 
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, WorkerError> {

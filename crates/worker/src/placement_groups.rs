@@ -29,7 +29,11 @@ impl Creations {
         request: v1::CreatePlacementGroupRequest,
     ) {
         let id = request.placement_group_id.clone();
-        self.change(runtime, id, async move { head.clone().create_placement_group(request).await.map(|_| ()) });
+        let create = move || {
+            let (mut head, request) = (head.clone(), request.clone());
+            async move { head.create_placement_group(request).await.map(|_| ()) }
+        };
+        self.change(runtime, id, oxray_rpc::reconnect::retried(create, oxray_rpc::reconnect::never_sent));
     }
 
     /// Sends the removal from `runtime`, once a creation still on its way has landed.
@@ -40,11 +44,8 @@ impl Creations {
             if let Some(mut earlier) = earlier {
                 let _ = earlier.wait_for(Option::is_some).await;
             }
-            match remove(&head, &group).await {
-                // The head may have just restarted: its connection comes back on the next call.
-                Err(s) if s.code() == tonic::Code::Unavailable => remove(&head, &group).await,
-                removed => removed,
-            }
+            // Removing twice removes once: made again while the head does not answer.
+            oxray_rpc::reconnect::retried(|| remove(&head, &group), oxray_rpc::reconnect::unanswered).await
         });
     }
 

@@ -32,8 +32,13 @@ impl Client {
             self.cluster.groups().start(self.runtime.handle(), self.cluster.head(), request);
             return Ok(id);
         }
-        py.detach(|| self.cluster.call(|head| async move { pg::create(&head, request).await }))
-            .map_err(|s| to_py(s.into()))?;
+        py.detach(|| {
+            self.cluster.write(|head| {
+                let request = request.clone();
+                async move { pg::create(&head, request).await }
+            })
+        })
+        .map_err(|s| to_py(s.into()))?;
         Ok(id)
     }
 

@@ -14,16 +14,26 @@ impl Client {
     /// Where other processes fetch the objects this one owns (its object server, started
     /// on first use).
     pub(crate) fn owner_address(&self, py: Python<'_>) -> PyResult<String> {
+        if let Some(address) = self.object_address.lock().expect("object address lock").as_ref() {
+            return Ok(address.clone());
+        }
+        // Started without the GIL, the lock held throughout: a thread holding the GIL may wait
+        // on this lock, so its holder must never wait for the GIL.
+        py.detach(|| self.start_object_server())
+    }
+
+    /// Starts this process's object server once; its address.
+    fn start_object_server(&self) -> PyResult<String> {
         let mut slot = self.object_address.lock().expect("object address lock");
         if let Some(address) = slot.as_ref() {
             return Ok(address.clone());
         }
-        let node = py.detach(|| self.local_node())?;
-        let actors: Arc<dyn oxray_worker::ActorOwner> = Arc::new(py.detach(|| self.submitter())?);
+        let node = self.local_node()?;
+        let actors: Arc<dyn oxray_worker::ActorOwner> = Arc::new(self.submitter()?);
         let serving = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone());
-        let port = py.detach(|| self.runtime.block_on(serving)).map_err(to_py)?;
+        let port = self.runtime.block_on(serving).map_err(to_py)?;
         let address = format!("{}:{port}", node.ip);
-        py.detach(|| self.submitter())?.set_object_address(address.clone());
+        self.submitter()?.set_object_address(address.clone());
         self.runtime.spawn(self.cluster.announce_process(&address, &node.id, &node.ip));
         *slot = Some(address.clone());
         Ok(address)
