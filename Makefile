@@ -22,7 +22,7 @@ ZIG_ENV := PATH=$(abspath $(TOOLS))/cargo/bin:$$PATH CARGO_ZIGBUILD_PYTHON_PATH=
 # The image's org.opencontainers.image.source label, e.g. the repository's URL.
 IMAGE_SOURCE ?=
 
-.PHONY: help setup venv wheel build release portable tools test test-rust test-python test-api test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data bench-tune bench-serve bench-state bench-reporting demo clean helm-tools lint-helm image podman-setup test-image bench-image
+.PHONY: help setup venv wheel build release portable tools test test-rust test-python test-api test-ui test-deploy test-k8s test-dist dist crds lint fmt bench bench-train bench-data bench-tune bench-serve bench-state bench-reporting chaos demo clean helm-tools lint-helm image podman-setup test-image bench-image
 
 help:
 	@echo "make setup    install the Debian packages the build and tests need ($(APT_PACKAGES), node/npm if missing)"
@@ -50,6 +50,7 @@ help:
 	@echo "make bench-state  the head's memory over 100k short tasks, beside Ray's GCS"
 	@echo "make bench-reporting  the fastest call rows with task state reporting on and off"
 	@echo "make bench-image  the image's size and its parts, beside Ray's published image sizes"
+	@echo "make chaos    a 10-minute chaos soak: mixed work while workers, agents and the head are SIGKILLed"
 	@echo "make demo     start a local cluster, use it, stop it"
 
 setup:
@@ -218,6 +219,11 @@ bench-state: release setup $(VENV)/.ready
 bench-reporting: release setup $(VENV)/.ready
 	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
 	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/reporting_cost.py --rounds 8 $(if $(AGAINST),--against $(AGAINST))
+
+# Ten minutes of mixed work while workers, agents and the head are killed (CI runs 45 s of it).
+chaos: release setup $(VENV)/.ready
+	MATURIN_PEP517_ARGS="--profile release" $(PY) -m pip install -q --disable-pip-version-check -e ./python
+	OXRAY_BIN=$(CURDIR)/target/release/oxray $(PY) bench/chaos.py --duration 600
 
 demo: release venv
 	bash scripts/demo.sh target/release/oxray $(PY)

@@ -360,8 +360,10 @@ def run_workload(cluster, duration, hang_s, marks: Path, tally: Tally, stop: thr
 
 
 def kill_loop(cluster, every, rng, stop, kills, log):
+    """A worker, an agent and the head first, so that a short run has each; then at random."""
+    first = ["worker", "agent", "head"]
     while not stop.wait(every * (0.5 + rng.random())):
-        what = rng.choices(["worker", "agent", "head"], weights=[5, 3, 2])[0]
+        what = first.pop(0) if first else rng.choices(["worker", "agent", "head"], weights=[5, 3, 2])[0]
         try:
             if what == "worker":
                 workers = cluster.workers()

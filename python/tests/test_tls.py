@@ -104,6 +104,17 @@ def test_ray_job_cli_and_oxray_submit_over_https(hosts):
     # oxray's own CLI trusts the authority named by OXRAY_TLS_CA.
     ours = a.oxray("job", "submit", "--address", url, "--", "sh", "-c", "echo over-https")
     assert "over-https" in ours.stdout, ours
+    # On the head's machine, clients trust the authority the cluster was started with.
+    h = hosts["h"]
+    bare = {k: v for k, v in h.env.items() if not k.startswith("OXRAY_TLS_")}
+    here = subprocess.run(h._argv([OXRAY_BIN, "job", "submit", "--", "echo", "from-the-head"]), env=bare,
+                          capture_output=True, text=True, timeout=120)
+    assert here.returncode == 0 and "from-the-head" in here.stdout, here
+    python = ("from oxray.job_submission import JobSubmissionClient as C; c = C(); "
+              "print(c.get_address(), c.get_version() if hasattr(c, 'get_version') else len(c.list_jobs()))")
+    listed = subprocess.run(h._argv([sys.executable, "-c", python]), env=bare, capture_output=True, text=True,
+                            timeout=120)
+    assert listed.returncode == 0 and listed.stdout.startswith("https://"), listed
 
 
 def test_plain_clients_and_strangers_are_refused(hosts, tmp_path):

@@ -23,6 +23,9 @@ pub struct CurrentCluster {
     pub address: String,
     pub dashboard_url: Option<String>,
     pub session_dir: String,
+    /// The authority of a cluster started with TLS, which this machine's clients trust.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<String>,
 }
 
 pub fn read_current() -> Option<CurrentCluster> {

@@ -67,10 +67,12 @@ pub fn exposure_warnings(tls: bool, control_host: &str, dashboard_host: &str) ->
     warnings
 }
 
-/// The cluster's authority (PEM) when `OXRAY_TLS_CA` names one.
+/// The cluster's authority (PEM): the one `OXRAY_TLS_CA` names, else that of the cluster
+/// started on this machine with TLS.
 fn cluster_authority() -> Result<Option<Vec<u8>>> {
-    let Some(ca) = std::env::var_os(CA_ENV).filter(|v| !v.is_empty()) else { return Ok(None) };
-    let pem = std::fs::read(&ca).with_context(|| format!("cannot read {CA_ENV}={}", ca.to_string_lossy()))?;
+    let named = std::env::var(CA_ENV).ok().filter(|v| !v.is_empty());
+    let Some(ca) = named.or_else(|| crate::target::read_current().and_then(|c| c.tls_ca)) else { return Ok(None) };
+    let pem = std::fs::read(&ca).with_context(|| format!("cannot read the cluster's authority {ca}"))?;
     Ok(Some(pem))
 }
 

@@ -139,6 +139,7 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         address: address.clone(),
         dashboard_url: dashboard_url.clone(),
         session_dir: session.path().display().to_string(),
+        tls_ca: tls.as_ref().map(|files| files.ca.display().to_string()),
     };
     secret::write_json(&paths::current_cluster_file(&paths::oxray_home()), &current)?;
 
