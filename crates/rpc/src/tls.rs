@@ -223,4 +223,6 @@ pub fn current() -> Option<&'static Tls> {
 }
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

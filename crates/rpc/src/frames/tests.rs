@@ -67,3 +67,34 @@ async fn a_message_over_the_limit_is_refused_and_a_broken_sender_says_why() {
     let second = sender.send(&chunk(10, 1)).unwrap_err();
     assert!(first.is_err() || second.contains("broke"), "{first:?} {second}");
 }
+
+#[tokio::test]
+async fn frames_sent_from_threads_cross_tls_whole_and_in_order() {
+    use crate::tls::testing::{handshake, node, Authority};
+    use crate::tls::Carries;
+    let authority = Authority::new();
+    let ((_a, server), (_b, client)) = (node(&authority, "127.0.0.1"), node(&authority, "127.0.0.1"));
+    let (dialed, accepted) = handshake(&server, &client, "127.0.0.1", Carries::Tasks).await;
+    let (_, writes) = split(Stream::Tls(Box::new(dialed.unwrap())));
+    let (reads, _) = split(Stream::Tls(Box::new(accepted.unwrap())));
+    let sender = Sender::pending(tokio::runtime::Handle::current(), b"HELLO");
+    let chunk = |n: usize, seed: u8| DataChunk { data: (0..n).map(|i| (i as u8).wrapping_mul(seed)).collect() };
+    sender.send(&chunk(10, 1)).unwrap();
+    sender.connect(writes);
+    let from_thread = sender.clone();
+    std::thread::spawn(move || {
+        for (i, n) in [4 * 1024 * 1024, 3, 0, 70_000].into_iter().enumerate() {
+            from_thread.send(&chunk(n, i as u8 + 2)).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+    let mut receiver = Receiver::new(reads);
+    assert_eq!(receiver.exact(5).await.unwrap(), b"HELLO");
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.push(receiver.recv::<DataChunk>(u64::MAX).await.unwrap().unwrap());
+    }
+    let expected = [chunk(10, 1), chunk(4 * 1024 * 1024, 2), chunk(3, 3), chunk(0, 4), chunk(70_000, 5)];
+    assert!(got == expected, "every message whole, in order");
+}
