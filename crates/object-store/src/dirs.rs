@@ -30,9 +30,19 @@ pub fn mark(port: u16, node_id: &str) -> std::io::Result<()> {
     oxray_config::paths::private_dir(&spill)?;
     let me = procs::identity();
     let agent = format!("{}\n{}\n{}\n", me.pid_namespace, me.pid, me.start_ticks);
-    std::fs::write(memory.join(STORE_AGENT_FILE), &agent)?;
-    std::fs::write(spill.join(STORE_AGENT_FILE), &agent)?;
-    std::fs::write(memory.join(STORE_NODE_FILE), node_id)
+    write_private(&memory.join(STORE_AGENT_FILE), &agent)?;
+    write_private(&spill.join(STORE_AGENT_FILE), &agent)?;
+    write_private(&memory.join(STORE_NODE_FILE), node_id)
+}
+
+/// Writes a file only its owner reads, as every file of the store is.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    // One left by an older agent keeps its mode through `open`.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(text.as_bytes())
 }
 
 pub fn remove(port: u16) {
@@ -81,6 +91,20 @@ fn is_gone(text: &str, pid_namespace: &str, start_ticks: impl Fn(u32) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_marks_are_readable_by_their_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        // A port no agent of a test uses.
+        let port = 65_123;
+        mark(port, "node-a").unwrap();
+        let (memory, spill) = object_store_dirs(port);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let files = [memory.join(STORE_AGENT_FILE), spill.join(STORE_AGENT_FILE), memory.join(STORE_NODE_FILE)];
+        let modes = (mode(&memory), mode(&spill), files.map(|p| mode(&p)));
+        remove(port);
+        assert_eq!(modes, (0o700, 0o700, [0o600; 3]));
+    }
 
     #[test]
     fn an_agent_is_gone_when_its_pid_is_free_or_reused() {
