@@ -131,8 +131,9 @@ class Cluster:
         log = self.root / f"head-{len(self.restarted_heads)}.log"
         deadline = time.monotonic() + 30
         while True:
-            head = subprocess.Popen(self.head_argv, env=self.env, stdout=subprocess.DEVNULL, stderr=log.open("w"),
-                                    start_new_session=True)
+            with log.open("w") as err:
+                head = subprocess.Popen(self.head_argv, env=self.env, stdout=subprocess.DEVNULL, stderr=err,
+                                        start_new_session=True)
             while "head serving" not in log.read_text() and head.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
             # Its port may be held a moment by a client's end of a connection to the dead head.
@@ -346,6 +347,19 @@ def run_workload(cluster, duration, hang_s, marks: Path, tally: Tally, stop: thr
             else:
                 tally.add("train runs", "lost", outcome.get("error") or getattr(result, "error", None))
 
+    def guarded(stream):
+        """Runs `stream` until the soak ends; an error that escapes it is a loss, and it goes on."""
+        kind = stream.__name__.replace("_", " ")
+
+        def run():
+            while not stop.is_set():
+                try:
+                    stream()
+                except Exception as e:  # noqa: BLE001
+                    tally.add(kind, "lost", f"{type(e).__name__}: {e}")
+                    time.sleep(0.5)
+        return run
+
     streams = [tasks, objects, actor_calls, jobs]
     try:
         import torch  # noqa: F401
@@ -353,7 +367,7 @@ def run_workload(cluster, duration, hang_s, marks: Path, tally: Tally, stop: thr
         streams.append(train_runs)
     except ImportError:
         pass
-    threads = [threading.Thread(target=f, name=f.__name__, daemon=True) for f in streams]
+    threads = [threading.Thread(target=guarded(f), name=f.__name__, daemon=True) for f in streams]
     for t in threads:
         t.start()
     return oxray, threads
@@ -363,7 +377,7 @@ def kill_loop(cluster, every, rng, stop, kills, log):
     """A worker, an agent and the head first, so that a short run has each; then at random."""
     first = ["worker", "agent", "head"]
     while not stop.wait(every * (0.5 + rng.random())):
-        what = first.pop(0) if first else rng.choices(["worker", "agent", "head"], weights=[5, 3, 2])[0]
+        what = first[0] if first else rng.choices(["worker", "agent", "head"], weights=[5, 3, 2])[0]
         try:
             if what == "worker":
                 workers = cluster.workers()
@@ -380,9 +394,11 @@ def kill_loop(cluster, every, rng, stop, kills, log):
                 cluster.add_node()
             else:
                 cluster.restart_head()
-        except (OSError, RuntimeError) as e:
-            log(f"killing a {what} failed: {e}")
+        except Exception as e:  # noqa: BLE001 - the soak goes on, and says so
+            log(f"killing a {what} failed: {type(e).__name__}: {e}")
             continue
+        if first and first[0] == what:
+            first.pop(0)
         kills[what] += 1
 
 
@@ -399,15 +415,17 @@ def main():
     parser.add_argument("--death-timeout-s", type=float, default=3)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--root", type=Path, help="the cluster's home and sessions go here [default: a temporary "
+                                                   "folder]; `OXRAY_HOME=ROOT/home oxray stop --force` stops it")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     log = lambda message: print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="oxray-chaos-") as tmp:
-        root = Path(tmp)
+        root = args.root or Path(tmp)
         marks = root / "marks"
-        marks.mkdir()
+        marks.mkdir(parents=True)
         cluster = Cluster(root, args.death_timeout_s)
         tally, kills = Tally(), collections.Counter()
         stop_work, stop_kills = threading.Event(), threading.Event()
@@ -424,8 +442,10 @@ def main():
             killer.join()
             # What is under way finishes on a quiet cluster: a unit hangs only past --hang-s.
             stop_work.set()
+            # Each stream waits --hang-s at most per unit (a training run three times that).
+            deadline = time.monotonic() + args.hang_s * 4 + 60
             for t in threads:
-                t.join(timeout=args.hang_s * 4 + 60)
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
             stuck = [t.name for t in threads if t.is_alive()]
             for name in stuck:
                 tally.add(name.replace("_", " "), "hung", "its thread did not finish")

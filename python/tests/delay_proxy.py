@@ -9,7 +9,8 @@ import sys
 
 
 async def carry(reader, writer, delay):
-    """Reads as bytes come and writes each chunk `delay` seconds after it arrived."""
+    """Reads as bytes come and writes each chunk `delay` seconds after it arrived; the end
+    of the reading side ends the writing side (a half-close, the other way goes on)."""
     loop = asyncio.get_running_loop()
     queue = asyncio.Queue()
 
@@ -34,8 +35,6 @@ async def carry(reader, writer, delay):
         await delivering
     except (ConnectionError, OSError):
         delivering.cancel()
-    finally:
-        writer.close()
 
 
 async def main(listen_host, listen_port, target_host, target_port, delay_ms):
@@ -49,6 +48,8 @@ async def main(listen_host, listen_port, target_host, target_port, delay_ms):
             return
         await asyncio.gather(carry(client_reader, server_writer, delay), carry(server_reader, client_writer, delay),
                              return_exceptions=True)
+        for writer in (client_writer, server_writer):
+            writer.close()
 
     server = await asyncio.start_server(link, listen_host, listen_port)
     print("ready", flush=True)

@@ -11,10 +11,15 @@ from conftest import OXRAY_BIN, REPO
 
 
 def test_a_short_chaos_soak_loses_nothing_and_nothing_hangs(tmp_path):
-    figures_file = tmp_path / "chaos.json"
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "chaos.py"), "--duration", "45", "--kill-every", "3",
-                          "--hang-s", "90", "--json", str(figures_file)],
-                         env=dict(os.environ, OXRAY_BIN=OXRAY_BIN), capture_output=True, text=True, timeout=1200)
+    figures_file, root = tmp_path / "chaos.json", tmp_path / "cluster"
+    try:
+        out = subprocess.run([sys.executable, str(REPO / "bench" / "chaos.py"), "--duration", "45", "--kill-every",
+                              "3", "--hang-s", "90", "--json", str(figures_file), "--root", str(root)],
+                             env=dict(os.environ, OXRAY_BIN=OXRAY_BIN), capture_output=True, text=True, timeout=1200)
+    finally:  # a soak that timed out leaves no cluster behind
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OXRAY_")}
+        subprocess.run([OXRAY_BIN, "stop", "--force"], env=dict(env, OXRAY_HOME=str(root / "home")),
+                       capture_output=True, timeout=120)
     print(out.stdout)
     report = out.stdout + out.stderr[-4000:]
     assert figures_file.exists(), report

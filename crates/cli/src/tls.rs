@@ -76,7 +76,8 @@ fn cluster_authority() -> Result<Option<Vec<u8>>> {
     Ok(Some(pem))
 }
 
-/// An HTTP client for the cluster's API, trusting the cluster's authority when one is named.
+/// An HTTP client for the cluster's API, trusting the public roots and the cluster's
+/// authority when one is named.
 pub fn http_client() -> Result<reqwest::Client> {
     let mut builder = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(5));
     if let Some(pem) = cluster_authority()? {

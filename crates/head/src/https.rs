@@ -1,14 +1,17 @@
-//! The dashboard's port inside TLS: handshakes run side by side, so that a slow or silent
-//! client holds up no other, and only finished ones reach the HTTP server.
+//! The dashboard's port inside TLS: only connections through their handshakes reach the
+//! HTTP server.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
+use tokio_stream::{Stream, StreamExt};
+
+type Ready = (TlsStream<TcpStream>, SocketAddr);
 
 pub struct Listener {
-    handshaken: mpsc::UnboundedReceiver<(TlsStream<TcpStream>, SocketAddr)>,
+    handshaken: Pin<Box<dyn Stream<Item = Ready> + Send>>,
     local: std::io::Result<SocketAddr>,
 }
 
@@ -17,34 +20,24 @@ impl Listener {
     pub fn new(tcp: TcpListener, config: Arc<rustls::ServerConfig>) -> Self {
         let local = tcp.local_addr();
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let (done, handshaken) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    _ = done.closed() => return,
-                    accepted = tcp.accept() => accepted,
-                };
-                let (conn, peer) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        // Out of descriptors, say: give it a moment rather than spin.
-                        tracing::warn!("accepting a dashboard connection failed: {e}");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
+        let accepted = futures_util::stream::unfold(tcp, |tcp| async move { Some((tcp.accept().await, tcp)) });
+        let handshaken = oxray_rpc::tls::handshaken(accepted, move |(conn, peer): (TcpStream, SocketAddr)| {
+            let handshake = tokio::time::timeout(oxray_rpc::tls::HANDSHAKE_TIMEOUT, acceptor.accept(conn));
+            async move {
+                match handshake.await {
+                    Ok(Ok(stream)) => Some((stream, peer)),
+                    Ok(Err(e)) => {
+                        tracing::debug!("a dashboard client at {peer} failed its TLS handshake: {e}");
+                        None
                     }
-                };
-                let (acceptor, done) = (acceptor.clone(), done.clone());
-                tokio::spawn(async move {
-                    let handshake = tokio::time::timeout(oxray_rpc::tls::HANDSHAKE_TIMEOUT, acceptor.accept(conn));
-                    match handshake.await {
-                        Ok(Ok(stream)) => drop(done.send((stream, peer))),
-                        Ok(Err(e)) => tracing::debug!("a dashboard client at {peer} failed its TLS handshake: {e}"),
-                        Err(_) => tracing::debug!("a dashboard client at {peer} made no TLS handshake"),
+                    Err(_) => {
+                        tracing::debug!("a dashboard client at {peer} made no TLS handshake");
+                        None
                     }
-                });
+                }
             }
         });
-        Self { handshaken, local }
+        Self { handshaken: Box::pin(handshaken), local }
     }
 }
 
@@ -53,9 +46,9 @@ impl axum::serve::Listener for Listener {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.handshaken.recv().await {
+        match self.handshaken.next().await {
             Some(conn) => conn,
-            // The accepting task ends only once this listener is dropped.
+            // Accepting ends only once this listener is dropped.
             None => std::future::pending().await,
         }
     }

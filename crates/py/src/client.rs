@@ -37,8 +37,11 @@ pub struct Client {
     node_hint: Option<String>,
     objects: Arc<ObjectTable>,
     submitter: Mutex<Option<Arc<Submitter>>>,
-    /// This process's object server, started when a reference first leaves the process.
-    object_address: Mutex<Option<String>>,
+    /// This process's object server, started when a reference first leaves the process:
+    /// read with the GIL held, so never behind a lock.
+    object_address: std::sync::OnceLock<String>,
+    /// Held (without the GIL) while the object server starts.
+    starting_object_server: Mutex<()>,
     /// The agent and address of the node this process runs on, once looked up.
     local_node: Mutex<Option<LocalNode>>,
     /// The node's object store, when this process runs on the node's machine.
@@ -136,7 +139,8 @@ pub fn connect(
             node_hint,
             objects,
             submitter: Mutex::new(None),
-            object_address: Mutex::new(None),
+            object_address: std::sync::OnceLock::new(),
+            starting_object_server: Mutex::new(()),
             local_node: Mutex::new(None),
             store: Mutex::new(None),
             creating: Mutex::new(HashMap::new()),
@@ -290,7 +294,9 @@ impl Client {
         let groups = self.cluster.groups().clone();
         let settled = async move { tokio::time::timeout(GROUP_CHANGES_AT_EXIT, groups.all_settled()).await };
         let _ = py.detach(|| self.cluster.call(|_| settled));
-        let submitter = self.submitter.lock().expect("submitter lock").clone();
+        // Taken without the GIL: a thread making the submitter holds the lock while it asks
+        // the head, which may be down for a while.
+        let submitter = py.detach(|| self.submitter.lock().expect("submitter lock").clone());
         if let Some(submitter) = submitter {
             let flushed = async move {
                 // Task workers go back now: this process may live on after it disconnects,
@@ -300,9 +306,11 @@ impl Client {
             };
             let _ = py.detach(|| self.runtime.block_on(flushed));
         }
-        if let Some(Some(store)) = self.store.lock().expect("store lock").as_ref() {
-            store.release_kept();
-        }
+        py.detach(|| {
+            if let Some(Some(store)) = self.store.lock().expect("store lock").as_ref() {
+                store.release_kept();
+            }
+        });
         // The job ends at the head once its stream closes.
         drop(self.driver_job.lock().expect("driver job lock").take());
         let local = self.local.lock().expect("local lock").take();

@@ -89,7 +89,16 @@ pub fn incoming(listener: TcpListener) -> impl Stream<Item = io::Result<Conn>> {
         Ok(SocketStream::new(Socket::from_tokio_tcp(conn)?))
     });
     let tcp: Accepted = match tls::current() {
-        Some(tls) => Box::pin(handshaken(tcp, tls)),
+        Some(tls) => Box::pin(tls::handshaken(tcp, move |io: SocketStream| async move {
+            let peer = io.socket().peer();
+            match tls.accept(io).await {
+                Ok(stream) => Some(Ok(Conn(Wire::Tls(Box::new(stream))))),
+                Err(e) => {
+                    tracing::warn!("a connection from {peer} failed its TLS handshake: {e}");
+                    None
+                }
+            }
+        })),
         None => Box::pin(tcp.map(|conn| conn.map(|c| Conn(Wire::Plain(c))))),
     };
     let nearby: Accepted = match port.and_then(listen_beside) {
@@ -103,39 +112,6 @@ pub fn incoming(listener: TcpListener) -> impl Stream<Item = io::Result<Conn>> {
         }
     };
     tcp.merge(nearby)
-}
-
-/// The connections of `tcp` once through their TLS handshakes, which run side by side so
-/// that a slow or silent peer holds up no other. Accepting stops once the stream is dropped.
-fn handshaken(
-    tcp: impl Stream<Item = io::Result<SocketStream>> + Send + 'static,
-    tls: &'static tls::Tls,
-) -> impl Stream<Item = io::Result<Conn>> {
-    let (done, handshaken) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut tcp = std::pin::pin!(tcp);
-        loop {
-            let conn = tokio::select! {
-                _ = done.closed() => return,
-                conn = tcp.next() => conn,
-            };
-            match conn {
-                None => return,
-                Some(Err(e)) => drop(done.send(Err(e))),
-                Some(Ok(io)) => {
-                    let done = done.clone();
-                    tokio::spawn(async move {
-                        let peer = io.socket().peer();
-                        match tls.accept(io).await {
-                            Ok(stream) => drop(done.send(Ok(Conn(Wire::Tls(Box::new(stream)))))),
-                            Err(e) => tracing::warn!("a connection from {peer} failed its TLS handshake: {e}"),
-                        }
-                    });
-                }
-            }
-        }
-    });
-    tokio_stream::wrappers::UnboundedReceiverStream::new(handshaken)
 }
 
 /// Whether `host` is an address of this machine (in this network namespace): only then
@@ -163,9 +139,12 @@ async fn dial(host: &str, port: u16, here: bool) -> io::Result<Socket> {
 /// A dialed connection, inside TLS when it went over TCP and TLS is on.
 async fn secure(host: &str, carries: Carries, socket: Socket) -> io::Result<Wire> {
     let stream = SocketStream::new(socket);
-    match tls::current() {
-        Some(tls) if !stream.socket().is_unix() => Ok(Wire::Tls(Box::new(tls.connect(host, carries, stream).await?))),
-        _ => Ok(Wire::Plain(stream)),
+    if stream.socket().is_unix() {
+        return Ok(Wire::Plain(stream));
+    }
+    match tls::required()? {
+        Some(tls) => Ok(Wire::Tls(Box::new(tls.connect(host, carries, stream).await?))),
+        None => Ok(Wire::Plain(stream)),
     }
 }
 

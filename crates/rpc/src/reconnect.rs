@@ -41,16 +41,21 @@ pub fn never_sent(status: &Status) -> bool {
 }
 
 /// Makes `call` until it is answered, or until its failure is not one `may_repeat`, or the
-/// window closed; waits a little longer between tries each time (at most 1 s).
+/// window (from the first such failure: a call may wait long for its answer) closed; waits
+/// a little longer between tries each time (at most 1 s).
 pub async fn retried<T, F>(mut call: impl FnMut() -> F, may_repeat: fn(&Status) -> bool) -> Result<T, Status>
 where
     F: Future<Output = Result<T, Status>>,
 {
-    let deadline = tokio::time::Instant::now() + window();
+    let mut deadline = None;
     let mut pause = Duration::from_millis(50);
     loop {
         match call().await {
-            Err(status) if may_repeat(&status) && tokio::time::Instant::now() < deadline => {
+            Err(status)
+                if may_repeat(&status)
+                    && tokio::time::Instant::now()
+                        < *deadline.get_or_insert_with(|| tokio::time::Instant::now() + window()) =>
+            {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
@@ -103,5 +108,31 @@ mod tests {
         assert_eq!(got.unwrap(), 5);
         let refusal = retried(|| async { Err::<(), _>(Status::permission_denied("no")) }, unanswered).await;
         assert_eq!(refusal.unwrap_err().code(), tonic::Code::PermissionDenied, "the head's own answer, at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_window_starts_at_the_first_failure_not_at_the_call() {
+        let tries = AtomicU32::new(0);
+        let got = retried(
+            || {
+                let n = tries.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    match n {
+                        // An answer awaited longer than the window, then the head went away.
+                        0 => {
+                            tokio::time::sleep(window() * 2).await;
+                            Err(refused())
+                        }
+                        1 => Err(refused()),
+                        _ => Ok(n),
+                    }
+                }
+            },
+            unanswered,
+        )
+        .await;
+        assert_eq!(got.unwrap(), 2);
+        let given_up = retried(|| async { Err::<(), _>(refused()) }, never_sent).await;
+        assert!(given_up.is_err(), "a head that never comes back is given up on");
     }
 }

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
+use tokio_stream::{Stream, StreamExt};
 
 pub const CERT_ENV: &str = "OXRAY_TLS_CERT";
 pub const KEY_ENV: &str = "OXRAY_TLS_KEY";
@@ -189,37 +190,101 @@ impl Tls {
     }
 }
 
+/// The connections of `accepted` once `handshake` made them ready (`None`: dropped), each
+/// handshake in a task of its own so that a slow or silent peer holds up no other. Accepting
+/// stops once the returned stream is dropped; after an accept error (out of descriptors,
+/// say) it waits a moment rather than spin.
+pub fn handshaken<I, O, F>(
+    accepted: impl Stream<Item = io::Result<I>> + Send + 'static,
+    handshake: impl Fn(I) -> F + Send + Sync + 'static,
+) -> impl Stream<Item = O> + Send
+where
+    I: Send + 'static,
+    O: Send + 'static,
+    F: std::future::Future<Output = Option<O>> + Send + 'static,
+{
+    let (done, ready) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut accepted = std::pin::pin!(accepted);
+        loop {
+            let next = tokio::select! {
+                _ = done.closed() => return,
+                next = accepted.next() => next,
+            };
+            match next {
+                None => return,
+                Some(Err(e)) => {
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Some(Ok(conn)) => {
+                    let (done, handshaking) = (done.clone(), handshake(conn));
+                    tokio::spawn(async move {
+                        if let Some(ready) = handshaking.await {
+                            drop(done.send(ready));
+                        }
+                    });
+                }
+            }
+        }
+    });
+    tokio_stream::wrappers::UnboundedReceiverStream::new(ready)
+}
+
 fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, format!("no TLS handshake in {HANDSHAKE_TIMEOUT:?}"))
 }
 
-static CURRENT: OnceLock<Option<Tls>> = OnceLock::new();
+/// What this process's environment asks for.
+enum Setup {
+    Off,
+    On(Tls),
+    /// Asked for, but not usable: no connection between machines may be made without it.
+    Broken(String),
+}
 
-fn from_env() -> Result<Option<Tls>, String> {
-    Files::from_vars(|name| std::env::var(name).ok())?.map(|files| Tls::load(&files)).transpose()
+static CURRENT: OnceLock<Setup> = OnceLock::new();
+
+fn setup() -> &'static Setup {
+    CURRENT.get_or_init(|| {
+        let files = Files::from_vars(|name| std::env::var(name).ok());
+        match files.and_then(|files| files.map(|f| Tls::load(&f)).transpose()) {
+            Ok(Some(tls)) => Setup::On(tls),
+            Ok(None) => Setup::Off,
+            Err(e) => Setup::Broken(e),
+        }
+    })
 }
 
 /// Loads this process's TLS setup from its environment; whether TLS is on. A process calls
 /// it first, so that a bad setup stops it with a clear error.
 pub fn init() -> Result<bool, String> {
-    if let Some(current) = CURRENT.get() {
-        return Ok(current.is_some());
+    match setup() {
+        Setup::Off => Ok(false),
+        Setup::On(_) => Ok(true),
+        Setup::Broken(e) => Err(e.clone()),
     }
-    let tls = from_env()?;
-    Ok(CURRENT.get_or_init(|| tls).is_some())
 }
 
-/// This process's TLS setup; `None` when off. One that cannot load is off, and said so
-/// once (processes call `init` first to stop on it instead).
+/// This process's TLS setup; `None` when off (or not usable: see `required`).
 pub fn current() -> Option<&'static Tls> {
-    CURRENT
-        .get_or_init(|| {
-            from_env().unwrap_or_else(|e| {
-                tracing::error!("TLS is off: {e}");
-                None
-            })
-        })
-        .as_ref()
+    match setup() {
+        Setup::On(tls) => Some(tls),
+        _ => None,
+    }
+}
+
+/// The setup a connection to another machine must use: `None` when TLS is off, an error
+/// when the environment asks for TLS that cannot be set up (a connection without it would
+/// carry the cluster token in the clear).
+pub fn required() -> io::Result<Option<&'static Tls>> {
+    match setup() {
+        Setup::Off => Ok(None),
+        Setup::On(tls) => Ok(Some(tls)),
+        Setup::Broken(e) => {
+            Err(io::Error::new(io::ErrorKind::InvalidInput, format!("TLS is asked for but not usable: {e}")))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ from typing import Optional, Union
 
 def ssl_context(verify: Union[bool, str, None] = True) -> Optional[ssl.SSLContext]:
     """False trusts any server; a path trusts the authorities in that file or directory;
-    True trusts the cluster's authority named by OXRAY_TLS_CA, else that of a cluster started
-    on this machine with TLS, else the system's (None)."""
+    True trusts the system's authorities and the cluster's: the one OXRAY_TLS_CA names, else
+    that of a cluster started on this machine with TLS (None: the system's only)."""
     if verify is False:
         context = ssl.create_default_context()
         context.check_hostname = False
@@ -22,7 +22,11 @@ def ssl_context(verify: Union[bool, str, None] = True) -> Optional[ssl.SSLContex
             raise ValueError(f"verify={verify!r}: no such certificate file or directory")
         return ssl.create_default_context(capath=verify) if path.is_dir() else ssl.create_default_context(cafile=verify)
     ca = os.environ.get("OXRAY_TLS_CA") or _started_here()
-    return ssl.create_default_context(cafile=ca) if ca else None
+    if not ca:
+        return None
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=ca)
+    return context
 
 
 def _started_here() -> Optional[str]:

@@ -255,14 +255,18 @@ class Controller:
         return shards
 
     def _gather(self, refs: List, what: str) -> List[Any]:
-        """The values of calls to the group's workers; a worker that fails fails the group."""
-        values, failures = [], {}
-        for rank, ref in enumerate(refs):
-            try:
-                values.append(oxray.get(ref))
-            except RayError as error:
-                failures[rank] = error
-                values.append(None)
+        """The values of calls to the group's workers, taken as they come; the first worker
+        that fails fails the group at once: the others may be waiting for it (the process
+        group's rendezvous waits for every rank) and would never answer."""
+        position = {ref: i for i, ref in enumerate(refs)}
+        values, failures, pending = [None] * len(refs), {}, list(refs)
+        while pending and not failures:
+            ready, pending = oxray.wait(pending, num_returns=1)
+            for ref in ready:
+                try:
+                    values[position[ref]] = oxray.get(ref)
+                except RayError as error:
+                    failures[position[ref]] = error
         if failures:
             raise _group_error(failures, f"the worker group failed while {what}")
         return values

@@ -79,10 +79,10 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
     if let Some(address) = &args.address {
         validate_address(address)?;
     }
+    let tls = args.tls.files()?;
     let temp_dir = args.temp_dir.clone().unwrap_or_else(paths::default_temp_dir);
     let session = SessionDir::create(&temp_dir)?;
     let session_args = SessionArgs { session_dir: Some(session.path().to_path_buf()), temp_dir: None };
-    let tls = args.tls.files()?;
     let tls_env = tls.as_ref().map(|files| files.to_env()).unwrap_or_default();
     let mut token_env: Vec<(&str, &str)> =
         args.token.as_deref().map(|t| vec![("OXRAY_AUTH_TOKEN", t)]).unwrap_or_default();

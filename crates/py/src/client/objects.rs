@@ -14,18 +14,17 @@ impl Client {
     /// Where other processes fetch the objects this one owns (its object server, started
     /// on first use).
     pub(crate) fn owner_address(&self, py: Python<'_>) -> PyResult<String> {
-        if let Some(address) = self.object_address.lock().expect("object address lock").as_ref() {
+        if let Some(address) = self.object_address.get() {
             return Ok(address.clone());
         }
-        // Started without the GIL, the lock held throughout: a thread holding the GIL may wait
-        // on this lock, so its holder must never wait for the GIL.
+        // Started without the GIL: its lock's holder must never wait for the GIL.
         py.detach(|| self.start_object_server())
     }
 
     /// Starts this process's object server once; its address.
     fn start_object_server(&self) -> PyResult<String> {
-        let mut slot = self.object_address.lock().expect("object address lock");
-        if let Some(address) = slot.as_ref() {
+        let _starting = self.starting_object_server.lock().expect("object server lock");
+        if let Some(address) = self.object_address.get() {
             return Ok(address.clone());
         }
         let node = self.local_node()?;
@@ -35,8 +34,7 @@ impl Client {
         let address = format!("{}:{port}", node.ip);
         self.submitter()?.set_object_address(address.clone());
         self.runtime.spawn(self.cluster.announce_process(&address, &node.id, &node.ip));
-        *slot = Some(address.clone());
-        Ok(address)
+        Ok(self.object_address.get_or_init(|| address).clone())
     }
 
     /// A new file in the node's object store for a value of `size` bytes (on disk with
@@ -95,7 +93,7 @@ impl Client {
 
     /// Whether `owner` is this process's object server.
     fn is_owner(&self, owner: &str) -> bool {
-        self.object_address.lock().expect("object address lock").as_deref() == Some(owner)
+        self.object_address.get().map(String::as_str) == Some(owner)
     }
 
     /// Takes a reference to an object read from bytes: 0 when this process owns it, 1 when
@@ -114,11 +112,11 @@ impl Client {
     /// `hold` for every ref a value held, in one call (a value may hold thousands); true
     /// when one of them is borrowed here for the first time.
     fn hold_many(&self, py: Python<'_>, ids: Vec<String>, owners: Vec<String>) -> bool {
-        let mine = self.object_address.lock().expect("object address lock").clone();
+        let mine = self.object_address.get();
         py.detach(|| {
             let mut new = false;
             for (id, owner) in ids.iter().zip(&owners) {
-                if mine.as_deref() == Some(owner.as_str()) {
+                if mine.map(String::as_str) == Some(owner.as_str()) {
                     self.objects.add_ref(id);
                 } else if self.objects.borrow(id, owner) {
                     new = true;
@@ -132,7 +130,7 @@ impl Client {
     /// that borrows before it owns anything starts its object server now, so the state API
     /// lists what it holds.
     fn announce_borrows(&self, py: Python<'_>) {
-        if self.object_address.lock().expect("object address lock").is_none() {
+        if self.object_address.get().is_none() {
             if let Err(e) = self.owner_address(py) {
                 tracing::debug!("this process's references will not be listed: {e}");
             }
