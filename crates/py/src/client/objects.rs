@@ -21,22 +21,6 @@ impl Client {
         py.detach(|| self.start_object_server())
     }
 
-    /// Starts this process's object server once; its address.
-    fn start_object_server(&self) -> PyResult<String> {
-        let _starting = self.starting_object_server.lock().expect("object server lock");
-        if let Some(address) = self.object_address.get() {
-            return Ok(address.clone());
-        }
-        let node = self.local_node()?;
-        let actors: Arc<dyn oxray_worker::ActorOwner> = Arc::new(self.submitter()?);
-        let serving = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone());
-        let port = self.runtime.block_on(serving).map_err(to_py)?;
-        let address = format!("{}:{port}", node.ip);
-        self.submitter()?.set_object_address(address.clone());
-        self.runtime.spawn(self.cluster.announce_process(&address, &node.id, &node.ip));
-        Ok(self.object_address.get_or_init(|| address).clone())
-    }
-
     /// A new file in the node's object store for a value of `size` bytes (on disk with
     /// `spill`): `(object_id, path)`, or None when this process has no store (then the value
     /// stays in its memory).
@@ -230,5 +214,23 @@ impl Client {
     /// A borrowed actor handle holds this object (its actor's creation): the state API says so.
     fn mark_actor_handle(&self, id: &str) {
         self.objects.mark_actor_handle(id);
+    }
+}
+
+impl Client {
+    /// Starts this process's object server once; its address.
+    fn start_object_server(&self) -> PyResult<String> {
+        let _starting = self.starting_object_server.lock().expect("object server lock");
+        if let Some(address) = self.object_address.get() {
+            return Ok(address.clone());
+        }
+        let node = self.local_node()?;
+        let actors: Arc<dyn oxray_worker::ActorOwner> = Arc::new(self.submitter()?);
+        let serving = oxray_worker::serve_objects(self.objects.clone(), actors, self.token.clone());
+        let port = self.runtime.block_on(serving).map_err(to_py)?;
+        let address = format!("{}:{port}", node.ip);
+        self.submitter()?.set_object_address(address.clone());
+        self.runtime.spawn(self.cluster.announce_process(&address, &node.id, &node.ip));
+        Ok(self.object_address.get_or_init(|| address).clone())
     }
 }
