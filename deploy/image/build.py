@@ -67,8 +67,9 @@ DROP = (
     "usr/share/bug", "usr/share/menu", "usr/share/bash-completion", "usr/share/gdb",
     "usr/lib/x86_64-linux-gnu/gconv", "usr/share/ca-certificates", "etc/ca-certificates",
     "usr/sbin/update-ca-certificates", "etc/ssl/certs",
-    # The modules of the libraries left out, and CPython's own test modules.
-    f"usr/lib/python{PYTHON}/test",
+    # The modules of the libraries left out, CPython's own test modules, 2to3 (a tool for
+    # moving code to Python 3, nothing imports it) and the texts of `help("TOPIC")`.
+    f"usr/lib/python{PYTHON}/test", f"usr/lib/python{PYTHON}/lib2to3", f"usr/lib/python{PYTHON}/pydoc_data",
     *(f"usr/lib/python{PYTHON}/lib-dynload/{m}.cpython-{PYTHON.replace('.', '')}-x86_64-linux-gnu.so" for m in (
         "_dbm", "nis", "_testbuffer", "_testcapi", "_testclinic", "_testimportmultiple", "_testinternalcapi",
         "_testmultiphase", "_xxtestfuzz", "_ctypes_test", "xxlimited", "xxlimited_35")),
