@@ -68,8 +68,10 @@ DROP = (
     "usr/lib/x86_64-linux-gnu/gconv", "usr/share/ca-certificates", "etc/ca-certificates",
     "usr/sbin/update-ca-certificates", "etc/ssl/certs",
     # The modules of the libraries left out, CPython's own test modules, 2to3 (a tool for
-    # moving code to Python 3, nothing imports it) and the texts of `help("TOPIC")`.
+    # moving code to Python 3, nothing imports it), the texts of `help("TOPIC")`, turtle
+    # (it needs Tk, which is not here) and the pure-Python decimal (`decimal` uses _decimal).
     f"usr/lib/python{PYTHON}/test", f"usr/lib/python{PYTHON}/lib2to3", f"usr/lib/python{PYTHON}/pydoc_data",
+    f"usr/lib/python{PYTHON}/turtle.py", f"usr/lib/python{PYTHON}/_pydecimal.py",
     *(f"usr/lib/python{PYTHON}/lib-dynload/{m}.cpython-{PYTHON.replace('.', '')}-x86_64-linux-gnu.so" for m in (
         "_dbm", "nis", "_testbuffer", "_testcapi", "_testclinic", "_testimportmultiple", "_testinternalcapi",
         "_testmultiphase", "_xxtestfuzz", "_ctypes_test", "xxlimited", "xxlimited_35")),
