@@ -90,12 +90,13 @@ class Host:
     def start(self, *args, node_ip=True):
         """`oxray start` with `args`, as this host's first process: the oxray processes keep the
         host's hostname and /dev/shm, and later commands enter them. `node_ip=False` leaves
-        the node's address for oxray to find."""
+        the node's address for oxray to find. Returns what `start` printed."""
         setup = f'mount -t tmpfs -o size=512m tmpfs /dev/shm && hostname {self.ns} && exec "$@"'
         address = ["--node-ip-address", self.address] if node_ip else []
-        self.run("unshare", "-u", "-m", "--propagation", "private", "sh", "-c", setup, "sh", OXRAY_BIN, "start",
-                 *args, *address)
+        out = self.run("unshare", "-u", "-m", "--propagation", "private", "sh", "-c", setup, "sh", OXRAY_BIN,
+                       "start", *args, *address)
         self.pid = self.role_pid("head" if "--head" in args else "agent")
+        return out
 
     def oxray(self, *args):
         return self.run(OXRAY_BIN, *args)

@@ -4,7 +4,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use oxray_config::paths;
 use oxray_rpc::{connect_head, HeadClient, Token};
-use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
@@ -17,21 +16,7 @@ pub struct TargetArgs {
     pub token: Option<String>,
 }
 
-/// What `start` leaves behind so later commands on this machine find the cluster.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct CurrentCluster {
-    pub address: String,
-    pub dashboard_url: Option<String>,
-    pub session_dir: String,
-    /// The authority of a cluster started with TLS, which this machine's clients trust.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls_ca: Option<String>,
-}
-
-pub fn read_current() -> Option<CurrentCluster> {
-    let bytes = std::fs::read(paths::current_cluster_file(&paths::oxray_home())).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
+pub use oxray_config::current::{read_current, CurrentCluster};
 
 /// The token: explicit, else that of the private cluster (one `init()` started) serving
 /// `address` on this machine, else the user's token file.

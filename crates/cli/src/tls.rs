@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
-use oxray_rpc::tls::{Files, Tls, CA_ENV, CERT_ENV, KEY_ENV};
+use oxray_rpc::tls::{decide, is_loopback, Files, Mode, Tls, CA_ENV, CERT_ENV, KEY_ENV, MODE_ENV};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Default, Clone)]
@@ -18,6 +18,12 @@ pub struct TlsArgs {
     /// The authority that signed every node's certificate (PEM)
     #[arg(long, env = CA_ENV)]
     pub tls_ca: Option<PathBuf>,
+    /// Leave connections between machines unencrypted. Without this flag, or the three
+    /// above, a cluster whose head is not on a loopback address uses TLS with an authority
+    /// derived from the cluster token; every node and driver must then agree (set
+    /// OXRAY_TLS=off for drivers of such a cluster on other machines)
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "tls_ca"])]
+    pub no_tls: bool,
 }
 
 impl TlsArgs {
@@ -39,30 +45,35 @@ impl TlsArgs {
         Tls::load(&files).map_err(|e| anyhow!("{e}"))?;
         Ok(Some(files))
     }
-}
 
-fn is_loopback(host: &str) -> bool {
-    host == "localhost" || host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// What a head started without TLS should warn of: a dashboard (the Jobs API, which runs
-/// commands) reachable by other machines, and a control plane that is.
-pub fn exposure_warnings(tls: bool, control_host: &str, dashboard_host: &str) -> Vec<String> {
-    if tls {
-        return Vec::new();
+    /// How the node's processes talk to other machines, in a cluster whose head is at
+    /// `head`; `recorded` is what this machine's last `start` wrote of its cluster.
+    pub fn mode(&self, head: &str, recorded: Option<(&str, &str)>) -> Result<Mode> {
+        let asked = if self.no_tls { Some("off".to_string()) } else { std::env::var(MODE_ENV).ok() };
+        decide(self.files()?, asked.as_deref(), head, recorded).map_err(anyhow::Error::msg)
     }
+}
+
+/// The variables that give the processes a node starts its mode.
+pub fn mode_env(mode: &Mode) -> Vec<(&'static str, String)> {
+    match mode {
+        Mode::Files(files) => files.to_env(),
+        other => vec![(MODE_ENV, other.name().to_string())],
+    }
+}
+
+/// What a head should warn of: a dashboard (the Jobs API, which runs commands) reachable by
+/// other machines over plain http, and a control plane reachable by them without TLS.
+pub fn exposure_warnings(mode: &Mode, control_host: &str, dashboard_host: &str) -> Vec<String> {
     let mut warnings = Vec::new();
-    if !is_loopback(dashboard_host) {
+    if !matches!(mode, Mode::Files(_)) && !is_loopback(dashboard_host) {
         warnings.push(format!(
-            "the dashboard and Jobs API listen on {dashboard_host} without TLS: the cluster token and every \
-             request cross the network in the clear (pass --tls-cert, --tls-key and --tls-ca)"
+            "the dashboard and Jobs API listen on {dashboard_host} over plain http: the cluster token and every \
+             request cross the network in the clear (pass --tls-cert, --tls-key and --tls-ca to serve them over https)"
         ));
     }
-    if !is_loopback(control_host) {
-        warnings.push(
-            "connections between machines are not encrypted (pass --tls-cert, --tls-key and --tls-ca to encrypt them)"
-                .to_string(),
-        );
+    if *mode == Mode::Off && !is_loopback(control_host) {
+        warnings.push("connections between machines are not encrypted (--no-tls)".to_string());
     }
     warnings
 }
@@ -110,13 +121,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_head_reachable_from_other_machines_without_tls_is_warned_of() {
-        assert!(exposure_warnings(false, "127.0.0.1", "localhost").is_empty());
-        assert!(exposure_warnings(true, "0.0.0.0", "0.0.0.0").is_empty());
-        let both = exposure_warnings(false, "0.0.0.0", "10.0.0.1");
+    fn only_what_other_machines_reach_in_the_clear_is_warned_of() {
+        let files = Mode::Files(Files { cert: "c".into(), key: "k".into(), ca: "a".into() });
+        assert!(exposure_warnings(&Mode::Off, "127.0.0.1", "localhost").is_empty());
+        assert!(exposure_warnings(&files, "10.0.0.1", "0.0.0.0").is_empty());
+        let both = exposure_warnings(&Mode::Off, "10.0.0.1", "10.0.0.1");
         assert_eq!(both.len(), 2);
         assert!(both[0].contains("dashboard and Jobs API listen on 10.0.0.1"), "{both:?}");
-        assert_eq!(exposure_warnings(false, "0.0.0.0", "[::1]").len(), 1, "the dashboard on loopback");
+        assert!(both[1].contains("--no-tls"), "{both:?}");
+        assert_eq!(exposure_warnings(&Mode::Off, "10.0.0.1", "[::1]").len(), 1, "the dashboard on loopback");
+        let auto = exposure_warnings(&Mode::Auto, "10.0.0.1", "0.0.0.0");
+        assert_eq!(auto.len(), 1, "the token's authority is no browser's: the dashboard stays http");
+    }
+
+    #[test]
+    fn no_tls_turns_off_what_would_be_on_and_does_not_go_with_files() {
+        let off = TlsArgs { no_tls: true, ..Default::default() };
+        assert_eq!(off.mode("10.0.0.1:6379", None).unwrap(), Mode::Off);
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            tls: TlsArgs,
+        }
+        let both = Cli::try_parse_from(["x", "--no-tls", "--tls-ca", "a.crt"]).err().unwrap().to_string();
+        assert!(both.contains("cannot be used with"), "{both}");
     }
 
     #[test]
@@ -124,8 +153,12 @@ mod tests {
         let some = TlsArgs { tls_cert: Some("/c".into()), ..Default::default() };
         let err = some.files().unwrap_err().to_string();
         assert!(err.contains("go together") && err.contains("OXRAY_TLS_KEY, OXRAY_TLS_CA not set"), "{err}");
-        let unreadable =
-            TlsArgs { tls_cert: Some("/nope.crt".into()), tls_key: Some("k".into()), tls_ca: Some("a".into()) };
+        let unreadable = TlsArgs {
+            tls_cert: Some("/nope.crt".into()),
+            tls_key: Some("k".into()),
+            tls_ca: Some("a".into()),
+            ..Default::default()
+        };
         let err = unreadable.files().unwrap_err().to_string();
         assert!(err.contains("/nope.crt"), "{err}");
         assert!(TlsArgs::default().files().unwrap().is_none());

@@ -1,6 +1,7 @@
 //! Where oxray keeps things on a machine (its home and session directories, token files,
 //! process records) and the readiness handshake between a starting server and its launcher.
 
+pub mod current;
 pub mod log_rotation;
 pub mod paths;
 pub mod private_clusters;

@@ -288,9 +288,9 @@ impl BoundHead {
             serve.router(),
         );
         let stopped = shutdown.clone().cancelled_owned();
-        let web = match oxray_rpc::tls::current() {
-            Some(tls) => {
-                let https = https::Listener::new(http, tls.http_server());
+        let web = match oxray_rpc::tls::current().and_then(|tls| tls.http_server()) {
+            Some(server) => {
+                let https = https::Listener::new(http, server);
                 std::future::IntoFuture::into_future(axum::serve(https, api).with_graceful_shutdown(stopped)).boxed()
             }
             None => {
@@ -329,7 +329,8 @@ impl HeadConfig {
             "0.0.0.0" | "::" => self.node_ip.as_str(),
             host => host,
         };
-        let scheme = if oxray_rpc::tls::current().is_some() { "https" } else { "http" };
+        let https = oxray_rpc::tls::current().is_some_and(|tls| tls.http_server().is_some());
+        let scheme = if https { "https" } else { "http" };
         Dashboard { host: self.dashboard_host.clone(), port, url: format!("{scheme}://{reach}:{port}") }
     }
 }

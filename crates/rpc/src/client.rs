@@ -48,6 +48,8 @@ const HEAD_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Connects now, so an unreachable head is reported at once.
 pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
+    // A setup that cannot be made is reported by the dial, which refuses to go without it.
+    let _ = crate::tls::init(token, address);
     let channel = crate::local::connect(head_endpoint(address, call_timeout)?)
         .await
         .map_err(|e| RpcError::Unreachable { address: address.to_string(), reason: root_cause(&e) })?;
@@ -56,6 +58,7 @@ pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) 
 
 /// Connects on first use and reconnects by itself after the head goes away and comes back.
 pub fn connect_head_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
+    let _ = crate::tls::init(token, address);
     let channel = crate::local::connect_lazy(head_endpoint(address, call_timeout)?);
     Ok(HeadServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
@@ -86,17 +89,26 @@ pub fn explain(address: &str, status: &Status) -> String {
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
             let cause = std::error::Error::source(status).map(root_cause);
             let reason = cause.unwrap_or_else(|| status.message().to_string());
-            format!("cannot reach the head at {address}: {reason}")
+            let hint = if reason.contains("peer certificate") {
+                "; its certificate is not of this cluster's authority: is this the head's token (or its --tls-ca)?"
+            } else {
+                ""
+            };
+            format!("cannot reach the head at {address}: {reason}{hint}")
         }
         // The connection was made, then broke before an answer: the head speaks TLS to a
         // client that does not, or the other way round.
         _ if std::error::Error::source(status).is_some() => {
             let cause = std::error::Error::source(status).map(root_cause).unwrap_or_default();
             let hint = match crate::tls::current() {
-                Some(_) => "; does the head use TLS, with the same authority?",
+                Some(_) => {
+                    "; does the head use TLS with the same authority (the same token, or the same \
+                     --tls-ca), or was it started with --no-tls (then set OXRAY_TLS=off here)?"
+                }
                 None => {
-                    "; if the head uses TLS, set OXRAY_TLS_CERT, OXRAY_TLS_KEY and OXRAY_TLS_CA to this \
-                         machine's certificate, its key and the cluster's authority"
+                    "; if the head uses TLS, leave OXRAY_TLS unset (or, for a cluster started with certificate \
+                     files, set OXRAY_TLS_CERT, OXRAY_TLS_KEY and OXRAY_TLS_CA to this machine's certificate, \
+                     its key and the cluster's authority)"
                 }
             };
             format!("cannot talk to the head at {address}: {cause}{hint}")

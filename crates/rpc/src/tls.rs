@@ -2,25 +2,26 @@
 //! callers to workers. Connections inside a machine go over Unix sockets, which no other
 //! machine can reach, and stay plain.
 //!
-//! A process takes its certificate, key and certificate authority from `OXRAY_TLS_CERT`,
-//! `OXRAY_TLS_KEY` and `OXRAY_TLS_CA` (paths to PEM files), which `oxray start` sets from its
-//! flags for everything it starts. Both sides of a connection show a certificate signed by
-//! the authority (a cluster is a closed set of machines), and a client checks that the
-//! server's certificate names the host it dialed.
+//! TLS is on unless the cluster can only live on one machine (its head's address is a
+//! loopback one) or the user turned it off (`OXRAY_TLS=off`, `oxray start --no-tls`). Its
+//! certificates come either from the user, as PEM files named by `OXRAY_TLS_CERT`,
+//! `OXRAY_TLS_KEY` and `OXRAY_TLS_CA` (a client then checks that the server's certificate
+//! names the host it dialed), or from an authority derived from the cluster token
+//! (`authority`). Both sides of a connection show a certificate of the authority: a cluster
+//! is a closed set of machines. `oxray start` sets the variables for everything it starts.
 
-use crate::socket::SocketStream;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use crate::Token;
 use std::io;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
-use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 use tokio_stream::{Stream, StreamExt};
 
 pub const CERT_ENV: &str = "OXRAY_TLS_CERT";
 pub const KEY_ENV: &str = "OXRAY_TLS_KEY";
 pub const CA_ENV: &str = "OXRAY_TLS_CA";
+/// "auto" or "off", when no files are given.
+pub const MODE_ENV: &str = "OXRAY_TLS";
 
 /// What a connection carries, named in its handshake: after it every byte is encrypted, so
 /// a server cannot peek at the first one to tell task streams from gRPC.
@@ -31,7 +32,7 @@ pub enum Carries {
 }
 
 impl Carries {
-    fn alpn(self) -> &'static [u8] {
+    pub(crate) fn alpn(self) -> &'static [u8] {
         match self {
             Carries::Grpc => b"h2",
             Carries::Tasks => b"oxray-tasks",
@@ -89,107 +90,6 @@ impl Files {
     }
 }
 
-/// A process's TLS setup, as a server and as a client.
-pub struct Tls {
-    acceptor: TlsAcceptor,
-    grpc: TlsConnector,
-    tasks: TlsConnector,
-    http: Arc<rustls::ServerConfig>,
-}
-
-fn read_certs(path: &PathBuf, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<_, _>>())
-        .map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("the {what} {} holds no PEM certificate", path.display()));
-    }
-    Ok(certs)
-}
-
-impl Tls {
-    pub fn load(files: &Files) -> Result<Self, String> {
-        let certs = read_certs(&files.cert, "certificate")?;
-        let key = PrivateKeyDer::from_pem_file(&files.key)
-            .map_err(|e| format!("cannot read the private key {}: {e}", files.key.display()))?;
-        let mut roots = rustls::RootCertStore::empty();
-        for ca in read_certs(&files.ca, "certificate authority")? {
-            roots.add(ca).map_err(|e| format!("the authority {} is not usable: {e}", files.ca.display()))?;
-        }
-        let roots = Arc::new(roots);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let bad = |e: rustls::Error| {
-            format!(
-                "the certificate {} and key {} do not make a TLS setup: {e}",
-                files.cert.display(),
-                files.key.display()
-            )
-        };
-
-        let peers = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-            .build()
-            .map_err(|e| format!("the authority {} cannot check peers: {e}", files.ca.display()))?;
-        let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(bad)?
-            .with_client_cert_verifier(peers)
-            .with_single_cert(certs.clone(), key.clone_key())
-            .map_err(bad)?;
-        server.alpn_protocols = vec![Carries::Grpc.alpn().to_vec(), Carries::Tasks.alpn().to_vec()];
-
-        // Browsers and job clients show no certificate: the cluster token guards the API.
-        let mut http = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(bad)?
-            .with_no_client_auth()
-            .with_single_cert(certs.clone(), key.clone_key())
-            .map_err(bad)?;
-        http.alpn_protocols = vec![b"http/1.1".to_vec()];
-
-        let client = |carries: Carries| -> Result<TlsConnector, String> {
-            let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
-                .with_safe_default_protocol_versions()
-                .map_err(bad)?
-                .with_root_certificates(roots.clone())
-                .with_client_auth_cert(certs.clone(), key.clone_key())
-                .map_err(bad)?;
-            config.alpn_protocols = vec![carries.alpn().to_vec()];
-            Ok(TlsConnector::from(Arc::new(config)))
-        };
-        Ok(Self {
-            acceptor: TlsAcceptor::from(Arc::new(server)),
-            grpc: client(Carries::Grpc)?,
-            tasks: client(Carries::Tasks)?,
-            http: Arc::new(http),
-        })
-    }
-
-    /// The server side of a connection's handshake.
-    pub async fn accept(&self, io: SocketStream) -> io::Result<TlsStream<SocketStream>> {
-        let accepting = self.acceptor.accept(io);
-        let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, accepting).await.map_err(|_| timed_out())??;
-        Ok(stream.into())
-    }
-
-    /// The client side, checking that the server's certificate names `host`.
-    pub async fn connect(&self, host: &str, carries: Carries, io: SocketStream) -> io::Result<TlsStream<SocketStream>> {
-        let name = ServerName::try_from(host.to_string())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host:?} is no TLS server name: {e}")))?;
-        let connector = match carries {
-            Carries::Grpc => &self.grpc,
-            Carries::Tasks => &self.tasks,
-        };
-        let stream =
-            tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, io)).await.map_err(|_| timed_out())??;
-        Ok(stream.into())
-    }
-
-    /// The dashboard's and HTTP API's server setup.
-    pub fn http_server(&self) -> Arc<rustls::ServerConfig> {
-        self.http.clone()
-    }
-}
-
 /// The connections of `accepted` once `handshake` made them ready (`None`: dropped), each
 /// handshake in a task of its own so that a slow or silent peer holds up no other. Accepting
 /// stops once the returned stream is dropped; after an accept error (out of descriptors,
@@ -231,37 +131,113 @@ where
     tokio_stream::wrappers::UnboundedReceiverStream::new(ready)
 }
 
-fn timed_out() -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, format!("no TLS handshake in {HANDSHAKE_TIMEOUT:?}"))
+/// How this process's connections to other machines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    Off,
+    /// An authority derived from the cluster token (`authority`).
+    Auto,
+    Files(Files),
 }
 
-/// What this process's environment asks for.
+impl Mode {
+    /// As `OXRAY_TLS` and `current_cluster.json` name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Auto => "auto",
+            Mode::Files(_) => "files",
+        }
+    }
+}
+
+/// Whether `host` (of a HOST:PORT) can only be this machine.
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+fn host_of(address: &str) -> &str {
+    address.rsplit_once(':').map(|(host, _)| host).unwrap_or(address)
+}
+
+/// The mode of a process that talks to the head at `head` (the head itself: its own
+/// address): the files when given; else what `OXRAY_TLS` (`asked`) says; else what
+/// `oxray start` recorded for the cluster at that address on this machine (a cluster
+/// started with --no-tls); else on unless the head can only be on this machine (or is
+/// not known).
+pub fn decide(
+    files: Option<Files>,
+    asked: Option<&str>,
+    head: &str,
+    recorded: Option<(&str, &str)>,
+) -> Result<Mode, String> {
+    if let Some(files) = files {
+        return Ok(Mode::Files(files));
+    }
+    match asked.map(str::trim).filter(|a| !a.is_empty()) {
+        Some("auto") => return Ok(Mode::Auto),
+        Some("off") => return Ok(Mode::Off),
+        Some(other) => return Err(format!("{MODE_ENV} must be \"auto\" or \"off\", not {other:?}")),
+        None => {}
+    }
+    match recorded {
+        Some((address, "off")) if address == head => Ok(Mode::Off),
+        // A process that knows of no head has no cluster to be part of.
+        _ if head.is_empty() || is_loopback(host_of(head)) => Ok(Mode::Off),
+        _ => Ok(Mode::Auto),
+    }
+}
+
+/// What this process's setup is.
 enum Setup {
     Off,
-    On(Tls),
+    On(Tls, &'static str),
     /// Asked for, but not usable: no connection between machines may be made without it.
     Broken(String),
 }
 
 static CURRENT: OnceLock<Setup> = OnceLock::new();
 
+fn make(token: Option<&Token>, head: &str) -> Setup {
+    let var = |name: &str| std::env::var(name).ok();
+    let recorded = oxray_config::current::read_current();
+    let recorded = recorded.as_ref().and_then(|c| Some((c.address.as_str(), c.tls.as_deref()?)));
+    let mode = match Files::from_vars(var).and_then(|files| decide(files, var(MODE_ENV).as_deref(), head, recorded)) {
+        Ok(mode) => mode,
+        Err(e) => return Setup::Broken(e),
+    };
+    let tls = match &mode {
+        Mode::Off => return Setup::Off,
+        Mode::Files(files) => Tls::load(files),
+        Mode::Auto => match token {
+            Some(token) => authority::material(token).and_then(Tls::build),
+            None => Err("TLS is on, and its authority comes from the cluster token, which is not known here \
+                         (set OXRAY_AUTH_TOKEN)"
+                .to_string()),
+        },
+    };
+    match tls {
+        Ok(tls) => Setup::On(tls, mode.name()),
+        Err(e) => Setup::Broken(e),
+    }
+}
+
 fn setup() -> &'static Setup {
     CURRENT.get_or_init(|| {
-        let files = Files::from_vars(|name| std::env::var(name).ok());
-        match files.and_then(|files| files.map(|f| Tls::load(&f)).transpose()) {
-            Ok(Some(tls)) => Setup::On(tls),
-            Ok(None) => Setup::Off,
-            Err(e) => Setup::Broken(e),
-        }
+        let token = std::env::var("OXRAY_AUTH_TOKEN").ok().and_then(|t| Token::parse(&t).ok());
+        make(token.as_ref(), &std::env::var("OXRAY_ADDRESS").unwrap_or_default())
     })
 }
 
-/// Loads this process's TLS setup from its environment; whether TLS is on. A process calls
-/// it first, so that a bad setup stops it with a clear error.
-pub fn init() -> Result<bool, String> {
-    match setup() {
-        Setup::Off => Ok(false),
-        Setup::On(_) => Ok(true),
+/// Sets up this process's TLS, as a member of the cluster whose head is at `head` and
+/// whose token is `token`: `decide` says how, from the environment. The first call
+/// decides; a process makes it before it listens or dials, so that a bad setup stops it
+/// with a clear error. Returns the mode's name.
+pub fn init(token: &Token, head: &str) -> Result<&'static str, String> {
+    match CURRENT.get_or_init(|| make(Some(token), head)) {
+        Setup::Off => Ok("off"),
+        Setup::On(_, name) => Ok(name),
         Setup::Broken(e) => Err(e.clone()),
     }
 }
@@ -269,7 +245,7 @@ pub fn init() -> Result<bool, String> {
 /// This process's TLS setup; `None` when off (or not usable: see `required`).
 pub fn current() -> Option<&'static Tls> {
     match setup() {
-        Setup::On(tls) => Some(tls),
+        Setup::On(tls, _) => Some(tls),
         _ => None,
     }
 }
@@ -280,12 +256,17 @@ pub fn current() -> Option<&'static Tls> {
 pub fn required() -> io::Result<Option<&'static Tls>> {
     match setup() {
         Setup::Off => Ok(None),
-        Setup::On(tls) => Ok(Some(tls)),
+        Setup::On(tls, _) => Ok(Some(tls)),
         Setup::Broken(e) => {
             Err(io::Error::new(io::ErrorKind::InvalidInput, format!("TLS is asked for but not usable: {e}")))
         }
     }
 }
+
+mod authority;
+mod config;
+pub use authority::CLUSTER_NAME;
+pub use config::Tls;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -29,7 +29,7 @@ impl Cluster {
     /// Connects and checks the token with one call, so a wrong one fails here. Runs
     /// inside the core's runtime.
     pub async fn connect(address: &str, token: &Token) -> Result<Self, WorkerError> {
-        oxray_rpc::tls::init().map_err(WorkerError::Connect)?;
+        oxray_rpc::tls::init(token, address).map_err(WorkerError::Connect)?;
         let mut client =
             connect_head(address, token, CALL_TIMEOUT).await.map_err(|e| WorkerError::Connect(e.to_string()))?;
         let info = client

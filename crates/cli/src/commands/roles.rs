@@ -211,10 +211,11 @@ pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
     init_logging();
     let home = paths::oxray_home();
     let setup = || -> Result<oxray_head::HeadConfig> {
-        oxray_rpc::tls::init().map_err(anyhow::Error::msg)?;
         let session = args.dirs.open()?;
         let explicit = std::env::var("OXRAY_AUTH_TOKEN").ok().filter(|t| !t.is_empty());
         let token = head_token(explicit.as_deref(), &home, &session)?;
+        let node_ip = args.node_ip_address.clone().unwrap_or_else(crate::resources::detect_node_ip);
+        oxray_rpc::tls::init(&token, &format!("{node_ip}:{}", args.port)).map_err(anyhow::Error::msg)?;
         let storage = args.storage.clone().unwrap_or_else(|| session.default_storage());
         if args.state.fresh {
             set_aside(&storage)?;
@@ -222,7 +223,7 @@ pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
         Ok(oxray_head::HeadConfig {
             bind_host: args.bind_host.clone(),
             port: args.port,
-            node_ip: args.node_ip_address.clone().unwrap_or_else(crate::resources::detect_node_ip),
+            node_ip,
             dashboard_host: args.dashboard_host.clone(),
             dashboard_port: args.dashboard_port,
             storage,
@@ -268,10 +269,10 @@ pub fn run_agent(args: AgentArgs) -> Result<ExitCode> {
     init_logging();
     let home = paths::oxray_home();
     let setup = || -> Result<(oxray_agent::AgentConfig, SessionDir)> {
-        oxray_rpc::tls::init().map_err(anyhow::Error::msg)?;
         args.resources.validate()?;
         let session = args.dirs.open()?;
         let token = resolve_token(args.token.as_deref(), &args.address)?;
+        oxray_rpc::tls::init(&token, &args.address).map_err(anyhow::Error::msg)?;
         let node_ip = match &args.resources.node_ip_address {
             Some(ip) => ip.clone(),
             None => node_ip_towards(&args.address),

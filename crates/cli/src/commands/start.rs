@@ -8,6 +8,7 @@ use nix::sys::signal::Signal;
 use oxray_config::ready::Ready;
 use oxray_config::session::SessionDir;
 use oxray_config::{paths, procs, secret};
+use oxray_rpc::tls::{is_loopback, Mode};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -66,8 +67,15 @@ pub struct StartArgs {
     pub stop_on_stdin_close: bool,
 }
 
-/// Where the head's control plane listens: every interface, for the nodes that join.
-const HEAD_BIND_HOST: &str = "0.0.0.0";
+/// Where the head's control plane listens: every interface, for the nodes that join; only
+/// loopback when its address is a loopback one, since no other machine could join it.
+fn head_bind_host(node_ip: &str) -> &'static str {
+    if is_loopback(node_ip) {
+        "127.0.0.1"
+    } else {
+        "0.0.0.0"
+    }
+}
 const HEAD_READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long an agent may take to register once it reaches its head.
 const AGENT_READY_MARGIN: Duration = Duration::from_secs(15);
@@ -79,11 +87,19 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
     if let Some(address) = &args.address {
         validate_address(address)?;
     }
-    let tls = args.tls.files()?;
+    // The head's: decided here, so that its TLS mode and where it listens agree with it.
+    let node_ip = args.resources.node_ip_address.clone().unwrap_or_else(crate::resources::detect_node_ip);
+    let tls = if args.head {
+        args.tls.mode(&format!("{node_ip}:{}", args.port), None)?
+    } else {
+        let recorded = crate::target::read_current();
+        let recorded = recorded.as_ref().and_then(|c| Some((c.address.as_str(), c.tls.as_deref()?)));
+        args.tls.mode(args.address.as_deref().unwrap_or_default(), recorded)?
+    };
     let temp_dir = args.temp_dir.clone().unwrap_or_else(paths::default_temp_dir);
     let session = SessionDir::create(&temp_dir)?;
     let session_args = SessionArgs { session_dir: Some(session.path().to_path_buf()), temp_dir: None };
-    let tls_env = tls.as_ref().map(|files| files.to_env()).unwrap_or_default();
+    let tls_env = crate::tls::mode_env(&tls);
     let mut token_env: Vec<(&str, &str)> =
         args.token.as_deref().map(|t| vec![("OXRAY_AUTH_TOKEN", t)]).unwrap_or_default();
     token_env.extend(tls_env.iter().map(|(name, value)| (*name, value.as_str())));
@@ -91,7 +107,7 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
     let mut launched = Vec::new();
     let (address, dashboard_url) = if args.head {
         let head = spawn_role(
-            &head_args(&args, &temp_dir, &session_args),
+            &head_args(&args, &node_ip, &temp_dir, &session_args),
             &token_env,
             &session.logs().join("head.log"),
             HEAD_READY_TIMEOUT,
@@ -102,11 +118,11 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         };
         launched.push(head);
         let address = format!("{node_ip}:{port}");
-        for warning in crate::tls::exposure_warnings(tls.is_some(), HEAD_BIND_HOST, &dashboard_host) {
+        for warning in crate::tls::exposure_warnings(&tls, &node_ip, &dashboard_host) {
             eprintln!("warning: {warning}");
         }
         let shown_host = if dashboard_host == "0.0.0.0" { node_ip } else { dashboard_host };
-        let scheme = if tls.is_some() { "https" } else { "http" };
+        let scheme = if matches!(tls, Mode::Files(_)) { "https" } else { "http" };
         (address, Some(format!("{scheme}://{shown_host}:{dashboard_port}")))
     } else {
         (args.address.clone().unwrap_or_default(), None)
@@ -139,12 +155,16 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         address: address.clone(),
         dashboard_url: dashboard_url.clone(),
         session_dir: session.path().display().to_string(),
-        tls_ca: tls.as_ref().map(|files| files.ca.display().to_string()),
+        tls_ca: match &tls {
+            Mode::Files(files) => Some(files.ca.display().to_string()),
+            _ => None,
+        },
+        tls: Some(tls.name().to_string()),
     };
     secret::write_json(&paths::current_cluster_file(&paths::oxray_home()), &current)?;
 
     if args.head {
-        print_head_banner(&address, dashboard_url.as_deref().unwrap_or_default(), &session);
+        print_head_banner(&address, dashboard_url.as_deref().unwrap_or_default(), &session, &tls);
     } else {
         print_node_banner(&address, &launched[0].ready);
     }
@@ -161,13 +181,15 @@ fn validate_address(address: &str) -> Result<()> {
     }
 }
 
-fn head_args(args: &StartArgs, temp_dir: &std::path::Path, session: &SessionArgs) -> Vec<String> {
+fn head_args(args: &StartArgs, node_ip: &str, temp_dir: &std::path::Path, session: &SessionArgs) -> Vec<String> {
     let mut v = vec![
         "head".to_string(),
         "--port".into(),
         args.port.to_string(),
         "--bind-host".into(),
-        HEAD_BIND_HOST.into(),
+        head_bind_host(node_ip).into(),
+        "--node-ip-address".into(),
+        node_ip.into(),
         "--dashboard-host".into(),
         args.dashboard_host.clone(),
         "--dashboard-port".into(),
@@ -176,9 +198,6 @@ fn head_args(args: &StartArgs, temp_dir: &std::path::Path, session: &SessionArgs
         args.node_death_timeout_s.to_string(),
     ];
     v.extend(session_flags(session));
-    if let Some(ip) = &args.resources.node_ip_address {
-        v.extend(["--node-ip-address".into(), ip.clone()]);
-    }
     let storage = args.storage.clone().or_else(|| paths::stable_head_storage(temp_dir, args.port));
     if let Some(storage) = storage {
         v.extend(["--storage".into(), storage.display().to_string()]);
@@ -283,7 +302,16 @@ fn block(mut launched: Vec<Launched>, signals: Signals, watch_stdin: bool) -> Re
     }
 }
 
-fn print_head_banner(address: &str, dashboard: &str, session: &SessionDir) {
+/// What the banner says of encryption.
+fn tls_line(mode: &Mode) -> &'static str {
+    match mode {
+        Mode::Off => "off (connections between machines are not encrypted)",
+        Mode::Auto => "on between machines, with an authority derived from the cluster token",
+        Mode::Files(_) => "on between machines and on the dashboard, with the given certificates",
+    }
+}
+
+fn print_head_banner(address: &str, dashboard: &str, session: &SessionDir, tls: &Mode) {
     println!(
         "\
 --------------------
@@ -303,11 +331,13 @@ Next steps
     oxray job submit --working-dir . -- python my_script.py
 
   Dashboard and Jobs API: {dashboard}
+  TLS: {tls}
   Logs: {logs}
 
   To terminate the oxray runtime, run
     oxray stop",
-        logs = session.logs().display()
+        logs = session.logs().display(),
+        tls = tls_line(tls)
     );
 }
 

@@ -1,8 +1,9 @@
 //! Certificates and TLS connections for tests.
 
 use super::*;
-use crate::socket::Socket;
+use crate::socket::{Socket, SocketStream};
 use std::path::Path;
+use tokio_rustls::TlsStream;
 
 /// A certificate authority that signs certificates for names.
 pub struct Authority {

@@ -1,0 +1,46 @@
+use super::*;
+use crate::tls::testing::tcp_pair;
+use crate::tls::{Carries, Tls};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn process(token: &Token) -> Tls {
+    Tls::build(material(token).unwrap()).unwrap()
+}
+
+#[test]
+fn one_token_makes_one_authority_everywhere_and_another_token_another() {
+    let token = Token::generate();
+    let made = |t: &Token| authority(&authority_key(t).unwrap()).unwrap().der().to_vec();
+    assert_eq!(made(&token), made(&token), "the same bytes in every process");
+    assert_ne!(made(&token), made(&Token::generate()));
+    let pem = authority(&authority_key(&token).unwrap()).unwrap().pem();
+    assert!(!pem.contains(token.as_str()));
+}
+
+#[tokio::test]
+async fn processes_of_one_token_talk_whatever_name_they_dialed() {
+    let token = Token::generate();
+    let (server, client) = (process(&token), process(&token));
+    assert!(server.http_server().is_none(), "the dashboard stays http: no browser knows this authority");
+    for host in ["10.0.0.9", "raycluster-head-svc.default.svc.cluster.local"] {
+        let (dialed, accepted) = tcp_pair().await;
+        let (dialed, accepted) = tokio::join!(client.connect(host, Carries::Tasks, dialed), server.accept(accepted));
+        let (mut dialed, mut accepted) = (dialed.unwrap(), accepted.unwrap());
+        dialed.write_all(b"ping").await.unwrap();
+        dialed.flush().await.unwrap();
+        let mut got = [0u8; 4];
+        accepted.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+    }
+}
+
+#[tokio::test]
+async fn a_process_of_another_token_is_refused_both_ways() {
+    let (ours, theirs) = (process(&Token::generate()), process(&Token::generate()));
+    for (server, client) in [(&ours, &theirs), (&theirs, &ours)] {
+        let (dialed, accepted) = tcp_pair().await;
+        let (dialed, accepted) =
+            tokio::join!(client.connect("10.0.0.9", Carries::Grpc, dialed), server.accept(accepted));
+        assert!(dialed.is_err() && accepted.is_err());
+    }
+}
