@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
-use oxray_rpc::tls::{decide, is_loopback, Files, Mode, Tls, CA_ENV, CERT_ENV, KEY_ENV, MODE_ENV};
+use oxray_rpc::tls::{decide, is_loopback, only_this_machine, Files, Mode, Tls, CA_ENV, CERT_ENV, KEY_ENV, MODE_ENV};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Default, Clone)]
@@ -50,7 +50,7 @@ impl TlsArgs {
     /// `head`; `recorded` is what this machine's last `start` wrote of its cluster.
     pub fn mode(&self, head: &str, recorded: Option<(&str, &str)>) -> Result<Mode> {
         let asked = if self.no_tls { Some("off".to_string()) } else { std::env::var(MODE_ENV).ok() };
-        decide(self.files()?, asked.as_deref(), head, recorded).map_err(anyhow::Error::msg)
+        decide(self.files()?, asked.as_deref(), head, only_this_machine(head), recorded).map_err(anyhow::Error::msg)
     }
 }
 

@@ -269,13 +269,23 @@ impl BoundHead {
         };
         // Pings find a driver whose machine went away without closing its connection: its
         // job ends with the connection.
+        let (control, plain) = oxray_rpc::incoming_and_plain(control);
         let grpc = oxray_rpc::server()
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             .add_service(HeadServiceServer::with_interceptor(service, ServerAuth(config.token.clone())))
             .add_service(NodeInfoGcsServiceServer::with_interceptor(ray_gcs.clone(), ServerAuth(config.token.clone())))
+            .add_service(InternalKvGcsServiceServer::with_interceptor(
+                ray_gcs.clone(),
+                ServerAuth(config.token.clone()),
+            ))
+            .serve_with_incoming_shutdown(control, shutdown.clone().cancelled_owned());
+        // Ray's tools speak no TLS: with it on, they reach this part of Ray's GCS (the
+        // cluster id and the dashboard's address) and nothing of oxray's.
+        let ray_tools = oxray_rpc::server()
+            .add_service(NodeInfoGcsServiceServer::with_interceptor(ray_gcs.clone(), ServerAuth(config.token.clone())))
             .add_service(InternalKvGcsServiceServer::with_interceptor(ray_gcs, ServerAuth(config.token.clone())))
-            .serve_with_incoming_shutdown(oxray_rpc::incoming(control), shutdown.clone().cancelled_owned());
+            .serve_with_incoming_shutdown(plain, shutdown.clone().cancelled_owned());
 
         let api = oxray_http::router(
             ApiState {
@@ -299,9 +309,11 @@ impl BoundHead {
         };
 
         let grpc = oxray_rpc::serve_until(grpc, shutdown.clone());
+        let ray_tools = oxray_rpc::serve_until(ray_tools, shutdown.clone());
         let web = oxray_rpc::serve_until(web, shutdown.clone());
         let result = tokio::try_join!(
             async { grpc.await.map_err(|e| HeadError::Serve("control plane", e.to_string())) },
+            async { ray_tools.await.map_err(|e| HeadError::Serve("control plane for Ray's tools", e.to_string())) },
             async { web.await.map_err(|e| HeadError::Serve("dashboard", e.to_string())) },
         );
         shutdown.cancel();

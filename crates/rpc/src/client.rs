@@ -52,7 +52,7 @@ pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) 
     let _ = crate::tls::init(token, address);
     let channel = crate::local::connect(head_endpoint(address, call_timeout)?)
         .await
-        .map_err(|e| RpcError::Unreachable { address: address.to_string(), reason: root_cause(&e) })?;
+        .map_err(|e| RpcError::Unreachable { address: address.to_string(), reason: hinted(root_cause(&e)) })?;
     Ok(HeadServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
 
@@ -86,15 +86,16 @@ pub fn explain(address: &str, status: &Status) -> String {
             "the head at {address} refused the cluster token: it does not match the head's \
              (`oxray get-auth-token` on the head prints the right one)"
         ),
+        // A plain connection to a head on TLS reaches only what it serves Ray's tools.
+        Code::Unimplemented if crate::tls::current().is_none() => format!(
+            "the head at {address} does not serve oxray's calls over a plain connection: it uses TLS, so this \
+             process must too (leave OXRAY_TLS unset, or give the cluster's OXRAY_TLS_CERT, OXRAY_TLS_KEY and \
+             OXRAY_TLS_CA)"
+        ),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
             let cause = std::error::Error::source(status).map(root_cause);
             let reason = cause.unwrap_or_else(|| status.message().to_string());
-            let hint = if reason.contains("peer certificate") {
-                "; its certificate is not of this cluster's authority: is this the head's token (or its --tls-ca)?"
-            } else {
-                ""
-            };
-            format!("cannot reach the head at {address}: {reason}{hint}")
+            format!("cannot reach the head at {address}: {}", hinted(reason))
         }
         // The connection was made, then broke before an answer: the head speaks TLS to a
         // client that does not, or the other way round.
@@ -114,6 +115,17 @@ pub fn explain(address: &str, status: &Status) -> String {
             format!("cannot talk to the head at {address}: {cause}{hint}")
         }
         _ => format!("the head at {address} answered: {}", status.message()),
+    }
+}
+
+/// Why a head could not be reached, with what a refused certificate most likely means.
+fn hinted(reason: String) -> String {
+    if reason.contains("peer certificate") {
+        format!(
+            "{reason}; its certificate is not of this cluster's authority: is this the head's token (or its --tls-ca)?"
+        )
+    } else {
+        reason
     }
 }
 

@@ -22,7 +22,7 @@ pub use client::{
 };
 
 pub use leases::{LeaseClients, Leases};
-pub use local::{connect, connect_lazy, dial_address, incoming, Conn};
+pub use local::{connect, connect_lazy, dial_address, incoming, incoming_and_plain, Conn};
 pub use owners::{OwnerClients, Owners};
 pub use socket::{Room, Socket, SocketStream, StdSocket};
 pub use stream::Stream;

@@ -82,6 +82,27 @@ type Accepted = Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>>;
 /// off (RPCs are small exchanges that must not wait for delayed ACKs) and inside TLS when
 /// it is on, and those of the Unix socket beside its port.
 pub fn incoming(listener: TcpListener) -> impl Stream<Item = io::Result<Conn>> {
+    accepted(listener, None)
+}
+
+/// As `incoming`, and with TLS on, the TCP connections that open with something other than
+/// a TLS handshake come out of the second stream rather than being dropped: for a server of
+/// the little that clients which cannot speak TLS may ask (Ray's tools).
+pub fn incoming_and_plain(
+    listener: TcpListener,
+) -> (impl Stream<Item = io::Result<Conn>>, impl Stream<Item = io::Result<Conn>>) {
+    let (plain, plain_conns) = tokio::sync::mpsc::unbounded_channel();
+    let plain_conns = tokio_stream::wrappers::UnboundedReceiverStream::new(plain_conns).map(Ok);
+    (accepted(listener, Some(plain)), plain_conns)
+}
+
+/// The first byte of every TLS connection: a handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+fn accepted(
+    listener: TcpListener,
+    plain: Option<tokio::sync::mpsc::UnboundedSender<Conn>>,
+) -> impl Stream<Item = io::Result<Conn>> {
     let port = listener.local_addr().map(|a| a.port());
     let tcp = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
         let conn = conn?;
@@ -89,13 +110,26 @@ pub fn incoming(listener: TcpListener) -> impl Stream<Item = io::Result<Conn>> {
         Ok(SocketStream::new(Socket::from_tokio_tcp(conn)?))
     });
     let tcp: Accepted = match tls::current() {
-        Some(tls) => Box::pin(tls::handshaken(tcp, move |io: SocketStream| async move {
-            let peer = io.socket().peer();
-            match tls.accept(io).await {
-                Ok(stream) => Some(Ok(Conn(Wire::Tls(Box::new(stream))))),
-                Err(e) => {
-                    tracing::warn!("a connection from {peer} failed its TLS handshake: {e}");
-                    None
+        Some(tls) => Box::pin(tls::handshaken(tcp, move |io: SocketStream| {
+            let plain = plain.clone();
+            async move {
+                let peer = io.socket().peer();
+                if let Some(plain) = plain {
+                    match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, io.socket().peek()).await {
+                        Ok(Ok(Some(TLS_HANDSHAKE))) => {}
+                        Ok(Ok(Some(_))) => {
+                            drop(plain.send(Conn(Wire::Plain(io))));
+                            return None;
+                        }
+                        _ => return None,
+                    }
+                }
+                match tls.accept(io).await {
+                    Ok(stream) => Some(Ok(Conn(Wire::Tls(Box::new(stream))))),
+                    Err(e) => {
+                        tracing::warn!("a connection from {peer} failed its TLS handshake: {e}");
+                        None
+                    }
                 }
             }
         })),

@@ -151,10 +151,27 @@ impl Mode {
     }
 }
 
-/// Whether `host` (of a HOST:PORT) can only be this machine.
+/// Whether `host` (of a HOST:PORT) is a loopback name or address.
 pub fn is_loopback(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether the head at `address` (HOST:PORT) can only be on this machine: its host is a
+/// loopback address, or a name whose every address is (a Kubernetes service of pods on
+/// loopback addresses, say). A name that does not resolve is taken as another machine.
+pub fn only_this_machine(address: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    if address.is_empty() || is_loopback(host_of(address)) {
+        return true;
+    }
+    match address.to_socket_addrs() {
+        Ok(addresses) => {
+            let addresses: Vec<_> = addresses.collect();
+            !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => false,
+    }
 }
 
 fn host_of(address: &str) -> &str {
@@ -164,12 +181,13 @@ fn host_of(address: &str) -> &str {
 /// The mode of a process that talks to the head at `head` (the head itself: its own
 /// address): the files when given; else what `OXRAY_TLS` (`asked`) says; else what
 /// `oxray start` recorded for the cluster at that address on this machine (a cluster
-/// started with --no-tls); else on unless the head can only be on this machine (or is
-/// not known).
+/// started with --no-tls); else on unless the head can only be on this machine
+/// (`local_head`, see `only_this_machine`).
 pub fn decide(
     files: Option<Files>,
     asked: Option<&str>,
     head: &str,
+    local_head: bool,
     recorded: Option<(&str, &str)>,
 ) -> Result<Mode, String> {
     if let Some(files) = files {
@@ -183,8 +201,7 @@ pub fn decide(
     }
     match recorded {
         Some((address, "off")) if address == head => Ok(Mode::Off),
-        // A process that knows of no head has no cluster to be part of.
-        _ if head.is_empty() || is_loopback(host_of(head)) => Ok(Mode::Off),
+        _ if local_head => Ok(Mode::Off),
         _ => Ok(Mode::Auto),
     }
 }
@@ -203,7 +220,9 @@ fn make(token: Option<&Token>, head: &str) -> Setup {
     let var = |name: &str| std::env::var(name).ok();
     let recorded = oxray_config::current::read_current();
     let recorded = recorded.as_ref().and_then(|c| Some((c.address.as_str(), c.tls.as_deref()?)));
-    let mode = match Files::from_vars(var).and_then(|files| decide(files, var(MODE_ENV).as_deref(), head, recorded)) {
+    let mode = match Files::from_vars(var)
+        .and_then(|files| decide(files, var(MODE_ENV).as_deref(), head, only_this_machine(head), recorded))
+    {
         Ok(mode) => mode,
         Err(e) => return Setup::Broken(e),
     };

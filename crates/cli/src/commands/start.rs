@@ -8,7 +8,7 @@ use nix::sys::signal::Signal;
 use oxray_config::ready::Ready;
 use oxray_config::session::SessionDir;
 use oxray_config::{paths, procs, secret};
-use oxray_rpc::tls::{is_loopback, Mode};
+use oxray_rpc::tls::Mode;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -67,15 +67,9 @@ pub struct StartArgs {
     pub stop_on_stdin_close: bool,
 }
 
-/// Where the head's control plane listens: every interface, for the nodes that join; only
-/// loopback when its address is a loopback one, since no other machine could join it.
-fn head_bind_host(node_ip: &str) -> &'static str {
-    if is_loopback(node_ip) {
-        "127.0.0.1"
-    } else {
-        "0.0.0.0"
-    }
-}
+/// Where the head's control plane listens: every interface, for the nodes that join (and
+/// for Ray's tools, which dial a loopback address's machine by its own address).
+const HEAD_BIND_HOST: &str = "0.0.0.0";
 const HEAD_READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long an agent may take to register once it reaches its head.
 const AGENT_READY_MARGIN: Duration = Duration::from_secs(15);
@@ -187,7 +181,7 @@ fn head_args(args: &StartArgs, node_ip: &str, temp_dir: &std::path::Path, sessio
         "--port".into(),
         args.port.to_string(),
         "--bind-host".into(),
-        head_bind_host(node_ip).into(),
+        HEAD_BIND_HOST.into(),
         "--node-ip-address".into(),
         node_ip.into(),
         "--dashboard-host".into(),

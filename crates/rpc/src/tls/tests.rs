@@ -78,19 +78,28 @@ async fn a_plain_client_gets_no_answer_from_a_tls_server() {
 #[test]
 fn tls_is_on_unless_the_head_can_only_be_on_this_machine_or_it_is_turned_off() {
     let files = Files { cert: "/c".into(), key: "/k".into(), ca: "/a".into() };
-    assert_eq!(decide(Some(files.clone()), Some("off"), "127.0.0.1:1", None).unwrap(), Mode::Files(files));
-    assert_eq!(decide(None, None, "10.0.0.1:6379", None).unwrap(), Mode::Auto);
-    assert_eq!(decide(None, None, "head-svc:6379", None).unwrap(), Mode::Auto);
-    for head in ["127.0.0.1:6379", "localhost:6379", "[::1]:6379", ""] {
-        assert_eq!(decide(None, None, head, None).unwrap(), Mode::Off, "{head}");
+    let on = |head: &str| decide(None, None, head, only_this_machine(head), None).unwrap();
+    assert_eq!(decide(Some(files.clone()), Some("off"), "127.0.0.1:1", true, None).unwrap(), Mode::Files(files));
+    assert_eq!(on("10.0.0.1:6379"), Mode::Auto);
+    assert_eq!(decide(None, None, "head-svc:6379", false, None).unwrap(), Mode::Auto);
+    for head in ["127.0.0.1:6379", "127.1.0.3:6379", "localhost:6379", "[::1]:6379", ""] {
+        assert_eq!(on(head), Mode::Off, "{head}");
     }
-    assert_eq!(decide(None, Some("auto"), "127.0.0.1:6379", None).unwrap(), Mode::Auto);
-    assert_eq!(decide(None, Some(" off "), "10.0.0.1:6379", None).unwrap(), Mode::Off);
-    let bad = decide(None, Some("yes"), "10.0.0.1:6379", None).unwrap_err();
+    assert_eq!(decide(None, Some("auto"), "127.0.0.1:6379", true, None).unwrap(), Mode::Auto);
+    assert_eq!(decide(None, Some(" off "), "10.0.0.1:6379", false, None).unwrap(), Mode::Off);
+    let bad = decide(None, Some("yes"), "10.0.0.1:6379", false, None).unwrap_err();
     assert!(bad.contains("OXRAY_TLS") && bad.contains("\"yes\""), "{bad}");
     // A cluster started here with --no-tls, reached at the address it was started at.
     let recorded = Some(("10.0.0.1:6379", "off"));
-    assert_eq!(decide(None, None, "10.0.0.1:6379", recorded).unwrap(), Mode::Off);
-    assert_eq!(decide(None, None, "10.0.0.2:6379", recorded).unwrap(), Mode::Auto, "another cluster");
-    assert_eq!(decide(None, None, "10.0.0.1:6379", Some(("10.0.0.1:6379", "auto"))).unwrap(), Mode::Auto);
+    assert_eq!(decide(None, None, "10.0.0.1:6379", false, recorded).unwrap(), Mode::Off);
+    assert_eq!(decide(None, None, "10.0.0.2:6379", false, recorded).unwrap(), Mode::Auto, "another cluster");
+    let auto = Some(("10.0.0.1:6379", "auto"));
+    assert_eq!(decide(None, None, "10.0.0.1:6379", false, auto).unwrap(), Mode::Auto);
+}
+
+#[test]
+fn a_name_is_this_machine_only_when_all_its_addresses_are_loopback() {
+    assert!(only_this_machine("localhost:6379"));
+    assert!(!only_this_machine("10.0.0.1:6379"));
+    assert!(!only_this_machine("no-such-host.invalid:6379"), "unresolved: another machine");
 }
