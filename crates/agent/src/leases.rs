@@ -3,6 +3,7 @@
 //! their local agent only and the head stays off the task path.
 
 use crate::cluster_view::SharedView;
+use crate::demand::{self, Demand};
 use crate::worker_records::ExitType;
 use crate::workers::{InBundle, WorkerKind, WorkerPool};
 use oxray_proto::convert::resources_from_proto;
@@ -12,7 +13,7 @@ use oxray_types::ResourceSet;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
 /// How long a lease nothing can take now waits for the cluster to change before the asker
@@ -36,13 +37,14 @@ pub struct LeaseService {
     pool: Arc<WorkerPool>,
     view: Arc<SharedView>,
     local: LocalNode,
+    demand: Arc<Demand>,
     /// SPREAD's rotation over the nodes.
     turn: AtomicU64,
 }
 
 impl LeaseService {
-    pub fn new(pool: Arc<WorkerPool>, view: Arc<SharedView>, local: LocalNode) -> Self {
-        Self { pool, view, local, turn: AtomicU64::new(0) }
+    pub fn new(pool: Arc<WorkerPool>, view: Arc<SharedView>, local: LocalNode, demand: Arc<Demand>) -> Self {
+        Self { pool, view, local, demand, turn: AtomicU64::new(0) }
     }
 
     fn snapshot(&self) -> (String, Vec<NodeView>) {
@@ -91,11 +93,14 @@ impl LeaseService {
             let _ = tokio::time::timeout_at(grace, self.view.changed()).await;
             decision = self.route(&strategy, &resources, false);
         }
+        // A node that could hold it may be added, unless the lease wants one that died.
+        let may_come = self.demand.autoscaling() && !matches!(strategy, Strategy::Node { soft: false, .. });
         match decision {
             Decision::Here => {}
             Decision::There(agent) => return Ok(retry_at(agent)),
-            Decision::Never(why) => return Err(Status::invalid_argument(why)),
-            Decision::Wait => {
+            Decision::Never(why) if !may_come => return Err(Status::invalid_argument(why)),
+            Decision::Never(_) | Decision::Wait => {
+                self.demand.record(&grant.asker, &resources, grant.backlog, Instant::now());
                 let _ = tokio::time::timeout(wait.unwrap_or(NOTHING_YET), self.view.changed()).await;
                 return Err(Status::resource_exhausted(format!(
                     "no node of the cluster has room for {} yet",
@@ -103,21 +108,33 @@ impl LeaseService {
                 )));
             }
         }
+        let asker = grant.asker.clone();
         match self.pool.lease(resources.clone(), kind, grant.owner, None, grant.notify, wait).await {
             Err(busy) if busy.code() == tonic::Code::ResourceExhausted => match self.route(&strategy, &resources, true)
             {
                 Decision::There(agent) => Ok(retry_at(agent)),
-                _ => Err(busy),
+                _ => {
+                    self.demand.record(&asker, &resources, grant.backlog, Instant::now());
+                    Err(busy)
+                }
             },
-            granted => granted,
+            granted => {
+                if granted.is_ok() {
+                    self.demand.granted(&asker, &resources);
+                }
+                granted
+            }
         }
     }
 }
 
-/// Who holds a lease and who hears when its worker dies.
+/// Who holds a lease and who hears when its worker dies; who asked, and how many tasks of
+/// the shape wait behind the request.
 struct Grant {
     owner: Option<v1::ProcessIdentity>,
     notify: Option<(String, String)>,
+    asker: String,
+    backlog: u32,
 }
 
 fn retry_at(agent: String) -> v1::LeaseReply {
@@ -148,11 +165,12 @@ impl lease_service_server::LeaseService for LeaseService {
         let python = if request.python.is_empty() { crate::detect::default_python() } else { request.python };
         let mut env_vars: Vec<(String, String)> = request.env_vars.into_iter().collect();
         env_vars.sort();
+        let asker = demand::asker(request.owner.as_ref());
         let owner = request.owner.filter(|_| !request.detached);
         let notify = Some(request.notify_on_exit).filter(|n| !n.is_empty()).map(|n| (n, request.actor_id));
         let kind = WorkerKind { python, env_vars, runtime_env: request.runtime_env_json };
         let wait = (request.wait_ms > 0).then(|| Duration::from_millis(request.wait_ms.into()));
-        let grant = Grant { owner, notify };
+        let grant = Grant { owner, notify, asker, backlog: request.backlog };
         if !request.placement_group_id.is_empty() {
             let bundle = InBundle { group: request.placement_group_id, index: request.bundle_index };
             return self

@@ -2,6 +2,7 @@
 //! rejoining on its own when the head restarts or declared it dead.
 
 mod cluster_view;
+mod demand;
 pub mod detect;
 mod envs;
 mod gpus;
@@ -71,6 +72,8 @@ pub struct JoinedAgent {
     node_id: Arc<Mutex<String>>,
     /// The head's HTTP API, for the jobs' environment.
     dashboard_url: Arc<Mutex<String>>,
+    /// Work waiting for room, reported with each heartbeat.
+    demand: Arc<demand::Demand>,
 }
 
 fn describe(config: &AgentConfig, node_id: NodeId, agent_port: u16) -> NodeInfo {
@@ -142,6 +145,7 @@ pub async fn join(config: AgentConfig) -> Result<JoinedAgent, AgentError> {
         pool,
         node_id,
         dashboard_url,
+        demand: Arc::default(),
     };
     let deadline = Instant::now() + agent.config.join_timeout;
     loop {
@@ -182,6 +186,7 @@ impl JoinedAgent {
             self.heartbeat_interval = Duration::from_millis(reply.heartbeat_interval_ms);
         }
         *self.dashboard_url.lock().expect("dashboard url lock") = reply.dashboard_url;
+        self.demand.set_autoscaling(reply.autoscaling);
         self.mark_object_store();
         Ok(())
     }
@@ -215,7 +220,7 @@ impl JoinedAgent {
             labels: self.config.labels.clone(),
         };
         let leases = oxray_proto::v1::lease_service_server::LeaseServiceServer::with_interceptor(
-            leases::LeaseService::new(self.pool.clone(), view, local),
+            leases::LeaseService::new(self.pool.clone(), view, local, self.demand.clone()),
             oxray_rpc::ServerAuth(self.config.token.clone()),
         );
         let server = tokio::spawn(oxray_rpc::serve_until(
@@ -272,6 +277,7 @@ impl JoinedAgent {
                 node_id: self.node.node_id.hex(),
                 resources_available: resources_to_proto(&self.pool.available()),
                 usage: usage.lock().expect("usage lock").clone(),
+                demand: self.demand.current(std::time::Instant::now()),
             };
             let outcome = match self.client.heartbeat(request).await {
                 Ok(reply) => self.follow(reply.into_inner().verdict()).await,

@@ -12,6 +12,16 @@ pub struct NodeSummary {
     /// Resources taken by work on this node, without marker resources; empty when idle.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resources_used: BTreeMap<String, f64>,
+    /// Seconds since the node last held anything, while it holds nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_s: Option<f64>,
+}
+
+/// Work of one shape waiting for room: what an autoscaler adds nodes for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingResources {
+    pub resources: BTreeMap<String, f64>,
+    pub count: u32,
 }
 
 /// What `oxray status` shows: nodes by state, resources in use, and pending demands.
@@ -24,6 +34,9 @@ pub struct ClusterStatus {
     pub resources_used: BTreeMap<String, f64>,
     /// Work waiting for resources, one line per demand shape.
     pub pending: Vec<String>,
+    /// The same, as shapes and counts: tasks, actors, placement groups and jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_resources: Vec<PendingResources>,
 }
 
 impl ClusterStatus {
@@ -45,6 +58,7 @@ impl ClusterStatus {
                 is_head_node: node.is_head_node,
                 state_message: node.state_message.clone(),
                 resources_used: used(node),
+                idle_s: None,
             };
             if node.is_alive() {
                 add(&mut total, &node.resources_total);
@@ -58,7 +72,28 @@ impl ClusterStatus {
         let resources_total: BTreeMap<String, f64> = total.into_iter().filter(|(k, _)| visible(k)).collect();
         let free = |k: &str| available.get(k).copied().unwrap_or(0.0);
         let resources_used = resources_total.iter().map(|(k, v)| (k.clone(), (v - free(k)).max(0.0))).collect();
-        ClusterStatus { alive, dead, resources_total, resources_used, pending }
+        ClusterStatus { alive, dead, resources_total, resources_used, pending, pending_resources: Vec::new() }
+    }
+
+    /// With what waits for room, as shapes, and how long idle nodes (by id) have been.
+    pub fn with_demand(
+        mut self,
+        pending: Vec<PendingResources>,
+        idle_s: &std::collections::HashMap<String, f64>,
+    ) -> Self {
+        for node in &mut self.alive {
+            node.idle_s = idle_s.get(&node.node_id).copied();
+        }
+        self.pending_resources = pending;
+        self
+    }
+}
+
+impl PendingResources {
+    /// One line of `oxray status`: `{CPU: 4} * 2 (what waits)`.
+    pub fn describe(&self, what: &str) -> String {
+        let wants: Vec<String> = self.resources.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        format!("{{{}}} * {} ({what})", wants.join(", "), self.count)
     }
 }
 

@@ -9,7 +9,7 @@ mod nodes;
 pub mod state;
 pub mod usage;
 
-pub use cluster_status::{ClusterStatus, NodeSummary};
+pub use cluster_status::{ClusterStatus, NodeSummary, PendingResources};
 pub use events::{Event, JobPage};
 pub use jobs::{new_submission_id, not_found, ApiError, DriverInfo, JobDetails, SubmitRequest, TOTAL_JOBS_HEADER};
 pub use nodes::{list_nodes, FilterError, NodeFilter, NodeList, NodeRow, MAX_LIMIT};

@@ -73,9 +73,24 @@ pub fn exposure_warnings(mode: &Mode, control_host: &str, dashboard_host: &str) 
         ));
     }
     if *mode == Mode::Off && !is_loopback(control_host) {
-        warnings.push("connections between machines are not encrypted (--no-tls)".to_string());
+        warnings.push(format!(
+            "the control plane listens on {control_host} without TLS (--no-tls, or a loopback node address): other \
+             machines reach it, and connections between machines, in the clear"
+        ));
     }
     warnings
+}
+
+/// A token typed by hand can be guessed from the certificates of the authority derived from
+/// it, offline: one made by oxray (64 hex characters) cannot.
+pub fn weak_token_warning(mode: &Mode, token: &str) -> Option<String> {
+    (*mode == Mode::Auto && token.len() < 32).then(|| {
+        format!(
+            "the cluster token has {} characters: TLS's authority comes from it, and a short one can be guessed \
+             offline from a certificate; use a long random one (what `oxray start --head` makes when none is given)",
+            token.len()
+        )
+    })
 }
 
 /// The cluster's authority (PEM): the one `OXRAY_TLS_CA` names, else that of the cluster
@@ -125,13 +140,20 @@ mod tests {
         let files = Mode::Files(Files { cert: "c".into(), key: "k".into(), ca: "a".into() });
         assert!(exposure_warnings(&Mode::Off, "127.0.0.1", "localhost").is_empty());
         assert!(exposure_warnings(&files, "10.0.0.1", "0.0.0.0").is_empty());
-        let both = exposure_warnings(&Mode::Off, "10.0.0.1", "10.0.0.1");
+        let both = exposure_warnings(&Mode::Off, "0.0.0.0", "10.0.0.1");
         assert_eq!(both.len(), 2);
         assert!(both[0].contains("dashboard and Jobs API listen on 10.0.0.1"), "{both:?}");
-        assert!(both[1].contains("--no-tls"), "{both:?}");
-        assert_eq!(exposure_warnings(&Mode::Off, "10.0.0.1", "[::1]").len(), 1, "the dashboard on loopback");
-        let auto = exposure_warnings(&Mode::Auto, "10.0.0.1", "0.0.0.0");
+        assert!(both[1].contains("control plane listens on 0.0.0.0 without TLS"), "{both:?}");
+        assert_eq!(exposure_warnings(&Mode::Off, "0.0.0.0", "[::1]").len(), 1, "the dashboard on loopback");
+        let auto = exposure_warnings(&Mode::Auto, "0.0.0.0", "0.0.0.0");
         assert_eq!(auto.len(), 1, "the token's authority is no browser's: the dashboard stays http");
+    }
+
+    #[test]
+    fn a_short_token_is_warned_of_when_tls_comes_from_it() {
+        assert!(weak_token_warning(&Mode::Auto, "secret").is_some_and(|w| w.contains("6 characters")));
+        assert!(weak_token_warning(&Mode::Auto, &"a".repeat(64)).is_none());
+        assert!(weak_token_warning(&Mode::Off, "secret").is_none());
     }
 
     #[test]

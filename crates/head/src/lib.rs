@@ -3,6 +3,7 @@
 
 mod actors;
 mod agents;
+mod demand;
 mod drivers;
 mod events;
 mod https;
@@ -68,6 +69,8 @@ pub struct HeadConfig {
     pub max_ended_tasks: usize,
     /// Uploaded packages larger than this are refused (HTTP 413).
     pub max_package_bytes: u64,
+    /// An autoscaler adds nodes for waiting work: leases no node can hold wait for one.
+    pub autoscaling: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +147,13 @@ struct View {
     actors: Arc<actors::Actors>,
     groups: Arc<placement_groups::PlacementGroups>,
     states: Arc<task_states::TaskStates>,
+    demand: Arc<demand::Demand>,
+}
+
+impl View {
+    fn pending_work(&self) -> demand::Pending<'_> {
+        demand::Pending { demand: &self.demand, jobs: &self.jobs, groups: &self.groups, membership: &self.membership }
+    }
 }
 
 #[async_trait::async_trait]
@@ -152,7 +162,10 @@ impl ClusterView for View {
         self.membership.snapshot()
     }
     fn pending(&self) -> Vec<String> {
-        self.jobs.pending_demands()
+        self.pending_work().lines()
+    }
+    fn demand(&self) -> (Vec<oxray_api_types::PendingResources>, std::collections::HashMap<String, f64>) {
+        self.pending_work().shapes()
     }
     fn events(&self, limit: usize) -> Vec<oxray_api_types::Event> {
         self.events.latest(limit)
@@ -255,7 +268,10 @@ impl BoundHead {
         let dashboard = config.dashboard(&http);
         let ray_gcs = ray_gcs::RayGcs::new(&session_name, &dashboard.url);
         let processes = Arc::new(processes::Processes::new(config.token.clone()));
+        let demand = Arc::new(demand::Demand::default());
         let service = service::HeadService {
+            demand: demand.clone(),
+            autoscaling: config.autoscaling,
             membership: membership.clone(),
             jobs: jobs.clone(),
             actors: actors.clone(),
@@ -289,7 +305,16 @@ impl BoundHead {
 
         let api = oxray_http::router(
             ApiState {
-                view: Arc::new(View { membership, processes, jobs: jobs.clone(), events, actors, groups, states }),
+                view: Arc::new(View {
+                    membership,
+                    processes,
+                    jobs: jobs.clone(),
+                    events,
+                    actors,
+                    groups,
+                    states,
+                    demand,
+                }),
                 jobs: Arc::new(jobs::Api(jobs)),
                 token: config.token.clone(),
                 session_name,

@@ -21,6 +21,9 @@ pub struct HeadService {
     pub serve: Arc<oxray_serve::Serve>,
     /// Ends the node change streams when the head stops.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// What waits for room, as the agents report it.
+    pub demand: Arc<crate::demand::Demand>,
+    pub autoscaling: bool,
 }
 
 impl HeadService {
@@ -317,6 +320,7 @@ impl head_service_server::HeadService for HeadService {
                 session_name: self.session_name.clone(),
                 heartbeat_interval_ms: self.heartbeat_interval().as_millis() as u64,
                 dashboard_url: self.dashboard.url.clone(),
+                autoscaling: self.autoscaling,
             })),
             Err(e @ MembershipError::NodeDead(_)) => Err(Status::failed_precondition(e.to_string())),
             Err(MembershipError::Store(e)) => Err(internal(e)),
@@ -327,11 +331,14 @@ impl head_service_server::HeadService for HeadService {
         let request = request.into_inner();
         let id = parse_id(&request.node_id)?;
         let available = resources_from_proto(request.resources_available).map_err(invalid)?;
+        // Nothing taken: every resource the node offers is free.
+        let idle = self.membership.get(&id).is_some_and(|node| node.resources_total.fits_in(&available));
         let verdict = match self.membership.heartbeat(&id, available) {
             Verdict::Ok => {
                 if let Some(usage) = request.usage {
                     self.membership.usage().record(&request.node_id, crate::usage_history::from_proto(usage));
                 }
+                self.demand.report(&request.node_id, request.demand, idle, std::time::Instant::now());
                 v1::HeartbeatVerdict::Ok
             }
             Verdict::UnknownNode => v1::HeartbeatVerdict::UnknownNode,
@@ -369,7 +376,13 @@ impl head_service_server::HeadService for HeadService {
             dashboard_host: self.dashboard.host.clone(),
             dashboard_port: self.dashboard.port as u32,
             dashboard_url: self.dashboard.url.clone(),
-            pending_demands: self.jobs.pending_demands(),
+            pending_demands: crate::demand::Pending {
+                demand: &self.demand,
+                jobs: &self.jobs,
+                groups: &self.groups,
+                membership: &self.membership,
+            }
+            .lines(),
         }))
     }
 }

@@ -29,8 +29,13 @@ use std::sync::Arc;
 #[async_trait::async_trait]
 pub trait ClusterView: Send + Sync + 'static {
     fn nodes(&self) -> Vec<NodeInfo>;
-    /// Work waiting for resources, one line per waiting job.
+    /// Work waiting for resources, one line per waiting job or shape of work.
     fn pending(&self) -> Vec<String>;
+    /// The same as shapes (for autoscalers), and how long each idle node (by id) has held
+    /// nothing, in seconds.
+    fn demand(&self) -> (Vec<oxray_api_types::PendingResources>, std::collections::HashMap<String, f64>) {
+        Default::default()
+    }
     /// The newest events, newest first.
     fn events(&self, limit: usize) -> Vec<oxray_api_types::Event>;
     /// Every row of a kind of Ray's state API (not jobs: the jobs API has those), with

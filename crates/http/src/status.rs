@@ -26,7 +26,8 @@ pub struct StatusQuery {
 }
 
 pub async fn cluster_status(State(state): State<ApiState>, _q: Query<StatusQuery>) -> Json<serde_json::Value> {
-    let status = ClusterStatus::from_nodes(&state.view.nodes(), state.view.pending());
+    let (pending, idle) = state.view.demand();
+    let status = ClusterStatus::from_nodes(&state.view.nodes(), state.view.pending()).with_demand(pending, &idle);
     Json(rest_response(
         true,
         "Got cluster status.",

@@ -48,8 +48,8 @@ const HEAD_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Connects now, so an unreachable head is reported at once.
 pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
-    // A setup that cannot be made is reported by the dial, which refuses to go without it.
-    let _ = crate::tls::init(token, address);
+    crate::tls::init(token, address)
+        .map_err(|reason| RpcError::Unreachable { address: address.to_string(), reason })?;
     let channel = crate::local::connect(head_endpoint(address, call_timeout)?)
         .await
         .map_err(|e| RpcError::Unreachable { address: address.to_string(), reason: hinted(root_cause(&e)) })?;
@@ -58,7 +58,8 @@ pub async fn connect_head(address: &str, token: &Token, call_timeout: Duration) 
 
 /// Connects on first use and reconnects by itself after the head goes away and comes back.
 pub fn connect_head_lazy(address: &str, token: &Token, call_timeout: Duration) -> Result<HeadClient, RpcError> {
-    let _ = crate::tls::init(token, address);
+    crate::tls::init(token, address)
+        .map_err(|reason| RpcError::Unreachable { address: address.to_string(), reason })?;
     let channel = crate::local::connect_lazy(head_endpoint(address, call_timeout)?);
     Ok(HeadServiceClient::with_interceptor(channel, ClientAuth::new(token)))
 }
@@ -88,9 +89,10 @@ pub fn explain(address: &str, status: &Status) -> String {
         ),
         // A plain connection to a head on TLS reaches only what it serves Ray's tools.
         Code::Unimplemented if crate::tls::current().is_none() => format!(
-            "the head at {address} does not serve oxray's calls over a plain connection: it uses TLS, so this \
-             process must too (leave OXRAY_TLS unset, or give the cluster's OXRAY_TLS_CERT, OXRAY_TLS_KEY and \
-             OXRAY_TLS_CA)"
+            "the head at {address} does not serve oxray's calls over a plain connection: it uses TLS (or runs \
+             another oxray release), so this process must too: set OXRAY_TLS=auto (a head reached at a loopback \
+             address, through a port-forward say, needs it), or give the cluster's OXRAY_TLS_CERT, OXRAY_TLS_KEY \
+             and OXRAY_TLS_CA"
         ),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
             let cause = std::error::Error::source(status).map(root_cause);
@@ -118,11 +120,17 @@ pub fn explain(address: &str, status: &Status) -> String {
     }
 }
 
-/// Why a head could not be reached, with what a refused certificate most likely means.
+/// Why a head could not be reached, with what a failed handshake most likely means.
 fn hinted(reason: String) -> String {
     if reason.contains("peer certificate") {
         format!(
             "{reason}; its certificate is not of this cluster's authority: is this the head's token (or its --tls-ca)?"
+        )
+    } else if crate::tls::current().is_some()
+        && (reason.contains("corrupt message") || reason.contains("handshake eof"))
+    {
+        format!(
+            "{reason}; the head does not seem to speak TLS: if it was started with --no-tls, set OXRAY_TLS=off here"
         )
     } else {
         reason

@@ -109,8 +109,8 @@ fn accepted(
         conn.set_nodelay(true)?;
         Ok(SocketStream::new(Socket::from_tokio_tcp(conn)?))
     });
-    let tcp: Accepted = match tls::current() {
-        Some(tls) => Box::pin(tls::handshaken(tcp, move |io: SocketStream| {
+    let tcp: Accepted = match tls::required() {
+        Ok(Some(tls)) => Box::pin(tls::handshaken(tcp, move |io: SocketStream| {
             let plain = plain.clone();
             async move {
                 let peer = io.socket().peer();
@@ -133,7 +133,12 @@ fn accepted(
                 }
             }
         })),
-        None => Box::pin(tcp.map(|conn| conn.map(|c| Conn(Wire::Plain(c))))),
+        Ok(None) => Box::pin(tcp.map(|conn| conn.map(|c| Conn(Wire::Plain(c))))),
+        // Asked for and not usable: no other machine is served in the clear.
+        Err(e) => {
+            tracing::error!("connections from other machines are refused: {e}");
+            Box::pin(tcp.filter_map(|_| None))
+        }
     };
     let nearby: Accepted = match port.and_then(listen_beside) {
         Ok(listener) => Box::pin(

@@ -158,31 +158,28 @@ pub fn is_loopback(host: &str) -> bool {
 }
 
 /// Whether the head at `address` (HOST:PORT) can only be on this machine: its host is a
-/// loopback address, or a name whose every address is (a Kubernetes service of pods on
-/// loopback addresses, say). A name that does not resolve is taken as another machine.
+/// loopback address or `localhost`. Names are not resolved: an answer that changed between
+/// this check and the dial would make a client talk plain to another machine.
 pub fn only_this_machine(address: &str) -> bool {
-    use std::net::ToSocketAddrs;
-    if address.is_empty() || is_loopback(host_of(address)) {
-        return true;
-    }
-    match address.to_socket_addrs() {
-        Ok(addresses) => {
-            let addresses: Vec<_> = addresses.collect();
-            !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback())
-        }
-        Err(_) => false,
-    }
+    address.is_empty() || is_loopback(host_of(address))
 }
 
 fn host_of(address: &str) -> &str {
     address.rsplit_once(':').map(|(host, _)| host).unwrap_or(address)
 }
 
+/// Whether `recorded` (the cluster last started on this machine) is the head at `head`: the
+/// same address, or its port on a loopback address of this machine.
+fn is_recorded(recorded: &str, head: &str) -> bool {
+    let port = |a: &str| a.rsplit_once(':').map(|(_, port)| port.to_string());
+    recorded == head || (is_loopback(host_of(head)) && port(recorded).is_some() && port(recorded) == port(head))
+}
+
 /// The mode of a process that talks to the head at `head` (the head itself: its own
 /// address): the files when given; else what `OXRAY_TLS` (`asked`) says; else what
-/// `oxray start` recorded for the cluster at that address on this machine (a cluster
-/// started with --no-tls); else on unless the head can only be on this machine
-/// (`local_head`, see `only_this_machine`).
+/// `oxray start` recorded for the cluster at that address (or port, reached on loopback) on
+/// this machine; else on unless the head can only be on this machine (`local_head`, see
+/// `only_this_machine`).
 pub fn decide(
     files: Option<Files>,
     asked: Option<&str>,
@@ -200,7 +197,8 @@ pub fn decide(
         None => {}
     }
     match recorded {
-        Some((address, "off")) if address == head => Ok(Mode::Off),
+        Some((address, "off")) if is_recorded(address, head) => Ok(Mode::Off),
+        Some((address, "auto")) if is_recorded(address, head) => Ok(Mode::Auto),
         _ if local_head => Ok(Mode::Off),
         _ => Ok(Mode::Auto),
     }
@@ -209,20 +207,24 @@ pub fn decide(
 /// What this process's setup is.
 enum Setup {
     Off,
-    On(Tls, &'static str),
+    /// With the mode's name and, for `Auto`, the token it comes from.
+    On(Tls, &'static str, Option<String>),
     /// Asked for, but not usable: no connection between machines may be made without it.
     Broken(String),
 }
 
 static CURRENT: OnceLock<Setup> = OnceLock::new();
 
-fn make(token: Option<&Token>, head: &str) -> Setup {
+fn mode_here(head: &str) -> Result<Mode, String> {
     let var = |name: &str| std::env::var(name).ok();
     let recorded = oxray_config::current::read_current();
     let recorded = recorded.as_ref().and_then(|c| Some((c.address.as_str(), c.tls.as_deref()?)));
-    let mode = match Files::from_vars(var)
+    Files::from_vars(var)
         .and_then(|files| decide(files, var(MODE_ENV).as_deref(), head, only_this_machine(head), recorded))
-    {
+}
+
+fn make(token: Option<&Token>, head: &str) -> Setup {
+    let mode = match mode_here(head) {
         Ok(mode) => mode,
         Err(e) => return Setup::Broken(e),
     };
@@ -231,13 +233,14 @@ fn make(token: Option<&Token>, head: &str) -> Setup {
         Mode::Files(files) => Tls::load(files),
         Mode::Auto => match token {
             Some(token) => authority::material(token).and_then(Tls::build),
-            None => Err("TLS is on, and its authority comes from the cluster token, which is not known here \
-                         (set OXRAY_AUTH_TOKEN)"
+            None => Err("TLS is on, and its authority comes from the cluster token, which this process does not \
+                         have (set OXRAY_AUTH_TOKEN to the cluster's token)"
                 .to_string()),
         },
     };
+    let token = matches!(mode, Mode::Auto).then(|| token.map(|t| t.as_str().to_string())).flatten();
     match tls {
-        Ok(tls) => Setup::On(tls, mode.name()),
+        Ok(tls) => Setup::On(tls, mode.name(), token),
         Err(e) => Setup::Broken(e),
     }
 }
@@ -252,19 +255,31 @@ fn setup() -> &'static Setup {
 /// Sets up this process's TLS, as a member of the cluster whose head is at `head` and
 /// whose token is `token`: `decide` says how, from the environment. The first call
 /// decides; a process makes it before it listens or dials, so that a bad setup stops it
-/// with a clear error. Returns the mode's name.
+/// with a clear error. A later call for a cluster that needs another setup fails: one
+/// process talks to clusters of one setup. Returns the mode's name.
 pub fn init(token: &Token, head: &str) -> Result<&'static str, String> {
-    match CURRENT.get_or_init(|| make(Some(token), head)) {
-        Setup::Off => Ok("off"),
-        Setup::On(_, name) => Ok(name),
-        Setup::Broken(e) => Err(e.clone()),
+    let setup = CURRENT.get_or_init(|| make(Some(token), head));
+    let (name, made_for) = match setup {
+        Setup::Off => ("off", None),
+        Setup::On(_, name, made_for) => (*name, made_for.as_deref()),
+        Setup::Broken(e) => return Err(e.clone()),
+    };
+    let wanted = mode_here(head)?;
+    let other_token = wanted == Mode::Auto && made_for.is_some_and(|t| t != token.as_str());
+    if wanted.name() != name || other_token {
+        let what = if other_token { "another cluster token" } else { wanted.name() };
+        return Err(format!(
+            "this process already talks to a cluster with TLS {name}, and the head at {head} needs {what}: \
+             one process joins clusters of one TLS setup (start another process for this cluster)"
+        ));
     }
+    Ok(name)
 }
 
 /// This process's TLS setup; `None` when off (or not usable: see `required`).
 pub fn current() -> Option<&'static Tls> {
     match setup() {
-        Setup::On(tls, _) => Some(tls),
+        Setup::On(tls, ..) => Some(tls),
         _ => None,
     }
 }
@@ -275,7 +290,7 @@ pub fn current() -> Option<&'static Tls> {
 pub fn required() -> io::Result<Option<&'static Tls>> {
     match setup() {
         Setup::Off => Ok(None),
-        Setup::On(tls, _) => Ok(Some(tls)),
+        Setup::On(tls, ..) => Ok(Some(tls)),
         Setup::Broken(e) => {
             Err(io::Error::new(io::ErrorKind::InvalidInput, format!("TLS is asked for but not usable: {e}")))
         }

@@ -37,6 +37,11 @@ pub struct HeadArgs {
     pub node_death_timeout_s: f64,
     #[command(flatten)]
     pub state: StateArgs,
+    /// An autoscaler adds nodes for waiting work (the operator sets it for a RayCluster with
+    /// enableInTreeAutoscaling): a task or actor no node can hold waits for one, rather than
+    /// failing
+    #[arg(long, env = "OXRAY_AUTOSCALING")]
+    pub autoscaling: bool,
 }
 
 /// What the head keeps across restarts, and how much it takes in, shared by `start` and
@@ -233,6 +238,7 @@ pub fn run_head(args: HeadArgs) -> Result<ExitCode> {
             dead_node_retention: Duration::from_secs_f64(args.state.dead_node_retention_s),
             max_ended_tasks: args.state.max_ended_tasks as usize,
             max_package_bytes: args.state.max_package_mb << 20,
+            autoscaling: args.autoscaling,
         })
     };
     let config = match setup() {

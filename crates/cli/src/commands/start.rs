@@ -81,7 +81,7 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
     if let Some(address) = &args.address {
         validate_address(address)?;
     }
-    // The head's: decided here, so that its TLS mode and where it listens agree with it.
+    // The head's, decided here so that its TLS mode follows it.
     let node_ip = args.resources.node_ip_address.clone().unwrap_or_else(crate::resources::detect_node_ip);
     let tls = if args.head {
         args.tls.mode(&format!("{node_ip}:{}", args.port), None)?
@@ -112,7 +112,10 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         };
         launched.push(head);
         let address = format!("{node_ip}:{port}");
-        for warning in crate::tls::exposure_warnings(&tls, &node_ip, &dashboard_host) {
+        let token =
+            args.token.clone().or_else(|| secret::read_trimmed(&paths::token_file(&paths::oxray_home())).ok()?);
+        let weak = token.and_then(|token| crate::tls::weak_token_warning(&tls, &token));
+        for warning in crate::tls::exposure_warnings(&tls, HEAD_BIND_HOST, &dashboard_host).into_iter().chain(weak) {
             eprintln!("warning: {warning}");
         }
         let shown_host = if dashboard_host == "0.0.0.0" { node_ip } else { dashboard_host };

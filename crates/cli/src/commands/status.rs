@@ -72,6 +72,7 @@ mod tests {
             is_head_node: head,
             state_message: msg.map(Into::into),
             resources_used: Default::default(),
+            idle_s: None,
         };
         let status = ClusterStatus {
             alive: vec![node("aa", true, None)],
@@ -79,6 +80,7 @@ mod tests {
             resources_total: BTreeMap::from([("CPU".into(), 4.0), ("memory".into(), 2048.0)]),
             resources_used: BTreeMap::from([("CPU".into(), 1.0)]),
             pending: vec![],
+            pending_resources: vec![],
         };
         let text = render(&status, "now");
         assert!(text.contains(" node_aa (10.0.0.1, head)"), "{text}");

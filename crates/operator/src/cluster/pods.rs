@@ -27,6 +27,8 @@ pub struct ClusterRef {
     pub token_secret: String,
     /// The claim holding the head's database, when it has one.
     pub head_claim: Option<(String, Option<String>)>,
+    /// Worker groups scale with the demand (`enableInTreeAutoscaling`).
+    pub autoscaling: bool,
 }
 
 impl ClusterRef {
@@ -77,6 +79,10 @@ pub fn head_pod(cluster: &ClusterRef, spec: &HeadGroupSpec) -> Result<Pod, Strin
         .env
         .get_or_insert_with(Vec::new)
         .push(env("RAY_ADDRESS", "127.0.0.1:".to_string() + &params::gcs_port(&spec.ray_start_params)?.to_string()));
+    if cluster.autoscaling {
+        // Work no node can hold waits for the nodes the operator adds.
+        container.env.get_or_insert_with(Vec::new).push(env("OXRAY_AUTOSCALING", "1".into()));
+    }
     if container.ports.as_ref().is_none_or(|p| p.is_empty()) {
         container.ports = Some(default_head_ports(&spec.ray_start_params)?);
     }
@@ -188,6 +194,9 @@ fn build(
         field_env("POD_NAME", "metadata.name"),
         env("RAY_CLUSTER_NAME", cluster.name.clone()),
         env("RAY_CLUSTER_NAMESPACE", cluster.namespace.clone()),
+        // Pods talk to each other on TLS from the cluster token, whatever their addresses
+        // (and whatever names reach them); the user's own value comes later and wins.
+        env("OXRAY_TLS", "auto".into()),
         EnvVar {
             name: "OXRAY_AUTH_TOKEN".into(),
             value_from: Some(EnvVarSource {
@@ -303,6 +312,7 @@ mod tests {
             cluster_domain: "cluster.local".into(),
             token_secret: "c-token".into(),
             head_claim: None,
+            autoscaling: false,
         }
     }
 

@@ -177,6 +177,7 @@ fn cluster_ref(
         cluster_domain: ctx.cluster_domain.clone(),
         token_secret,
         head_claim,
+        autoscaling: spec.enable_in_tree_autoscaling == Some(true),
     })
 }
 

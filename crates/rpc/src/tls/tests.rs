@@ -89,17 +89,19 @@ fn tls_is_on_unless_the_head_can_only_be_on_this_machine_or_it_is_turned_off() {
     assert_eq!(decide(None, Some(" off "), "10.0.0.1:6379", false, None).unwrap(), Mode::Off);
     let bad = decide(None, Some("yes"), "10.0.0.1:6379", false, None).unwrap_err();
     assert!(bad.contains("OXRAY_TLS") && bad.contains("\"yes\""), "{bad}");
-    // A cluster started here with --no-tls, reached at the address it was started at.
+    // The cluster started here, reached at the address it was started at or on loopback.
     let recorded = Some(("10.0.0.1:6379", "off"));
     assert_eq!(decide(None, None, "10.0.0.1:6379", false, recorded).unwrap(), Mode::Off);
     assert_eq!(decide(None, None, "10.0.0.2:6379", false, recorded).unwrap(), Mode::Auto, "another cluster");
     let auto = Some(("10.0.0.1:6379", "auto"));
     assert_eq!(decide(None, None, "10.0.0.1:6379", false, auto).unwrap(), Mode::Auto);
+    assert_eq!(decide(None, None, "127.0.0.1:6379", true, auto).unwrap(), Mode::Auto, "its port on loopback");
+    assert_eq!(decide(None, None, "localhost:6380", true, auto).unwrap(), Mode::Off, "another port");
 }
 
 #[test]
-fn a_name_is_this_machine_only_when_all_its_addresses_are_loopback() {
-    assert!(only_this_machine("localhost:6379"));
+fn only_loopback_addresses_are_this_machine_and_names_are_not_resolved() {
+    assert!(only_this_machine("localhost:6379") && only_this_machine("127.1.0.3:6379"));
     assert!(!only_this_machine("10.0.0.1:6379"));
-    assert!(!only_this_machine("no-such-host.invalid:6379"), "unresolved: another machine");
+    assert!(!only_this_machine("head-svc.default.svc:6379"), "a name may lead anywhere when dialed");
 }

@@ -160,6 +160,7 @@ impl Submitter {
         strategy: &Strategy,
         holder: LeaseFor,
     ) -> Result<Lease, LeaseError> {
+        let shape = super::shapes::shape_key(&resources, &env, strategy);
         let mut request = self.request(&resources, env, holder.clone());
         if let Strategy::Bundle { group, index } = strategy {
             return self.lease_in_bundle(request, group, *index).await;
@@ -178,6 +179,7 @@ impl Submitter {
                     );
                 }
             }
+            request.backlog = self.backlog(&shape);
             let address = match self.ask(&self.local_agent, &request).await? {
                 Answer::Granted(lease) => return Ok(*lease),
                 Answer::Busy => continue,

@@ -2,7 +2,17 @@
 
 use super::*;
 
+/// Tasks share leases when they ask for the same resources, environment and placement.
+pub(super) fn shape_key(resources: &ResourceSet, env: &Env, strategy: &Strategy) -> String {
+    format!("{:?} {:?} {:?}", resources.to_map(), env, strategy)
+}
+
 impl Submitter {
+    /// How many tasks of the shape wait for a worker: what the cluster is told it lacks.
+    pub(super) fn backlog(&self, key: &str) -> u32 {
+        self.shapes().get(key).map_or(0, |shape| shape.waiting.len() as u32)
+    }
+
     pub(super) fn shapes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Shape>> {
         self.shapes.lock().expect("shapes lock")
     }
@@ -12,7 +22,7 @@ impl Submitter {
             let _ = queued.reply.send(Err(NoReply::Failed(DISCONNECTED.into())));
             return;
         }
-        let key = format!("{:?} {:?} {:?}", resources.to_map(), env, strategy);
+        let key = shape_key(&resources, &env, &strategy);
         let (request, wake) = {
             let mut shapes = self.shapes();
             let shape = shapes.entry(key.clone()).or_default();

@@ -1,0 +1,110 @@
+//! Work that waits for room: leases asked of this agent that no node could grant when asked,
+//! remembered while their askers keep asking, and reported to the head with each heartbeat.
+//! An autoscaler adds nodes for it (Ray's resource demand, with the asker's backlog).
+
+use oxray_proto::convert::resources_to_proto;
+use oxray_proto::v1;
+use oxray_types::ResourceSet;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a demand counts after it was last asked: an asker that waits asks again well
+/// within it (every `NOTHING_YET` or `BUSY_WAIT`), one that stopped drops out.
+const REMEMBERED: Duration = Duration::from_secs(3);
+
+#[derive(Default)]
+pub struct Demand {
+    /// Whether the cluster adds nodes for waiting work: then a lease no node can hold waits.
+    autoscaling: AtomicBool,
+    /// By asker and shape.
+    waiting: Mutex<HashMap<(String, String), Waiting>>,
+}
+
+struct Waiting {
+    resources: ResourceSet,
+    count: u32,
+    asked: Instant,
+}
+
+/// Who asked: a process of one machine.
+pub fn asker(owner: Option<&v1::ProcessIdentity>) -> String {
+    owner.map(|o| format!("{}/{}/{}/{}", o.boot_id, o.pid_namespace, o.pid, o.start_ticks)).unwrap_or_default()
+}
+
+impl Demand {
+    pub fn autoscaling(&self) -> bool {
+        self.autoscaling.load(Ordering::Relaxed)
+    }
+
+    pub fn set_autoscaling(&self, on: bool) {
+        self.autoscaling.store(on, Ordering::Relaxed);
+    }
+
+    /// `asker` waits for `count` (at least one) of `resources`.
+    pub fn record(&self, asker: &str, resources: &ResourceSet, count: u32, now: Instant) {
+        let key = (asker.to_string(), format!("{:?}", resources.to_map()));
+        let waiting = Waiting { resources: resources.clone(), count: count.max(1), asked: now };
+        self.waiting.lock().expect("demand lock").insert(key, waiting);
+    }
+
+    /// `asker`'s lease of `resources` was granted: what remains waits behind it, and asks again.
+    pub fn granted(&self, asker: &str, resources: &ResourceSet) {
+        let key = (asker.to_string(), format!("{:?}", resources.to_map()));
+        self.waiting.lock().expect("demand lock").remove(&key);
+    }
+
+    /// What waits now; forgets what nobody asked for lately.
+    pub fn current(&self, now: Instant) -> Vec<v1::ResourceDemand> {
+        let mut waiting = self.waiting.lock().expect("demand lock");
+        waiting.retain(|_, w| now.duration_since(w.asked) < REMEMBERED);
+        let mut demand: Vec<v1::ResourceDemand> = waiting
+            .iter()
+            .map(|((asker, _), w)| v1::ResourceDemand {
+                resources: resources_to_proto(&w.resources),
+                count: w.count,
+                asker: asker.clone(),
+            })
+            .collect();
+        demand.sort_by(|a, b| {
+            a.asker.cmp(&b.asker).then_with(|| format!("{:?}", a.resources).cmp(&format!("{:?}", b.resources)))
+        });
+        demand
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(n: f64) -> ResourceSet {
+        let mut set = ResourceSet::new();
+        set.set("CPU", n).unwrap();
+        set
+    }
+
+    #[test]
+    fn waiting_work_counts_while_its_asker_asks_and_once_per_asker_and_shape() {
+        let demand = Demand::default();
+        let t0 = Instant::now();
+        demand.record("a", &cpus(4.0), 3, t0);
+        demand.record("a", &cpus(4.0), 2, t0 + Duration::from_secs(1));
+        demand.record("b", &cpus(4.0), 0, t0 + Duration::from_secs(1));
+        demand.record("a", &cpus(1.0), 1, t0 + Duration::from_secs(2));
+        let now = demand.current(t0 + Duration::from_secs(2));
+        let counts: Vec<(String, u32)> = now.iter().map(|d| (d.asker.clone(), d.count)).collect();
+        assert_eq!(counts, vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)], "the newest backlog, at least one");
+        demand.granted("a", &cpus(1.0));
+        assert_eq!(demand.current(t0 + Duration::from_secs(2)).len(), 2);
+        let later = demand.current(t0 + Duration::from_secs(4) + Duration::from_millis(500));
+        assert!(later.is_empty(), "nobody asked for 3 s: {later:?}");
+    }
+
+    #[test]
+    fn an_asker_is_a_process_of_a_machine() {
+        let owner = v1::ProcessIdentity { boot_id: "b".into(), pid_namespace: "n".into(), pid: 7, start_ticks: 9 };
+        assert_eq!(asker(Some(&owner)), "b/n/7/9");
+        assert_eq!(asker(None), "");
+    }
+}

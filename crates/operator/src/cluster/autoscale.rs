@@ -1,0 +1,210 @@
+//! In-tree autoscaling of worker groups (`enableInTreeAutoscaling`), as pure decisions: from
+//! the spec, the pods, the work waiting for room and how long each node has been idle, to the
+//! replicas each group should have and the idle pods to remove (`scaleStrategy.workersToDelete`,
+//! as Ray's autoscaler writes them for KubeRay).
+//!
+//! Up: each shape of waiting work goes into room that pods already coming will have, else
+//! into a new pod of the first group (in spec order) whose pods can hold it and that is below
+//! its max. Down: a pod whose node has held nothing for the idle timeout goes, while its group
+//! stays at or above its min; a busy pod never does.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use crate::crd::cluster::{RayClusterSpec, WorkerGroupSpec};
+use crate::params;
+use crate::quantity;
+
+/// Ray's default: a worker idle this long goes.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Work of one shape waiting for room, `count` times.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Waiting {
+    pub resources: BTreeMap<String, f64>,
+    pub count: u32,
+}
+
+/// A worker pod of the cluster as the autoscaler sees it.
+#[derive(Clone, Debug)]
+pub struct WorkerPod {
+    pub name: String,
+    pub group: String,
+    /// Its node has registered with the head.
+    pub joined: bool,
+    /// Seconds its node has held nothing; None while it holds something.
+    pub idle_s: Option<f64>,
+}
+
+/// A group's new replicas and the pods to remove.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Scaled {
+    pub replicas: i32,
+    pub workers_to_delete: Vec<String>,
+}
+
+/// What a pod of `group` offers, as its node will register it. A CPU or memory amount the
+/// spec does not fix (the node detects it) is left out, and taken to fit; GPUs and custom
+/// resources it does not name are none.
+pub fn pod_shape(group: &WorkerGroupSpec) -> BTreeMap<String, f64> {
+    let mut shape = BTreeMap::new();
+    let container = group.template.spec.as_ref().and_then(|s| s.containers.first());
+    let limit = |name: &str| {
+        let resources = container?.resources.as_ref()?;
+        let amount =
+            resources.limits.as_ref().and_then(|l| l.get(name)).or_else(|| resources.requests.as_ref()?.get(name))?;
+        quantity::ceil_units(&amount.0).map(|units| units as f64)
+    };
+    let param = |name: &str| group.ray_start_params.get(name).and_then(|v| params::unquote(v).parse::<f64>().ok());
+    for (resource, flag, from_container) in
+        [("CPU", "num-cpus", "cpu"), ("GPU", "num-gpus", "nvidia.com/gpu"), ("memory", "memory", "memory")]
+    {
+        if let Some(amount) = param(flag).or_else(|| limit(from_container)) {
+            shape.insert(resource.to_string(), amount);
+        }
+    }
+    if let Some(text) = group.ray_start_params.get("resources") {
+        if let Ok(serde_json::Value::Object(custom)) = serde_json::from_str(&params::unquote(text)) {
+            shape.extend(custom.into_iter().filter_map(|(k, v)| Some((k, v.as_f64()?))));
+        }
+    }
+    for (name, amount) in group.resources.iter().flatten() {
+        if let Some(amount) = quantity::parse(amount) {
+            shape.insert(name.clone(), amount);
+        }
+    }
+    shape
+}
+
+fn fits(want: &BTreeMap<String, f64>, room: &BTreeMap<String, f64>) -> bool {
+    want.iter().filter(|(_, amount)| **amount > 0.0).all(|(name, amount)| match room.get(name) {
+        Some(free) => *amount <= free + 1e-9,
+        None => name == "CPU" || name == "memory",
+    })
+}
+
+fn take(want: &BTreeMap<String, f64>, room: &mut BTreeMap<String, f64>) {
+    for (name, amount) in want {
+        if let Some(free) = room.get_mut(name) {
+            *free -= amount;
+        }
+    }
+}
+
+/// Seconds a group's pods may be idle before they go.
+pub fn idle_timeout(spec: &RayClusterSpec, group: &WorkerGroupSpec) -> Duration {
+    let global = spec.autoscaler_options.as_ref().and_then(|o| o.idle_timeout_seconds);
+    group.idle_timeout_seconds.or(global).map(|s| Duration::from_secs(s.max(0) as u64)).unwrap_or(DEFAULT_IDLE_TIMEOUT)
+}
+
+/// The replicas and removals of each autoscaled group (those of one host per replica), by
+/// group name. `pods` are the live worker pods.
+pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting]) -> BTreeMap<String, Scaled> {
+    let groups: Vec<&WorkerGroupSpec> = spec
+        .worker_group_specs
+        .iter()
+        .filter(|g| g.num_of_hosts.unwrap_or(1) <= 1 && g.suspend != Some(true))
+        .collect();
+    let bounds = |g: &WorkerGroupSpec| {
+        let min = g.min_replicas.unwrap_or(0).max(0);
+        (min, g.max_replicas.unwrap_or(i32::MAX).max(min))
+    };
+    let mut scaled: BTreeMap<String, Scaled> = groups
+        .iter()
+        .map(|g| {
+            let (min, max) = bounds(g);
+            let listed = g.scale_strategy.as_ref().map(|s| s.workers_to_delete.clone()).unwrap_or_default();
+            let live: HashSet<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+            let still = listed.into_iter().filter(|name| live.contains(name.as_str())).collect();
+            (
+                g.group_name.clone(),
+                Scaled { replicas: g.replicas.unwrap_or(min).clamp(min, max), workers_to_delete: still },
+            )
+        })
+        .collect();
+
+    // Room in the pods on their way: created but not joined, or wanted but not created.
+    let mut coming: Vec<(String, BTreeMap<String, f64>)> = Vec::new();
+    for g in &groups {
+        let shape = pod_shape(g);
+        let leaving = &scaled[&g.group_name].workers_to_delete;
+        let staying = pods.iter().filter(|p| p.group == g.group_name && !leaving.contains(&p.name));
+        let (joined, unjoined) = staying.fold((0, 0), |(j, u), p| if p.joined { (j + 1, u) } else { (j, u + 1) });
+        let wanted_more = (scaled[&g.group_name].replicas - joined - unjoined).max(0);
+        for _ in 0..(unjoined + wanted_more) {
+            coming.push((g.group_name.clone(), shape.clone()));
+        }
+    }
+
+    // The largest shapes first, so that small ones fill what is left.
+    let mut units: Vec<&BTreeMap<String, f64>> =
+        waiting.iter().flat_map(|w| std::iter::repeat_n(&w.resources, w.count.min(10_000) as usize)).collect();
+    units.sort_by(|a, b| size(b).total_cmp(&size(a)));
+    let mut grew: HashSet<String> = HashSet::new();
+    for want in units {
+        if let Some((_, room)) = coming.iter_mut().find(|(_, room)| fits(want, room)) {
+            take(want, room);
+            continue;
+        }
+        let new = groups.iter().find(|g| scaled[&g.group_name].replicas < bounds(g).1 && fits(want, &pod_shape(g)));
+        if let Some(g) = new {
+            let mut room = pod_shape(g);
+            take(want, &mut room);
+            coming.push((g.group_name.clone(), room));
+            scaled.get_mut(&g.group_name).expect("every group is scaled").replicas += 1;
+            grew.insert(g.group_name.clone());
+        }
+    }
+
+    for g in groups.iter().filter(|g| !grew.contains(&g.group_name)) {
+        let timeout = idle_timeout(spec, g).as_secs_f64();
+        let (min, _) = bounds(g);
+        let entry = scaled.get_mut(&g.group_name).expect("every group is scaled");
+        let mut idle: Vec<&WorkerPod> = pods
+            .iter()
+            .filter(|p| p.group == g.group_name && !entry.workers_to_delete.contains(&p.name))
+            .filter(|p| p.joined && p.idle_s.is_some_and(|s| s >= timeout))
+            .collect();
+        idle.sort_by(|a, b| b.idle_s.unwrap_or(0.0).total_cmp(&a.idle_s.unwrap_or(0.0)).then(a.name.cmp(&b.name)));
+        for pod in idle {
+            if entry.replicas <= min {
+                break;
+            }
+            entry.replicas -= 1;
+            entry.workers_to_delete.push(pod.name.clone());
+        }
+    }
+    scaled
+}
+
+/// How much a shape asks for, to order the packing: its GPUs, then its CPUs, then the rest.
+fn size(shape: &BTreeMap<String, f64>) -> f64 {
+    shape.get("GPU").copied().unwrap_or(0.0) * 1e6 + shape.get("CPU").copied().unwrap_or(0.0) * 1e3 + shape.len() as f64
+}
+
+/// The spec with the groups' new replicas and removals; None when nothing changes.
+pub fn applied(spec: &RayClusterSpec, scaled: &BTreeMap<String, Scaled>) -> Option<RayClusterSpec> {
+    let mut new = spec.clone();
+    for g in &mut new.worker_group_specs {
+        let Some(s) = scaled.get(&g.group_name) else { continue };
+        g.replicas = Some(s.replicas);
+        let strategy = g.scale_strategy.get_or_insert_with(Default::default);
+        strategy.workers_to_delete = s.workers_to_delete.clone();
+        if strategy.workers_to_delete.is_empty() && spec_strategy_was_absent(spec, &g.group_name) {
+            g.scale_strategy = None;
+        }
+    }
+    let changed = new.worker_group_specs.iter().zip(&spec.worker_group_specs).any(|(a, b)| {
+        a.replicas != b.replicas
+            || a.scale_strategy.as_ref().map(|s| &s.workers_to_delete)
+                != b.scale_strategy.as_ref().map(|s| &s.workers_to_delete)
+    });
+    changed.then_some(new)
+}
+
+fn spec_strategy_was_absent(spec: &RayClusterSpec, group: &str) -> bool {
+    spec.worker_group_specs.iter().any(|g| g.group_name == group && g.scale_strategy.is_none())
+}
+
+#[cfg(test)]
+mod tests;

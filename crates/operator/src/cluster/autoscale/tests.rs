@@ -1,0 +1,117 @@
+use super::*;
+use crate::crd::cluster::{AutoscalerOptions, ScaleStrategy};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+fn group(name: &str, replicas: i32, min: i32, max: i32, resources: &[(&str, &str)]) -> WorkerGroupSpec {
+    let limits = BTreeMap::from([("cpu".to_string(), Quantity("2".into()))]);
+    let template = PodTemplateSpec {
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                resources: Some(ResourceRequirements { limits: Some(limits), ..Default::default() }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    WorkerGroupSpec {
+        group_name: name.into(),
+        replicas: Some(replicas),
+        min_replicas: Some(min),
+        max_replicas: Some(max),
+        template,
+        resources: Some(resources.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        ..Default::default()
+    }
+}
+
+fn spec(groups: Vec<WorkerGroupSpec>) -> RayClusterSpec {
+    RayClusterSpec {
+        worker_group_specs: groups,
+        autoscaler_options: Some(AutoscalerOptions { idle_timeout_seconds: Some(10), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+fn wants(resources: &[(&str, f64)], count: u32) -> Waiting {
+    Waiting { resources: resources.iter().map(|(k, v)| (k.to_string(), *v)).collect(), count }
+}
+
+fn pod(name: &str, group: &str, joined: bool, idle_s: Option<f64>) -> WorkerPod {
+    WorkerPod { name: name.into(), group: group.into(), joined, idle_s }
+}
+
+fn replicas(scaled: &BTreeMap<String, Scaled>) -> Vec<(String, i32)> {
+    scaled.iter().map(|(g, s)| (g.clone(), s.replicas)).collect()
+}
+
+#[test]
+fn a_pod_offers_its_start_parameters_else_its_container_limits_and_its_named_resources() {
+    let mut g = group("g", 0, 0, 1, &[("special", "2")]);
+    assert_eq!(pod_shape(&g), BTreeMap::from([("CPU".into(), 2.0), ("special".into(), 2.0)]));
+    g.ray_start_params = BTreeMap::from([
+        ("num-cpus".to_string(), "8".to_string()),
+        ("resources".to_string(), r#""{\"TPU\": 4}""#.to_string()),
+    ]);
+    let shape = pod_shape(&g);
+    assert_eq!((shape["CPU"], shape["TPU"], shape["special"]), (8.0, 4.0, 2.0));
+}
+
+#[test]
+fn waiting_work_adds_pods_of_the_first_group_that_holds_it_up_to_its_max() {
+    let spec = spec(vec![group("small", 0, 0, 5, &[]), group("special", 0, 0, 2, &[("special", "1")])]);
+    let scaled = autoscale(&spec, &[], &[wants(&[("special", 1.0)], 3), wants(&[("CPU", 1.0)], 3)]);
+    // Three 1-CPU tasks fit in two 2-CPU pods; three `special` ones would need three pods of
+    // a group of at most two.
+    assert_eq!(replicas(&scaled), vec![("small".into(), 2), ("special".into(), 2)]);
+    let nothing_fits = autoscale(&spec, &[], &[wants(&[("GPU", 1.0)], 4)]);
+    assert_eq!(replicas(&nothing_fits), vec![("small".into(), 0), ("special".into(), 0)]);
+}
+
+#[test]
+fn room_in_pods_on_their_way_is_counted_before_adding_more() {
+    let spec = spec(vec![group("g", 2, 0, 9, &[])]);
+    // One pod created and not joined yet, one wanted and not created: 4 CPUs coming.
+    let pods = [pod("g-1", "g", false, None)];
+    let scaled = autoscale(&spec, &pods, &[wants(&[("CPU", 1.0)], 4)]);
+    assert_eq!(scaled["g"].replicas, 2);
+    let more = autoscale(&spec, &pods, &[wants(&[("CPU", 1.0)], 5)]);
+    assert_eq!(more["g"].replicas, 3);
+}
+
+#[test]
+fn pods_idle_past_the_timeout_go_down_to_the_min_and_busy_ones_never() {
+    let mut g = group("g", 4, 1, 9, &[]);
+    g.scale_strategy = Some(ScaleStrategy { workers_to_delete: vec!["gone".into()] });
+    let spec = spec(vec![g]);
+    let pods = [
+        pod("busy", "g", true, None),
+        pod("recent", "g", true, Some(3.0)),
+        pod("idle-a", "g", true, Some(30.0)),
+        pod("idle-b", "g", true, Some(12.0)),
+    ];
+    let scaled = autoscale(&spec, &pods, &[]);
+    assert_eq!(scaled["g"], Scaled { replicas: 2, workers_to_delete: vec!["idle-a".into(), "idle-b".into()] });
+    // Never below the min.
+    let tight = autoscale(&super::tests::spec(vec![group("g", 2, 2, 9, &[])]), &pods, &[]);
+    assert_eq!(tight["g"], Scaled { replicas: 2, workers_to_delete: vec![] });
+    // A group growing this round removes nothing.
+    let growing = autoscale(&spec, &pods, &[wants(&[("CPU", 2.0)], 9)]);
+    assert!(growing["g"].replicas > 4 && growing["g"].workers_to_delete.is_empty(), "{growing:?}");
+}
+
+#[test]
+fn the_spec_changes_only_when_a_decision_does() {
+    let spec = spec(vec![group("g", 1, 0, 3, &[])]);
+    let same = autoscale(&spec, &[pod("g-1", "g", true, None)], &[]);
+    assert!(applied(&spec, &same).is_none());
+    let grown = autoscale(&spec, &[pod("g-1", "g", true, None)], &[wants(&[("CPU", 2.0)], 1)]);
+    let new = applied(&spec, &grown).expect("one more pod");
+    assert_eq!(new.worker_group_specs[0].replicas, Some(2));
+    assert!(new.worker_group_specs[0].scale_strategy.is_none(), "no empty strategy is written");
+    let shrunk = autoscale(&spec, &[pod("g-1", "g", true, Some(60.0))], &[]);
+    let new = applied(&spec, &shrunk).expect("one pod less");
+    assert_eq!(new.worker_group_specs[0].replicas, Some(0));
+    assert_eq!(new.worker_group_specs[0].scale_strategy.as_ref().unwrap().workers_to_delete, vec!["g-1".to_string()]);
+}
