@@ -1,7 +1,7 @@
 //! Calls to a cluster's head over its HTTP API (the dashboard port): which nodes run work,
 //! the Jobs REST API that RayJobs use, and the Serve REST API that RayServices use.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -18,6 +18,13 @@ pub struct Head<'a> {
     /// `http://host:port`
     pub url: String,
     pub token: String,
+}
+
+/// Work of one shape waiting for room, `count` times, as the head reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Waiting {
+    pub resources: BTreeMap<String, f64>,
+    pub count: u32,
 }
 
 #[derive(Deserialize, Debug, Clone, PartialEq)]
@@ -88,17 +95,40 @@ impl<'a> Head<'a> {
         Ok((status, value))
     }
 
-    /// Names of alive nodes with any resource in use. Nodes are named after their pods.
-    pub async fn busy_nodes(&self) -> Result<HashSet<String>> {
+    async fn cluster_status(&self) -> Result<Value> {
         let (status, body) = self.call(self.http.get(format!("{}/api/cluster_status", self.url))).await?;
         if !status.is_success() {
             return Err(self.error(format!("cluster status answered {status}: {body}")));
         }
-        let nodes = body
-            .pointer("/data/cluster_status/alive")
-            .and_then(Value::as_array)
-            .ok_or_else(|| self.error(format!("cluster status without nodes: {body}")))?;
-        Ok(nodes.iter().filter(|n| node_is_busy(n)).filter_map(|n| n["node_name"].as_str().map(String::from)).collect())
+        match body.pointer("/data/cluster_status") {
+            Some(cluster) if cluster["alive"].is_array() => Ok(cluster.clone()),
+            _ => Err(self.error(format!("cluster status without nodes: {body}"))),
+        }
+    }
+
+    /// Names of alive nodes with any resource in use. Nodes are named after their pods.
+    pub async fn busy_nodes(&self) -> Result<HashSet<String>> {
+        let cluster = self.cluster_status().await?;
+        let nodes = cluster["alive"].as_array().into_iter().flatten();
+        Ok(nodes.filter(|n| node_is_busy(n)).filter_map(|n| n["node_name"].as_str().map(String::from)).collect())
+    }
+
+    /// What the autoscaler reads: the alive nodes by name, with how long each has held
+    /// nothing (None while busy), and the work waiting for room.
+    pub async fn demand(&self) -> Result<(HashMap<String, Option<f64>>, Vec<Waiting>)> {
+        let cluster = self.cluster_status().await?;
+        let nodes = cluster["alive"].as_array().into_iter().flatten();
+        let idle = nodes.filter_map(|n| Some((n["node_name"].as_str()?.to_string(), n["idle_s"].as_f64()))).collect();
+        let waiting = cluster["pending_resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                let resources = serde_json::from_value(p["resources"].clone()).ok()?;
+                Some(Waiting { resources, count: p["count"].as_u64()? as u32 })
+            })
+            .collect();
+        Ok((idle, waiting))
     }
 
     /// The job, or None when the head does not know it.

@@ -40,7 +40,8 @@ pub struct HeadArgs {
     /// An autoscaler adds nodes for waiting work (the operator sets it for a RayCluster with
     /// enableInTreeAutoscaling): a task or actor no node can hold waits for one, rather than
     /// failing
-    #[arg(long, env = "OXRAY_AUTOSCALING")]
+    #[arg(long, env = "OXRAY_AUTOSCALING", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
     pub autoscaling: bool,
 }
 

@@ -12,18 +12,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use crate::crd::cluster::{RayClusterSpec, WorkerGroupSpec};
+pub use crate::head::Waiting;
 use crate::params;
 use crate::quantity;
 
 /// Ray's default: a worker idle this long goes.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Work of one shape waiting for room, `count` times.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Waiting {
-    pub resources: BTreeMap<String, f64>,
-    pub count: u32,
-}
 
 /// A worker pod of the cluster as the autoscaler sees it.
 #[derive(Clone, Debug)]

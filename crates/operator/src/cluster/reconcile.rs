@@ -9,6 +9,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
+use super::autoscale::{self, WorkerPod};
 use super::objects;
 use super::plan::{self, Busy, PodAction, PodView};
 use super::pods::{self, ClusterRef};
@@ -32,12 +33,13 @@ pub async fn reconcile(cluster: Arc<RayCluster>, ctx: Arc<Context>) -> Result<Ac
     }
     let namespace = cluster.namespace().unwrap_or_else(|| "default".into());
     let owner = cluster.controller_owner_ref(&()).expect("a stored resource has a name and uid");
+    let spec = autoscaled(&ctx, &cluster, &namespace).await?;
     let status = converge(
         &ctx,
         &namespace,
         &cluster.name_any(),
         owner,
-        &cluster.spec,
+        &spec,
         cluster.status.as_ref(),
         cluster.metadata.generation,
     )
@@ -65,7 +67,71 @@ pub async fn reconcile(cluster: Arc<RayCluster>, ctx: Arc<Context>) -> Result<Ac
         return Ok(Action::await_change());
     }
     let settled = status.state.as_deref() == Some("ready") || status.state.as_deref() == Some("suspended");
-    Ok(Action::requeue(if settled { Duration::from_secs(30) } else { Duration::from_secs(3) }))
+    let watching_demand = spec.enable_in_tree_autoscaling == Some(true);
+    Ok(Action::requeue(if settled && !watching_demand { Duration::from_secs(30) } else { AUTOSCALE_PERIOD }))
+}
+
+/// How often an autoscaled cluster's demand is read (and an unsettled cluster looked at).
+const AUTOSCALE_PERIOD: Duration = Duration::from_secs(3);
+
+/// With in-tree autoscaling on, the spec with the replicas the demand asks for, written back
+/// to the RayCluster as Ray's autoscaler does for KubeRay (only if nobody changed it since it
+/// was read); else, or while the head cannot say, the spec as it is.
+async fn autoscaled(ctx: &Context, cluster: &RayCluster, namespace: &str) -> Result<RayClusterSpec> {
+    let spec = &cluster.spec;
+    if spec.enable_in_tree_autoscaling != Some(true) || spec.suspend == Some(true) {
+        return Ok(spec.clone());
+    }
+    let name = cluster.name_any();
+    let Some(head) = Head::of_cluster(ctx, namespace, &name).await? else { return Ok(spec.clone()) };
+    let (nodes, waiting) = match head.demand().await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(cluster = name, error = %e, "could not read the cluster's demand; its groups keep their size");
+            return Ok(spec.clone());
+        }
+    };
+    let workers: Vec<WorkerPod> = list_pods(ctx, namespace, &name)
+        .await?
+        .iter()
+        .map(PodView::of)
+        .filter(|p| !p.head && !p.terminating)
+        .map(|p| WorkerPod {
+            joined: nodes.contains_key(&p.name),
+            idle_s: nodes.get(&p.name).copied().flatten(),
+            name: p.name,
+            group: p.group,
+        })
+        .collect();
+    let scaled = autoscale::autoscale(spec, &workers, &waiting);
+    let Some(new) = autoscale::applied(spec, &scaled) else { return Ok(spec.clone()) };
+    let changes: Vec<String> = new
+        .worker_group_specs
+        .iter()
+        .zip(&spec.worker_group_specs)
+        .filter(|(after, before)| after.replicas != before.replicas)
+        .map(|(after, before)| {
+            let removed = scaled.get(&after.group_name).map(|s| s.workers_to_delete.join(", ")).unwrap_or_default();
+            let removed = if removed.is_empty() { String::new() } else { format!(" (removing idle {removed})") };
+            format!(
+                "{}: {} -> {}{removed}",
+                after.group_name,
+                before.replicas.unwrap_or(0),
+                after.replicas.unwrap_or(0)
+            )
+        })
+        .collect();
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": cluster.resource_version()},
+        "spec": {"workerGroupSpecs": new.worker_group_specs},
+    });
+    let clusters = Api::<RayCluster>::namespaced(ctx.client.clone(), namespace);
+    clusters.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    if !changes.is_empty() {
+        tracing::info!(cluster = name, "autoscaled {}", changes.join("; "));
+        ctx.event(cluster, false, "Autoscaled", format!("worker groups {}", changes.join("; "))).await;
+    }
+    Ok(new)
 }
 
 /// Brings a cluster's objects to its spec and gives the status that results. Shared with

@@ -1,0 +1,110 @@
+"""What an autoscaler reads: a head started for autoscaling (OXRAY_AUTOSCALING) lets tasks
+and actors no node can hold wait, reports them in /api/cluster_status as shapes with counts
+(and `oxray status` as lines), with how long each node has been idle; a node that can hold
+them, once it joins, runs them. Without autoscaling such work fails at once."""
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Cluster, api
+
+WAITER = """
+import oxray, sys
+oxray.init(address=sys.argv[1])
+
+@oxray.remote(num_cpus=0, resources={"special": 1})
+def where():
+    return oxray.get_runtime_context().get_node_id()
+
+@oxray.remote(num_cpus=0, resources={"special": 2})
+class Big:
+    def node(self):
+        return oxray.get_runtime_context().get_node_id()
+
+big = Big.remote()
+print("done", len(set(oxray.get([where.remote() for _ in range(3)]))), oxray.get(big.node.remote()), flush=True)
+"""
+
+
+def cluster_status(cluster):
+    with api(cluster, "/api/cluster_status") as response:
+        return json.loads(response.read())["data"]["cluster_status"]
+
+
+def eventually(check, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"still {got!r} after {timeout}s"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def autoscaled():
+    with tempfile.TemporaryDirectory(prefix="oxray-demand-") as tmp:
+        c = Cluster(Path(tmp))
+        c.env["OXRAY_AUTOSCALING"] = "1"
+        c.start(1)
+        c.address = json.loads(Path(c.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
+        try:
+            yield c
+        finally:
+            c.stop()
+
+
+def test_work_no_node_holds_waits_is_reported_and_runs_once_a_node_joins(autoscaled):
+    driver = subprocess.Popen([sys.executable, "-c", WAITER, autoscaled.address], env=dict(autoscaled.env),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def waiting():
+            shapes = {json.dumps(p["resources"], sort_keys=True): p["count"]
+                      for p in cluster_status(autoscaled).get("pending_resources", [])}
+            return shapes if len(shapes) == 2 else None
+
+        shapes = eventually(waiting)
+        assert shapes == {'{"special": 1.0}': 3, '{"special": 2.0}': 1}, shapes
+        alive = cluster_status(autoscaled)["alive"]
+        assert alive[0]["idle_s"] >= 0, alive
+        lines = autoscaled.oxray("status").stdout
+        assert "{special: 1} * 3 (tasks, actors and placement groups)" in lines, lines
+        assert driver.poll() is None, driver.communicate()
+
+        # The node an autoscaler would add.
+        autoscaled.oxray("start", "--address", autoscaled.address, "--num-cpus", "1", "--resources",
+                         '{"special": 3}', "--node-ip-address", "127.0.0.1", "--node-name", "added")
+        out, err = driver.communicate(timeout=60)
+        assert driver.returncode == 0 and out.startswith("done 1 "), (out, err)
+        eventually(lambda: not cluster_status(autoscaled).get("pending_resources"))
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
+def test_without_autoscaling_work_no_node_holds_fails_at_once(cluster):
+    code = """
+import oxray, sys
+oxray.init(address=sys.argv[1])
+
+@oxray.remote(num_cpus=0, resources={"special": 1})
+def f():
+    return 1
+
+try:
+    oxray.get(f.remote(), timeout=20)
+except Exception as e:
+    print("failed:", e)
+"""
+    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code, address], env=dict(cluster.env), capture_output=True, text=True,
+                         timeout=60)
+    assert "failed:" in out.stdout and "no node of the cluster can hold" in out.stdout, out
+    assert time.monotonic() - started < 15
