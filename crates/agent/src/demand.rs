@@ -28,9 +28,15 @@ struct Waiting {
     asked: Instant,
 }
 
-/// Who asked: a process of one machine.
-pub fn asker(owner: Option<&v1::ProcessIdentity>) -> String {
-    owner.map(|o| format!("{}/{}/{}/{}", o.boot_id, o.pid_namespace, o.pid, o.start_ticks)).unwrap_or_default()
+/// Who asked: a process of one machine, for one of its actors or for its tasks.
+pub fn asker(owner: Option<&v1::ProcessIdentity>, actor_id: &str) -> String {
+    let process =
+        owner.map(|o| format!("{}/{}/{}/{}", o.boot_id, o.pid_namespace, o.pid, o.start_ticks)).unwrap_or_default();
+    if actor_id.is_empty() {
+        process
+    } else {
+        format!("{process}/{actor_id}")
+    }
 }
 
 impl Demand {
@@ -42,10 +48,11 @@ impl Demand {
         self.autoscaling.store(on, Ordering::Relaxed);
     }
 
-    /// `asker` waits for `count` (at least one) of `resources`.
+    /// `asker` waits for `count` of `resources` (none: nothing waits behind its request any
+    /// more, a cancelled task's, say).
     pub fn record(&self, asker: &str, resources: &ResourceSet, count: u32, now: Instant) {
         let key = (asker.to_string(), format!("{:?}", resources.to_map()));
-        let waiting = Waiting { resources: resources.clone(), count: count.max(1), asked: now };
+        let waiting = Waiting { resources: resources.clone(), count, asked: now };
         self.waiting.lock().expect("demand lock").insert(key, waiting);
     }
 
@@ -58,7 +65,7 @@ impl Demand {
     /// What waits now; forgets what nobody asked for lately.
     pub fn current(&self, now: Instant) -> Vec<v1::ResourceDemand> {
         let mut waiting = self.waiting.lock().expect("demand lock");
-        waiting.retain(|_, w| now.duration_since(w.asked) < REMEMBERED);
+        waiting.retain(|_, w| now.duration_since(w.asked) < REMEMBERED && w.count > 0);
         let mut demand: Vec<v1::ResourceDemand> = waiting
             .iter()
             .map(|((asker, _), w)| v1::ResourceDemand {
@@ -94,9 +101,9 @@ mod tests {
         demand.record("a", &cpus(1.0), 1, t0 + Duration::from_secs(2));
         let now = demand.current(t0 + Duration::from_secs(2));
         let counts: Vec<(String, u32)> = now.iter().map(|d| (d.asker.clone(), d.count)).collect();
-        assert_eq!(counts, vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)], "the newest backlog, at least one");
+        assert_eq!(counts, vec![("a".into(), 1), ("a".into(), 2)], "the newest backlog; none waits behind b's");
         demand.granted("a", &cpus(1.0));
-        assert_eq!(demand.current(t0 + Duration::from_secs(2)).len(), 2);
+        assert_eq!(demand.current(t0 + Duration::from_secs(2)).len(), 1);
         let later = demand.current(t0 + Duration::from_secs(4) + Duration::from_millis(500));
         assert!(later.is_empty(), "nobody asked for 3 s: {later:?}");
     }
@@ -104,7 +111,8 @@ mod tests {
     #[test]
     fn an_asker_is_a_process_of_a_machine() {
         let owner = v1::ProcessIdentity { boot_id: "b".into(), pid_namespace: "n".into(), pid: 7, start_ticks: 9 };
-        assert_eq!(asker(Some(&owner)), "b/n/7/9");
-        assert_eq!(asker(None), "");
+        assert_eq!(asker(Some(&owner), ""), "b/n/7/9");
+        assert_eq!(asker(Some(&owner), "a1"), "b/n/7/9/a1", "each actor counts");
+        assert_eq!(asker(None, ""), "");
     }
 }

@@ -97,7 +97,11 @@ impl LeaseService {
         let may_come = self.demand.autoscaling() && !matches!(strategy, Strategy::Node { soft: false, .. });
         match decision {
             Decision::Here => {}
-            Decision::There(agent) => return Ok(retry_at(agent)),
+            Decision::There(agent) => {
+                // Asked there now; that agent counts it if it has no room either.
+                self.demand.granted(&grant.asker, &resources);
+                return Ok(retry_at(agent));
+            }
             Decision::Never(why) if !may_come => return Err(Status::invalid_argument(why)),
             Decision::Never(_) | Decision::Wait => {
                 self.demand.record(&grant.asker, &resources, grant.backlog, Instant::now());
@@ -165,7 +169,7 @@ impl lease_service_server::LeaseService for LeaseService {
         let python = if request.python.is_empty() { crate::detect::default_python() } else { request.python };
         let mut env_vars: Vec<(String, String)> = request.env_vars.into_iter().collect();
         env_vars.sort();
-        let asker = demand::asker(request.owner.as_ref());
+        let asker = demand::asker(request.owner.as_ref(), &request.actor_id);
         let owner = request.owner.filter(|_| !request.detached);
         let notify = Some(request.notify_on_exit).filter(|n| !n.is_empty()).map(|n| (n, request.actor_id));
         let kind = WorkerKind { python, env_vars, runtime_env: request.runtime_env_json };
@@ -181,7 +185,20 @@ impl lease_service_server::LeaseService for LeaseService {
         }
         let reply = match request.scheduling {
             Some(scheduling) => self.schedule(strategy_of(scheduling), resources, kind, grant, wait).await,
-            None => self.pool.lease(resources, kind, grant.owner, None, grant.notify, wait).await,
+            // Sent here by another agent: out of room in time, the asker chooses again, and
+            // meanwhile the cluster lacks room for it.
+            None => {
+                let (asker, backlog) = (grant.asker.clone(), grant.backlog);
+                let reply = self.pool.lease(resources.clone(), kind, grant.owner, None, grant.notify, wait).await;
+                match &reply {
+                    Err(busy) if busy.code() == tonic::Code::ResourceExhausted => {
+                        self.demand.record(&asker, &resources, backlog, Instant::now())
+                    }
+                    Ok(_) => self.demand.granted(&asker, &resources),
+                    Err(_) => {}
+                }
+                reply
+            }
         };
         reply.map(Response::new)
     }

@@ -278,6 +278,7 @@ impl JoinedAgent {
                 resources_available: resources_to_proto(&self.pool.available()),
                 usage: usage.lock().expect("usage lock").clone(),
                 demand: self.demand.current(std::time::Instant::now()),
+                busy: self.pool.leased() > 0 || self.runner.any_running(),
             };
             let outcome = match self.client.heartbeat(request).await {
                 Ok(reply) => self.follow(reply.into_inner().verdict()).await,

@@ -56,7 +56,7 @@ impl Demand {
             let resources = shape(&resources);
             let key = (demand.asker.clone(), format!("{resources:?}"));
             let seen = by_asker.entry(key).or_insert((resources, 0));
-            seen.1 = seen.1.max(demand.count.max(1));
+            seen.1 = seen.1.max(demand.count);
         }
         merged(by_asker.into_values().map(|(resources, count)| PendingResources { resources, count }))
     }

@@ -15,12 +15,13 @@ use oxray_proto::v1;
 use oxray_rpc::{AgentClient, AgentJobs, Token};
 use oxray_types::{error_types, now_ms, JobRecord, JobStatus, NodeId, NodeInfo};
 use round::Dispatch;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+mod pending;
 mod round;
 
 #[derive(Default)]
@@ -30,6 +31,8 @@ struct Table {
     order: Vec<String>,
     /// Jobs whose start was sent (and not refused as unreachable) since this head started.
     dispatched: HashSet<String>,
+    /// Nodes are added for waiting work: a job no node can hold waits for one.
+    autoscaling: bool,
 }
 
 enum Named {
@@ -86,7 +89,7 @@ impl JobManager {
         let agents = Arc::new(Agents::new(membership.clone(), token));
         let drivers = Arc::new(Drivers::open(store.clone())?);
         Ok(Self {
-            table: Mutex::new(Table { records, order, dispatched: HashSet::new() }),
+            table: Mutex::new(Table { records, order, dispatched: HashSet::new(), autoscaling: false }),
             writer: tokio::sync::Mutex::new(()),
             store,
             membership,
@@ -177,31 +180,6 @@ impl JobManager {
         }
         self.notify_change();
         Ok(id)
-    }
-
-    /// What the jobs waiting for their entrypoint's resources ask for, in queue order.
-    fn waiting<R>(&self, each: impl Fn(&JobRecord, BTreeMap<String, f64>) -> R) -> Vec<R> {
-        let table = self.lock();
-        table
-            .order
-            .iter()
-            .filter_map(|id| table.records.get(id))
-            .filter(|j| j.status == JobStatus::Pending && j.driver_node_id.is_none())
-            .map(|j| each(j, j.resources.iter().filter(|(_, v)| *v > 0.0).map(|(k, v)| (k.to_string(), v)).collect()))
-            .collect()
-    }
-
-    /// One line per job waiting for resources, in queue order.
-    pub fn pending_demands(&self) -> Vec<String> {
-        self.waiting(|job, wants| {
-            let wants: Vec<String> = wants.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-            format!("{{{}}} for job {}", wants.join(", "), job.submission_id)
-        })
-    }
-
-    /// The same, as shapes.
-    pub fn pending_resources(&self) -> Vec<oxray_api_types::PendingResources> {
-        self.waiting(|_, resources| oxray_api_types::PendingResources { resources, count: 1 })
     }
 
     /// The end of a node agent's own log.

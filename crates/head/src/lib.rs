@@ -131,6 +131,7 @@ impl Head {
             Arc::new(oxray_rpc::AgentJobClients::new(config.token.clone(), JOB_CALL_TIMEOUT)),
             log_copies,
         )?);
+        jobs.set_autoscaling(config.autoscaling);
         let actors = Arc::new(actors::Actors::open(store.clone())?);
         let leases = Arc::new(oxray_rpc::LeaseClients::new(config.token.clone(), Some(AGENT_CALL_TIMEOUT)));
         let groups = placement_groups::PlacementGroups::open(membership.clone(), leases, store.clone())?;

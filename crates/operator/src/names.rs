@@ -16,6 +16,8 @@ pub const LABEL_ORIGIN_KIND: &str = "ray.io/originated-from-crd";
 pub const ANNOTATION_TEMPLATE_HASH: &str = "oxray.io/pod-template-hash";
 /// Keep the user's container command; the generated one is in `$OXRAY_START_CMD`.
 pub const ANNOTATION_KEEP_COMMAND: &str = "ray.io/overwrite-container-cmd";
+/// On a bare RayCluster: make `<cluster>-serve-svc`, as a RayService has.
+pub const ANNOTATION_SERVE_SERVICE: &str = "ray.io/enable-serve-service";
 pub const HEAD_GROUP: &str = "headgroup";
 pub const JOB_FINALIZER: &str = "oxray.io/rayjob-finalizer";
 

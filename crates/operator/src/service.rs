@@ -66,7 +66,9 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
     // because the labels were not set yet.
     let exclude_head = service.spec.exclude_head_pod_from_serve_svc.unwrap_or(false);
     let endpoints = label_serve_pods(&ctx, &namespace, &name, &details, exclude_head).await?;
-    ensure_serve_service(&service, &ctx, &namespace, &name, service_plan::serve_port(&config)).await?;
+    let port = service_plan::serve_port_in_force(&details, &config);
+    let owner = service.controller_owner_ref(&()).expect("stored");
+    ensure_serve_service(&ctx, owner, &format!("{}-serve-svc", service.name_any()), &namespace, &name, port).await?;
     let seen = |statuses| Some((statuses, endpoints));
     if service_plan::needs_put(&config, &details) {
         match head.put_serve_config(&config).await {
@@ -142,7 +144,7 @@ async fn report(
 
 /// Sets each pod's `ray.io/serve` label from the proxies the head reports; returns how many
 /// pods serve (the Serve Service's endpoints).
-async fn label_serve_pods(
+pub async fn label_serve_pods(
     ctx: &Context,
     namespace: &str,
     cluster: &str,
@@ -179,35 +181,31 @@ async fn label_serve_pods(
     Ok(service_plan::endpoints(&views, &wanted))
 }
 
-/// `<name>-serve-svc`: the Serve port of the cluster's pods that serve.
-async fn ensure_serve_service(
-    service: &RayService,
+/// `name` (`<owner>-serve-svc`): the Serve port of the cluster's pods that serve, kept to
+/// the port and selector wanted now.
+pub async fn ensure_serve_service(
     ctx: &Context,
+    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    name: &str,
     namespace: &str,
     cluster: &str,
     port: i32,
 ) -> Result<()> {
     let services = Api::<Service>::namespaced(ctx.client.clone(), namespace);
-    let name = format!("{}-serve-svc", service.name_any());
     let selector =
         BTreeMap::from([(LABEL_CLUSTER.to_string(), cluster.to_string()), (LABEL_SERVE.to_string(), "true".into())]);
-    if let Some(existing) = services.get_opt(&name).await? {
-        let now = existing.spec.as_ref().and_then(|s| s.selector.clone()).unwrap_or_default();
-        if now != selector {
-            // A merge patch merges maps: keys no longer wanted are removed by null.
-            let mut patch: serde_json::Map<String, serde_json::Value> =
-                now.keys().map(|k| (k.clone(), serde_json::Value::Null)).collect();
-            patch.extend(selector.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))));
-            let patch = serde_json::json!({"spec": {"selector": patch}});
-            services.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    if let Some(existing) = services.get_opt(name).await? {
+        let spec = serde_json::to_value(existing.spec.unwrap_or_default()).unwrap_or_default();
+        if let Some(patch) = crate::service_plan::serve_service_patch(&spec, &selector, port) {
+            services.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         }
         return Ok(());
     }
     let svc = Service {
         metadata: ObjectMeta {
-            name: Some(name),
+            name: Some(name.to_string()),
             namespace: Some(namespace.to_string()),
-            owner_references: Some(vec![service.controller_owner_ref(&()).expect("stored")]),
+            owner_references: Some(vec![owner]),
             ..Default::default()
         },
         spec: Some(ServiceSpec {

@@ -21,6 +21,17 @@ pub fn serve_port(config: &Value) -> i32 {
     config.pointer("/http_options/port").and_then(Value::as_i64).and_then(|p| i32::try_from(p).ok()).unwrap_or(8000)
 }
 
+/// The port the Serve Service leads to: where the running Serve listens, as the head's
+/// details say (a running Serve keeps its HTTP options, as Ray's does), else where the
+/// config asks for.
+pub fn serve_port_in_force(details: &Value, config: &Value) -> i32 {
+    details
+        .pointer("/http_options/port")
+        .and_then(Value::as_i64)
+        .and_then(|p| i32::try_from(p).ok())
+        .unwrap_or_else(|| serve_port(config))
+}
+
 /// Whether the head runs other declarative applications than `wanted` lists, or any with
 /// another config than listed: then the config is sent (again). Sending an unchanged config
 /// is harmless, but each PUT of a changed app rebuilds it.
@@ -118,10 +129,56 @@ pub fn all_running(wanted: &Value, statuses: &BTreeMap<String, AppStatus>) -> bo
     !names.is_empty() && names.iter().all(|n| statuses.get(*n).is_some_and(|s| s.status == "RUNNING"))
 }
 
+/// The Serve Service's port, as the operator makes it.
+pub fn serve_ports(port: i32) -> Value {
+    serde_json::json!([{"name": "serve", "port": port, "targetPort": port, "protocol": "TCP"}])
+}
+
+/// The merge patch that brings an existing Serve Service (`spec`, as JSON) to `selector` and
+/// `port`; None when it is right. Selector keys no longer wanted are removed by null, as a
+/// merge patch merges maps; the ports list is replaced whole.
+pub fn serve_service_patch(spec: &Value, selector: &BTreeMap<String, String>, port: i32) -> Option<Value> {
+    let now: BTreeMap<String, String> = serde_json::from_value(spec["selector"].clone()).unwrap_or_default();
+    let port_now = |field: &str| spec["ports"][0][field].as_i64();
+    let ports_right = spec["ports"].as_array().is_some_and(|p| p.len() == 1)
+        && port_now("port") == Some(port.into())
+        && (spec["ports"][0]["targetPort"].is_null() || port_now("targetPort") == Some(port.into()));
+    let mut patch = serde_json::Map::new();
+    if now != *selector {
+        let mut keys: serde_json::Map<String, Value> = now.keys().map(|k| (k.clone(), Value::Null)).collect();
+        keys.extend(selector.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))));
+        patch.insert("selector".into(), Value::Object(keys));
+    }
+    if !ports_right {
+        patch.insert("ports".into(), serve_ports(port));
+    }
+    (!patch.is_empty()).then(|| serde_json::json!({ "spec": patch }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_existing_serve_service_follows_the_selector_and_the_serve_port() {
+        let selector =
+            BTreeMap::from([("ray.io/cluster".to_string(), "c".to_string()), ("ray.io/serve".into(), "true".into())]);
+        let right = json!({"selector": {"ray.io/cluster": "c", "ray.io/serve": "true"}, "ports": serve_ports(8000)});
+        assert_eq!(serve_service_patch(&right, &selector, 8000), None);
+        let moved = serve_service_patch(&right, &selector, 9000).unwrap();
+        assert_eq!(moved, json!({"spec": {"ports": serve_ports(9000)}}));
+        let old = json!({"selector": {"ray.io/node-type": "head", "ray.io/cluster": "c"}, "ports": serve_ports(8000)});
+        let patch = serve_service_patch(&old, &selector, 8000).unwrap();
+        assert_eq!(
+            patch["spec"]["selector"],
+            json!({"ray.io/node-type": null, "ray.io/cluster": "c", "ray.io/serve": "true"})
+        );
+        assert!(patch["spec"].get("ports").is_none());
+        let config = json!({"http_options": {"port": 9000}});
+        assert_eq!(serve_port_in_force(&json!({"http_options": {"port": 8000}}), &config), 8000, "what runs");
+        assert_eq!(serve_port_in_force(&json!({"http_options": null}), &config), 9000, "nothing runs yet");
+    }
 
     const YAML: &str = "applications:\n  - name: fruit\n    import_path: fruit.app\n    route_prefix: /fruit\n    deployments:\n      - name: Mango\n        user_config: {price: 3}\n";
 

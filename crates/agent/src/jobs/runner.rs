@@ -254,6 +254,11 @@ impl Runner {
         true
     }
 
+    /// Whether an entrypoint runs here.
+    pub fn any_running(&self) -> bool {
+        self.jobs.lock().expect("jobs lock").values().any(|handle| !handle.is_finished())
+    }
+
     /// Stops every running job, for the agent's own shutdown.
     pub async fn stop_all(&self) {
         let handles: Vec<(String, Arc<JobHandle>)> =

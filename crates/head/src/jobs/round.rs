@@ -55,6 +55,7 @@ pub(super) fn plan(table: &Table, nodes: &[NodeInfo], now_ms: u64) -> Round {
                     round.changed.insert(id.clone(), job.clone());
                 }
                 Placement::Wait => continue,
+                Placement::Never(_) if table.autoscaling => continue,
                 Placement::Never(why) => {
                     let message = format!("Job cannot run: {why}.");
                     if job.finish(JobStatus::Failed, message, Some(error_types::UNSCHEDULABLE), now_ms) {
@@ -149,5 +150,8 @@ mod tests {
         ended.finish(JobStatus::Succeeded, "done".into(), None, 1);
         let round = plan(&table(vec![stopping, ended]), &[node(2.0)], 5);
         assert!(round.changed.is_empty() && round.dispatches.is_empty());
+        let waiting = Table { autoscaling: true, ..table(vec![job("huge", 64.0)]) };
+        let round = plan(&waiting, &[node(2.0)], 5);
+        assert!(round.changed.is_empty() && round.dispatches.is_empty(), "it waits for a node to be added");
     }
 }

@@ -3,10 +3,11 @@
 //! replicas each group should have and the idle pods to remove (`scaleStrategy.workersToDelete`,
 //! as Ray's autoscaler writes them for KubeRay).
 //!
-//! Up: each shape of waiting work goes into room that pods already coming will have, else
-//! into a new pod of the first group (in spec order) whose pods can hold it and that is below
-//! its max. Down: a pod whose node has held nothing for the idle timeout goes, while its group
-//! stays at or above its min; a busy pod never does.
+//! Up: each shape of waiting work goes into the room of pods on their way or of idle ones,
+//! else into a new pod of the first group (in spec order) whose pods can hold it and that is
+//! below its max. Down: a pod whose node has held nothing for the idle timeout, and whose room
+//! no waiting work was given, goes while its group stays at or above its min; a busy pod
+//! never does.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -117,16 +118,22 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
         })
         .collect();
 
-    // Room in the pods on their way: created but not joined, or wanted but not created.
-    let mut coming: Vec<(String, BTreeMap<String, f64>)> = Vec::new();
+    // Room the waiting work can take without a new pod: the pods on their way (created and
+    // not joined, or wanted and not created), and the joined ones that hold nothing (the work
+    // is on its way there, or cannot use them: then a new pod of their shape would not help
+    // either). Each with the pod it is, when known.
+    let mut room: Vec<(Option<&str>, BTreeMap<String, f64>)> = Vec::new();
     for g in &groups {
         let shape = pod_shape(g);
         let leaving = &scaled[&g.group_name].workers_to_delete;
-        let staying = pods.iter().filter(|p| p.group == g.group_name && !leaving.contains(&p.name));
-        let (joined, unjoined) = staying.fold((0, 0), |(j, u), p| if p.joined { (j + 1, u) } else { (j, u + 1) });
-        let wanted_more = (scaled[&g.group_name].replicas - joined - unjoined).max(0);
-        for _ in 0..(unjoined + wanted_more) {
-            coming.push((g.group_name.clone(), shape.clone()));
+        let staying: Vec<&WorkerPod> =
+            pods.iter().filter(|p| p.group == g.group_name && !leaving.contains(&p.name)).collect();
+        let wanted_more = (scaled[&g.group_name].replicas - staying.len() as i32).max(0);
+        for pod in staying.iter().filter(|p| !p.joined || p.idle_s.is_some()) {
+            room.push((Some(pod.name.as_str()), shape.clone()));
+        }
+        for _ in 0..wanted_more {
+            room.push((None, shape.clone()));
         }
     }
 
@@ -135,16 +142,18 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
         waiting.iter().flat_map(|w| std::iter::repeat_n(&w.resources, w.count.min(10_000) as usize)).collect();
     units.sort_by(|a, b| size(b).total_cmp(&size(a)));
     let mut grew: HashSet<String> = HashSet::new();
+    let mut taken: HashSet<&str> = HashSet::new();
     for want in units {
-        if let Some((_, room)) = coming.iter_mut().find(|(_, room)| fits(want, room)) {
-            take(want, room);
+        if let Some((pod, free)) = room.iter_mut().find(|(_, free)| fits(want, free)) {
+            take(want, free);
+            taken.extend(*pod);
             continue;
         }
         let new = groups.iter().find(|g| scaled[&g.group_name].replicas < bounds(g).1 && fits(want, &pod_shape(g)));
         if let Some(g) = new {
-            let mut room = pod_shape(g);
-            take(want, &mut room);
-            coming.push((g.group_name.clone(), room));
+            let mut free = pod_shape(g);
+            take(want, &mut free);
+            room.push((None, free));
             scaled.get_mut(&g.group_name).expect("every group is scaled").replicas += 1;
             grew.insert(g.group_name.clone());
         }
@@ -157,6 +166,7 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
         let mut idle: Vec<&WorkerPod> = pods
             .iter()
             .filter(|p| p.group == g.group_name && !entry.workers_to_delete.contains(&p.name))
+            .filter(|p| !taken.contains(p.name.as_str()))
             .filter(|p| p.joined && p.idle_s.is_some_and(|s| s >= timeout))
             .collect();
         idle.sort_by(|a, b| b.idle_s.unwrap_or(0.0).total_cmp(&a.idle_s.unwrap_or(0.0)).then(a.name.cmp(&b.name)));
@@ -194,6 +204,31 @@ pub fn applied(spec: &RayClusterSpec, scaled: &BTreeMap<String, Scaled>) -> Opti
                 != b.scale_strategy.as_ref().map(|s| &s.workers_to_delete)
     });
     changed.then_some(new)
+}
+
+/// The JSON patch that writes `new`'s replicas and removals into the RayCluster read as
+/// `spec` at `resource_version`: only those fields, each behind a test of its group's name
+/// and of the version, so that nothing else of the user's object is rewritten and a change
+/// made meanwhile wins.
+pub fn patch(spec: &RayClusterSpec, new: &RayClusterSpec, resource_version: Option<&str>) -> serde_json::Value {
+    let mut ops = Vec::new();
+    if let Some(version) = resource_version {
+        ops.push(serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": version}));
+    }
+    for (i, (after, before)) in new.worker_group_specs.iter().zip(&spec.worker_group_specs).enumerate() {
+        let removals = |g: &WorkerGroupSpec| g.scale_strategy.as_ref().map(|s| s.workers_to_delete.clone());
+        if after.replicas == before.replicas && removals(after) == removals(before) {
+            continue;
+        }
+        let at = format!("/spec/workerGroupSpecs/{i}");
+        ops.push(serde_json::json!({"op": "test", "path": format!("{at}/groupName"), "value": before.group_name}));
+        ops.push(serde_json::json!({"op": "add", "path": format!("{at}/replicas"), "value": after.replicas}));
+        if let Some(removals) = removals(after) {
+            let strategy = serde_json::json!({"workersToDelete": removals});
+            ops.push(serde_json::json!({"op": "add", "path": format!("{at}/scaleStrategy"), "value": strategy}));
+        }
+    }
+    serde_json::Value::Array(ops)
 }
 
 fn spec_strategy_was_absent(spec: &RayClusterSpec, group: &str) -> bool {

@@ -66,9 +66,31 @@ pub async fn reconcile(cluster: Arc<RayCluster>, ctx: Arc<Context>) -> Result<Ac
     if error.is_some() {
         return Ok(Action::await_change());
     }
+    if cluster.annotations().get(ANNOTATION_SERVE_SERVICE).is_some_and(|v| v == "true") {
+        serve_service(&ctx, &cluster, &namespace).await?;
+    }
     let settled = status.state.as_deref() == Some("ready") || status.state.as_deref() == Some("suspended");
     let watching_demand = spec.enable_in_tree_autoscaling == Some(true);
     Ok(Action::requeue(if settled && !watching_demand { Duration::from_secs(30) } else { AUTOSCALE_PERIOD }))
+}
+
+/// `<cluster>-serve-svc` for a bare RayCluster annotated `ray.io/enable-serve-service=true`,
+/// as a RayService has: the Serve port of the pods whose proxy the head reports healthy.
+/// Nothing while the head cannot say.
+async fn serve_service(ctx: &Context, cluster: &RayCluster, namespace: &str) -> Result<()> {
+    let name = cluster.name_any();
+    let Some(head) = Head::of_cluster(ctx, namespace, &name).await? else { return Ok(()) };
+    let details = match head.serve_details().await {
+        Ok(details) => details,
+        Err(e) => {
+            tracing::debug!(cluster = name, error = %e, "no Serve details yet");
+            return Ok(());
+        }
+    };
+    crate::service::label_serve_pods(ctx, namespace, &name, &details, false).await?;
+    let port = crate::service_plan::serve_port_in_force(&details, &serde_json::Value::Null);
+    let owner = cluster.controller_owner_ref(&()).expect("a stored resource has a name and uid");
+    crate::service::ensure_serve_service(ctx, owner, &format!("{name}-serve-svc"), namespace, &name, port).await
 }
 
 /// How often an autoscaled cluster's demand is read (and an unsettled cluster looked at).
@@ -121,12 +143,16 @@ async fn autoscaled(ctx: &Context, cluster: &RayCluster, namespace: &str) -> Res
             )
         })
         .collect();
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": cluster.resource_version()},
-        "spec": {"workerGroupSpecs": new.worker_group_specs},
-    });
+    let patch = autoscale::patch(spec, &new, cluster.resource_version().as_deref());
+    let patch: json_patch::Patch = match serde_json::from_value(patch) {
+        Ok(patch) => patch,
+        Err(e) => {
+            tracing::error!(cluster = name, error = %e, "the autoscaler's patch is not a JSON patch; nothing is scaled");
+            return Ok(spec.clone());
+        }
+    };
     let clusters = Api::<RayCluster>::namespaced(ctx.client.clone(), namespace);
-    clusters.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    clusters.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch)).await?;
     if !changes.is_empty() {
         tracing::info!(cluster = name, "autoscaled {}", changes.join("; "));
         ctx.event(cluster, false, "Autoscaled", format!("worker groups {}", changes.join("; "))).await;

@@ -179,7 +179,12 @@ impl Submitter {
                     );
                 }
             }
-            request.backlog = self.backlog(&shape);
+            // What waits behind this request: its shape's queued tasks, or the one actor.
+            request.backlog = match holder {
+                LeaseFor::Task => self.backlog(&shape),
+                LeaseFor::Actor { .. } => 1,
+            };
+            there.backlog = request.backlog;
             let address = match self.ask(&self.local_agent, &request).await? {
                 Answer::Granted(lease) => return Ok(*lease),
                 Answer::Busy => continue,

@@ -81,6 +81,21 @@ fn room_in_pods_on_their_way_is_counted_before_adding_more() {
 }
 
 #[test]
+fn pods_that_joined_and_hold_nothing_yet_take_the_waiting_work_before_new_ones() {
+    let spec = spec(vec![group("g", 2, 0, 9, &[])]);
+    // Both pods of a scale-up just joined; the demand that asked for them is still reported.
+    let joined = [pod("g-1", "g", true, Some(0.5)), pod("g-2", "g", true, Some(0.4))];
+    assert_eq!(autoscale(&spec, &joined, &[wants(&[("CPU", 2.0)], 2)])["g"].replicas, 2);
+    // Busy pods have no room to give.
+    let busy = [pod("g-1", "g", true, None), pod("g-2", "g", true, None)];
+    assert_eq!(autoscale(&spec, &busy, &[wants(&[("CPU", 2.0)], 2)])["g"].replicas, 4);
+    // A pod idle past the timeout whose room work was given stays.
+    let idle = [pod("g-1", "g", true, Some(30.0)), pod("g-2", "g", true, Some(30.0))];
+    let kept = autoscale(&spec, &idle, &[wants(&[("CPU", 2.0)], 1)]);
+    assert_eq!(kept["g"], Scaled { replicas: 1, workers_to_delete: vec!["g-2".into()] });
+}
+
+#[test]
 fn pods_idle_past_the_timeout_go_down_to_the_min_and_busy_ones_never() {
     let mut g = group("g", 4, 1, 9, &[]);
     g.scale_strategy = Some(ScaleStrategy { workers_to_delete: vec!["gone".into()] });
@@ -114,4 +129,13 @@ fn the_spec_changes_only_when_a_decision_does() {
     let new = applied(&spec, &shrunk).expect("one pod less");
     assert_eq!(new.worker_group_specs[0].replicas, Some(0));
     assert_eq!(new.worker_group_specs[0].scale_strategy.as_ref().unwrap().workers_to_delete, vec!["g-1".to_string()]);
+    assert_eq!(
+        patch(&spec, &new, Some("7")),
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+            {"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": "g"},
+            {"op": "add", "path": "/spec/workerGroupSpecs/0/replicas", "value": 0},
+            {"op": "add", "path": "/spec/workerGroupSpecs/0/scaleStrategy", "value": {"workersToDelete": ["g-1"]}},
+        ])
+    );
 }
