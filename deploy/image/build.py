@@ -78,6 +78,9 @@ DROP = (
     # PEP 668's marker would make pip refuse to install into /usr/local as root; this image has
     # no apt whose files pip could break (deploy/image/README.md: adding packages).
     f"usr/lib/python{PYTHON}/EXTERNALLY-MANAGED",
+    # glibc's vector math library: nothing here links it, nor do the wheels users add (torch,
+    # numpy and pyarrow from PyPI bring their own vector math).
+    "usr/lib/x86_64-linux-gnu/libmvec.so.1",
 )
 # Merged /usr, as on an installed bookworm: /bin/bash and /usr/bin/bash are the same file.
 MERGED = ("bin", "sbin", "lib", "lib64")

@@ -140,6 +140,35 @@ except (OSError, http.client.HTTPException) as e:
         return (None if status == "None" else int(status)), body
 
 
+def cross_host_work(driver, head):
+    """Runs on `driver` (a Host) a driver of the cluster whose head is at `head`: an 8 MiB
+    object made by a task and 10 calls of an actor, both on the host with CPUs. Returns
+    [the task's hostname, the object's size, [the actor's hostname, its sum]]."""
+    out = driver.python(f"""
+import json, os, socket
+import oxray
+oxray.init(address="{head}")
+
+@oxray.remote(num_cpus=1)
+def make(n):
+    return socket.gethostname(), os.urandom(n)
+
+@oxray.remote(num_cpus=1)
+class Counter:
+    def __init__(self):
+        self.n = 0
+    def add(self, k):
+        self.n += k
+        return socket.gethostname(), self.n
+
+host, blob = oxray.get(make.remote(8 << 20))
+counter = Counter.remote()
+calls = oxray.get([counter.add.remote(k) for k in range(1, 11)])
+print(json.dumps([host, len(blob), calls[-1]]))
+""")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def wait_for(what, check, timeout=30.0):
     deadline = time.monotonic() + timeout
     while True:

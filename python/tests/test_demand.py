@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Cluster, api
+from netns import wait_for
 
 WAITER = """
 import oxray, sys
@@ -35,16 +36,6 @@ print("done", len(set(oxray.get([where.remote() for _ in range(3)]))), oxray.get
 def cluster_status(cluster):
     with api(cluster, "/api/cluster_status") as response:
         return json.loads(response.read())["data"]["cluster_status"]
-
-
-def eventually(check, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"still {got!r} after {timeout}s"
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -71,7 +62,7 @@ def test_work_no_node_holds_waits_is_reported_and_runs_once_a_node_joins(autosca
         # The backlog is read as the driver asks again: all three tasks once they are queued.
         wanted = {'{"special": 1.0}': 3, '{"special": 2.0}': 1}
         try:
-            eventually(lambda: waiting() == wanted)
+            wait_for("the demand", lambda: waiting() == wanted)
         except AssertionError:
             raise AssertionError(f"waiting: {waiting()}") from None
         alive = cluster_status(autoscaled)["alive"]
@@ -85,7 +76,7 @@ def test_work_no_node_holds_waits_is_reported_and_runs_once_a_node_joins(autosca
                          '{"special": 3}', "--node-ip-address", "127.0.0.1", "--node-name", "added")
         out, err = driver.communicate(timeout=60)
         assert driver.returncode == 0 and out.startswith("done 1 "), (out, err)
-        eventually(lambda: not cluster_status(autoscaled).get("pending_resources"))
+        wait_for("no demand", lambda: not cluster_status(autoscaled).get("pending_resources"))
     finally:
         if driver.poll() is None:
             driver.kill()

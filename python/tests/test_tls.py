@@ -3,7 +3,6 @@ its own certificate for its address, signed by one authority. Tasks, actors and 
 cross the hosts inside TLS; Ray's job CLI and oxray's reach the dashboard over https;
 plain clients and clients of another authority are refused."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import OXRAY_BIN
-from netns import Host, Network
+from netns import Host, Network, cross_host_work
 
 NET = Network("oxtl", "10.203.0", ["h", "a"])
 RAY_CLI = str(Path(sys.executable).parent / "ray")
@@ -70,29 +69,8 @@ def hosts(tmp_path_factory):
 
 
 def test_tasks_actors_and_objects_cross_hosts_inside_tls(hosts):
-    out = hosts["h"].python(f"""
-import json, os, socket
-import oxray
-oxray.init(address="{NET.address['h']}:6379")
-
-@oxray.remote(num_cpus=1)
-def make(n):
-    return socket.gethostname(), os.urandom(n)
-
-@oxray.remote(num_cpus=1)
-class Counter:
-    def __init__(self):
-        self.n = 0
-    def add(self, k):
-        self.n += k
-        return socket.gethostname(), self.n
-
-host, blob = oxray.get(make.remote(8 << 20))
-counter = Counter.remote()
-calls = oxray.get([counter.add.remote(k) for k in range(1, 11)])
-print(json.dumps([host, len(blob), calls[-1]]))
-""")
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["oxtl-a", 8 << 20, ["oxtl-a", 55]]
+    work = cross_host_work(hosts["h"], f"{NET.address['h']}:6379")
+    assert work == ["oxtl-a", 8 << 20, ["oxtl-a", 55]]
 
 
 def test_ray_job_cli_and_oxray_submit_over_https(hosts):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import OXRAY_BIN
-from netns import Host, Network
+from netns import Host, Network, cross_host_work
 
 NET = Network("oxtd", "10.205.0", ["h", "a", "b"])
 HEAD = f"{NET.address['h']}:6379"
@@ -55,31 +55,8 @@ def test_work_crosses_hosts_and_the_control_port_shows_the_token_s_authority(hos
     shown = a.run("openssl", "s_client", "-connect", HEAD, check=False, timeout=30)
     assert "oxray cluster authority" in shown.stdout + shown.stderr, shown
     # A driver on the head's host reaches a's workers over TCP, and one on a reaches the head.
-    code = f"""
-import json, os, socket
-import oxray
-oxray.init(address="{HEAD}")
-
-@oxray.remote(num_cpus=1)
-def make(n):
-    return socket.gethostname(), os.urandom(n)
-
-@oxray.remote(num_cpus=1)
-class Counter:
-    def __init__(self):
-        self.n = 0
-    def add(self, k):
-        self.n += k
-        return socket.gethostname(), self.n
-
-host, blob = oxray.get(make.remote(8 << 20))
-counter = Counter.remote()
-calls = oxray.get([counter.add.remote(k) for k in range(1, 11)])
-print(json.dumps([host, len(blob), calls[-1]]))
-"""
     for driver in (h, a):
-        out = driver.python(code)
-        assert json.loads(out.stdout.strip().splitlines()[-1]) == ["oxtd-a", 8 << 20, ["oxtd-a", 55]], driver.name
+        assert cross_host_work(driver, HEAD) == ["oxtd-a", 8 << 20, ["oxtd-a", 55]], driver.name
 
 
 def test_other_tokens_and_plain_processes_are_refused(hosts):

@@ -293,7 +293,9 @@ def test_a_head_in_a_container_runs_jobs_submitted_from_outside(engine, image):
     dashboard, control = free_port(), free_port()
     tag = f"{os.getpid()}-{secrets.token_hex(3)}"
     head, worker = f"oxray-test-head-{tag}", f"oxray-test-worker-{tag}"
-    env = {**os.environ, "OXRAY_AUTH_TOKEN": token}
+    # The head's control port is published on this machine's loopback: a client reaching a
+    # head on TLS there says so (it cannot tell from the address).
+    env = {**os.environ, "OXRAY_AUTH_TOKEN": token, "OXRAY_TLS": "auto"}
     env.pop("OXRAY_ADDRESS", None)
     address = f"http://127.0.0.1:{dashboard}"
 

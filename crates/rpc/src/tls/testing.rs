@@ -59,3 +59,13 @@ pub async fn handshake(
     let (dialed, accepted) = tcp_pair().await;
     tokio::join!(client.connect(host, carries, dialed), server.accept(accepted))
 }
+
+/// Bytes written on the dialed side arrive on the accepted one.
+pub async fn ping(dialed: &mut TlsStream<SocketStream>, accepted: &mut TlsStream<SocketStream>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    dialed.write_all(b"ping").await.unwrap();
+    dialed.flush().await.unwrap();
+    let mut got = [0u8; 4];
+    accepted.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"ping");
+}

@@ -1,6 +1,6 @@
-use super::testing::{handshake, node, tcp_pair, Authority};
+use super::testing::{handshake, node, ping, tcp_pair, Authority};
 use super::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 #[test]
 fn tls_is_on_with_all_three_files_off_with_none_and_an_error_with_some() {
@@ -38,11 +38,7 @@ async fn nodes_of_one_authority_talk_and_the_server_learns_what_the_connection_c
     let (dialed, accepted) = handshake(&server, &client, "127.0.0.1", Carries::Tasks).await;
     let (mut dialed, mut accepted) = (dialed.unwrap(), accepted.unwrap());
     assert_eq!(Carries::of(accepted.get_ref().1.alpn_protocol()), Carries::Tasks);
-    dialed.write_all(b"ping").await.unwrap();
-    dialed.flush().await.unwrap();
-    let mut got = [0u8; 4];
-    accepted.read_exact(&mut got).await.unwrap();
-    assert_eq!(&got, b"ping");
+    ping(&mut dialed, &mut accepted).await;
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::tls::testing::tcp_pair;
+use crate::tls::testing::{handshake, ping, tcp_pair};
 use crate::tls::{Carries, Tls};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -21,14 +21,8 @@ async fn processes_of_one_token_talk_whatever_name_they_dialed() {
     let (server, client) = (process(&token), process(&token));
     assert!(server.http_server().is_none(), "the dashboard stays http: no browser knows this authority");
     for host in ["10.0.0.9", "raycluster-head-svc.default.svc.cluster.local"] {
-        let (dialed, accepted) = tcp_pair().await;
-        let (dialed, accepted) = tokio::join!(client.connect(host, Carries::Tasks, dialed), server.accept(accepted));
-        let (mut dialed, mut accepted) = (dialed.unwrap(), accepted.unwrap());
-        dialed.write_all(b"ping").await.unwrap();
-        dialed.flush().await.unwrap();
-        let mut got = [0u8; 4];
-        accepted.read_exact(&mut got).await.unwrap();
-        assert_eq!(&got, b"ping");
+        let (dialed, accepted) = handshake(&server, &client, host, Carries::Tasks).await;
+        ping(&mut dialed.unwrap(), &mut accepted.unwrap()).await;
     }
 }
 
