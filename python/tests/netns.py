@@ -3,6 +3,7 @@ namespace of their own, so no traffic leaves them), each host with its own addre
 /dev/shm and oxray home. A host's link can be cut and healed at the switch. Needs root and
 iproute2; `Network.make` skips the test where namespaces cannot be made."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -138,6 +139,49 @@ except (OSError, http.client.HTTPException) as e:
 """
         status, _, body = self.python(code).stdout.strip().partition(" ")
         return (None if status == "None" else int(status)), body
+
+
+class Started:
+    """A cluster on a `Network`'s hosts: its head (the first host), its token, what the
+    head's `oxray start` printed, and the hosts that joined."""
+
+    def __init__(self, network, root):
+        self.network, self.root = network, root
+        self.hosts, self.on_exit = {}, []
+
+    def host(self, name, env=None):
+        """A host of the cluster, stopped at the end; nothing started on it yet."""
+        host = Host(self.network, name, self.root, getattr(self, "token", None))
+        host.env.update(env or {})
+        self.hosts[name] = host  # before it starts: a half-started host is stopped too
+        return host
+
+    def join(self, name, *args, env=None, port=6379):
+        """A node on host `name` joining the head at its port, with `args` for `oxray start`."""
+        host = self.host(name, env)
+        host.start("--address", f"{self.network.address[self.head.name]}:{port}", *args)
+        return host
+
+
+@contextlib.contextmanager
+def cluster(network, root, *head_args, env=None):
+    """Makes `network`, starts the head on its first host (port 6379, with `head_args` and
+    `env`) and yields a `Started` to join other hosts to; stops every host (the newest
+    first), runs `on_exit` and removes the network however the body ends."""
+    network.make()
+    started = Started(network, root)
+    try:
+        started.head = started.host(next(iter(network.address)), env)
+        started.banner = started.head.start("--head", "--port", "6379", *head_args)
+        started.token = started.head.oxray("get-auth-token").stdout.strip()
+        started.head.env["OXRAY_AUTH_TOKEN"] = started.token
+        yield started
+    finally:
+        for host in reversed(list(started.hosts.values())):
+            host.stop()
+        for cleanup in started.on_exit:
+            cleanup()
+        network.remove()
 
 
 def cross_host_work(driver, head):

@@ -6,12 +6,11 @@ flap, and a node finds the address that reaches its head."""
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from netns import Host, Network, wait_for
+from netns import Network, cluster
 
 NET = Network("oxln", "10.204.0", ["h", "a", "b"])
 DEATH_TIMEOUT_S = 10
@@ -24,37 +23,22 @@ PROXY = str(Path(__file__).with_name("delay_proxy.py"))
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    NET.make()
     root = tmp_path_factory.mktemp("links")
-    started, proxy = [], None
-    try:
-        head = Host(NET, "h", root)
-        started.append(head)
-        head.start("--head", "--port", "6379", "--num-cpus", "0", "--node-death-timeout-s", str(DEATH_TIMEOUT_S))
-        token = head.oxray("get-auth-token").stdout.strip()
-        head.env["OXRAY_AUTH_TOKEN"] = token
-
-        a = Host(NET, "a", root, token)
+    with cluster(NET, root, "--num-cpus", "0", "--node-death-timeout-s", str(DEATH_TIMEOUT_S)) as started:
+        a = started.host("a")
         # A first address that does not lead to the head, as docker0's or a second network's
         # would be: the machine's first address is the wrong answer.
         a.run("ip", "addr", "flush", "dev", "eth0")
         for address in (DECOY, NET.address["a"]):
             a.run("ip", "addr", "add", f"{address}/24", "dev", "eth0")
-        started.append(a)
         a.start("--address", f"{NET.address['h']}:6379", "--num-cpus", "2", node_ip=False)
 
-        b = Host(NET, "b", root, token)
+        b = started.host("b")
         proxy = b.popen(argv=[PROXY, NET.address["b"], str(PROXY_PORT), NET.address["h"], "6379", str(DELAY_MS)])
+        started.on_exit.append(proxy.kill)
         assert proxy.stdout.readline().strip() == "ready"
-        started.append(b)
         b.start("--address", f"{NET.address['b']}:{PROXY_PORT}", "--num-cpus", "2")
-        yield {h.name: h for h in started}
-    finally:
-        for host in reversed(started):
-            host.stop()
-        if proxy:
-            proxy.kill()
-        NET.remove()
+        yield started.hosts
 
 
 def nodes(head):

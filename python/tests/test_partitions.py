@@ -6,11 +6,10 @@ ends what it still ran (the task does not go on a second time) and joins as a ne
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
-from netns import Host, Network, wait_for
+from netns import Network, cluster, wait_for
 
 NET = Network("oxpt", "10.202.0", ["h", "a", "b"])
 # Long enough that a heartbeat held back by TCP's retransmission backoff after a short cut
@@ -20,24 +19,11 @@ DEATH_TIMEOUT_S = 6
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    NET.make()
     root = tmp_path_factory.mktemp("partitions")
-    started = []
-    try:
-        head = Host(NET, "h", root)
-        started.append(head)  # before it starts: a half-started host is stopped too
-        head.start("--head", "--port", "6379", "--num-cpus", "0", "--node-death-timeout-s", str(DEATH_TIMEOUT_S))
-        token = head.oxray("get-auth-token").stdout.strip()
-        head.env["OXRAY_AUTH_TOKEN"] = token
+    with cluster(NET, root, "--num-cpus", "0", "--node-death-timeout-s", str(DEATH_TIMEOUT_S)) as started:
         for name in ("a", "b"):
-            host = Host(NET, name, root, token)
-            started.append(host)
-            host.start("--address", f"{NET.address['h']}:6379", "--num-cpus", "2")
-        yield {h.name: h for h in started}
-    finally:
-        for host in reversed(started):
-            host.stop()
-        NET.remove()
+            started.join(name, "--num-cpus", "2")
+        yield started.hosts
 
 
 PRELUDE = """

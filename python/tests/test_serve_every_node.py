@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from netns import Host, Network, wait_for
+from netns import Network, cluster, wait_for
 
 NET = Network("oxsv", "10.201.0", ["h", "w"])
 HEAD, WORKER = "h", "w"
@@ -18,23 +18,11 @@ ADDRESS = NET.address
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    NET.make()
+def hosts(tmp_path_factory):
     root = tmp_path_factory.mktemp("every-node")
-    head = Host(NET, HEAD, root)
-    worker = None
-    try:
-        head.start("--head", "--port", "6379", "--num-cpus", "0")
-        token = head.oxray("get-auth-token").stdout.strip()
-        head.env["OXRAY_AUTH_TOKEN"] = token
-        worker = Host(NET, WORKER, root, token)
-        worker.start("--address", f"{ADDRESS[HEAD]}:6379", "--num-cpus", "2")
-        yield head, worker
-    finally:
-        for host in (worker, head):
-            if host:
-                host.stop()
-        NET.remove()
+    with cluster(NET, root, "--num-cpus", "0") as started:
+        worker = started.join(WORKER, "--num-cpus", "2")
+        yield started.head, worker
 
 
 DEPLOY = """
@@ -54,8 +42,8 @@ print("deployed")
 """
 
 
-def test_the_node_of_a_replica_serves_http_itself_also_with_the_head_stopped(cluster):
-    head, worker = cluster
+def test_the_node_of_a_replica_serves_http_itself_also_with_the_head_stopped(hosts):
+    head, worker = hosts
     assert "deployed" in head.python(DEPLOY.format(head=ADDRESS[HEAD])).stdout
     url = f"http://{ADDRESS[WORKER]}:8000"
     # The head's proxy serves, and the worker's node runs one too, from the table the head sent.

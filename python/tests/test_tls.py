@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import OXRAY_BIN
-from netns import Host, Network, cross_host_work
+from netns import Network, cluster, cross_host_work
 
 NET = Network("oxtl", "10.203.0", ["h", "a"])
 RAY_CLI = str(Path(sys.executable).parent / "ray")
@@ -46,26 +46,11 @@ def tls_env(certs: Path, name):
 def hosts(tmp_path_factory):
     if not shutil.which("openssl"):
         pytest.skip("making certificates needs the openssl command")
-    NET.make()
     root = tmp_path_factory.mktemp("tls")
-    started = []
-    try:
-        certs = authority(root / "certs", NET.address)
-        head = Host(NET, "h", root)
-        head.env.update(tls_env(certs, "h"))
-        started.append(head)
-        head.start("--head", "--port", "6379", "--num-cpus", "0", "--dashboard-host", "0.0.0.0")
-        token = head.oxray("get-auth-token").stdout.strip()
-        head.env["OXRAY_AUTH_TOKEN"] = token
-        a = Host(NET, "a", root, token)
-        a.env.update(tls_env(certs, "a"))
-        started.append(a)
-        a.start("--address", f"{NET.address['h']}:6379", "--num-cpus", "2")
-        yield {"h": head, "a": a, "certs": certs, "token": token}
-    finally:
-        for host in reversed(started):
-            host.stop()
-        NET.remove()
+    certs = authority(root / "certs", NET.address)
+    with cluster(NET, root, "--num-cpus", "0", "--dashboard-host", "0.0.0.0", env=tls_env(certs, "h")) as started:
+        started.join("a", "--num-cpus", "2", env=tls_env(certs, "a"))
+        yield dict(started.hosts, certs=certs, token=started.token)
 
 
 def test_tasks_actors_and_objects_cross_hosts_inside_tls(hosts):
@@ -101,7 +86,7 @@ def test_ray_job_cli_and_oxray_submit_over_https(hosts):
 
 
 def test_plain_clients_and_strangers_are_refused(hosts, tmp_path):
-    a, certs = hosts["a"], hosts["certs"]
+    a = hosts["a"]
     # The dashboard speaks no plain HTTP, and a client that does not trust the authority
     # refuses it.
     status, why = a.get(f"http://{NET.address['h']}:8265/api/version")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import OXRAY_BIN
-from netns import Host, Network, cross_host_work
+from netns import Network, cluster, cross_host_work
 
 NET = Network("oxtd", "10.205.0", ["h", "a", "b"])
 HEAD = f"{NET.address['h']}:6379"
@@ -23,25 +23,11 @@ RAY_CLI = str(Path(sys.executable).parent / "ray")
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    NET.make()
     root = tmp_path_factory.mktemp("tls-default")
-    started = []
-    try:
-        head = Host(NET, "h", root)
-        started.append(head)
-        banner = head.start("--head", "--port", "6379", "--num-cpus", "0", "--dashboard-host", "0.0.0.0")
-        token = head.oxray("get-auth-token").stdout.strip()
-        head.env["OXRAY_AUTH_TOKEN"] = token
-        a = Host(NET, "a", root, token)
-        started.append(a)
-        a.start("--address", HEAD, "--num-cpus", "2")
-        b = Host(NET, "b", root, token)
-        started.append(b)
-        yield {"h": head, "a": a, "b": b, "token": token, "banner": banner}
-    finally:
-        for host in reversed(started):
-            host.stop()
-        NET.remove()
+    with cluster(NET, root, "--num-cpus", "0", "--dashboard-host", "0.0.0.0") as started:
+        started.join("a", "--num-cpus", "2")
+        started.host("b")
+        yield dict(started.hosts, token=started.token, banner=started.banner)
 
 
 def test_work_crosses_hosts_and_the_control_port_shows_the_token_s_authority(hosts):
