@@ -58,8 +58,11 @@ impl Demand {
 
     /// `asker`'s lease of `resources` was granted: what remains waits behind it, and asks again.
     pub fn granted(&self, asker: &str, resources: &ResourceSet) {
-        let key = (asker.to_string(), format!("{:?}", resources.to_map()));
-        self.waiting.lock().expect("demand lock").remove(&key);
+        let mut waiting = self.waiting.lock().expect("demand lock");
+        // Every lease passes here: nothing is keyed while nothing waits, as is usual.
+        if !waiting.is_empty() {
+            waiting.remove(&(asker.to_string(), format!("{:?}", resources.to_map())));
+        }
     }
 
     /// What waits now; forgets what nobody asked for lately.

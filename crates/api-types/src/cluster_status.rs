@@ -90,6 +90,12 @@ impl ClusterStatus {
 }
 
 impl PendingResources {
+    /// `count` of `resources`, without the amounts of nothing.
+    pub fn of(resources: &ResourceSet, count: u32) -> Self {
+        let resources = resources.iter().filter(|(_, amount)| *amount > 0.0).map(|(k, v)| (k.to_string(), v)).collect();
+        PendingResources { resources, count }
+    }
+
     /// One line of `oxray status`: `{CPU: 4} * 2 (what waits)`.
     pub fn describe(&self, what: &str) -> String {
         let wants: Vec<String> = self.resources.iter().map(|(k, v)| format!("{k}: {v}")).collect();

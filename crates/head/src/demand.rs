@@ -53,7 +53,7 @@ impl Demand {
         let mut by_asker: HashMap<(String, String), (BTreeMap<String, f64>, u32)> = HashMap::new();
         for demand in nodes.values().flat_map(|n| n.waiting.iter()) {
             let Ok(resources) = resources_from_proto(demand.resources.clone()) else { continue };
-            let resources = shape(&resources);
+            let resources = PendingResources::of(&resources, 0).resources;
             let key = (demand.asker.clone(), format!("{resources:?}"));
             let seen = by_asker.entry(key).or_insert((resources, 0));
             seen.1 = seen.1.max(demand.count);
@@ -94,11 +94,6 @@ impl Pending<'_> {
     }
 }
 
-/// The amounts a shape asks for, without those of nothing.
-fn shape(resources: &ResourceSet) -> BTreeMap<String, f64> {
-    resources.to_map().into_iter().filter(|(_, amount)| *amount > 0.0).collect()
-}
-
 /// Equal shapes summed, in a stable order.
 pub fn merged(demand: impl IntoIterator<Item = PendingResources>) -> Vec<PendingResources> {
     let mut by_shape: BTreeMap<String, PendingResources> = BTreeMap::new();
@@ -125,9 +120,9 @@ pub fn of_groups(groups: &[v1::PlacementGroup]) -> Vec<PendingResources> {
         if group.strategy == v1::PlacementStrategy::StrictPack as i32 {
             let mut all = ResourceSet::new();
             bundles.iter().for_each(|b| all.add(b));
-            demand.push(PendingResources { resources: shape(&all), count: 1 });
+            demand.push(PendingResources::of(&all, 1));
         } else {
-            demand.extend(bundles.iter().map(|b| PendingResources { resources: shape(b), count: 1 }));
+            demand.extend(bundles.iter().map(|b| PendingResources::of(b, 1)));
         }
     }
     demand

@@ -160,7 +160,8 @@ impl Submitter {
         strategy: &Strategy,
         holder: LeaseFor,
     ) -> Result<Lease, LeaseError> {
-        let shape = super::shapes::shape_key(&resources, &env, strategy);
+        // Only tasks queue behind a lease; an actor's is its own.
+        let shape = matches!(holder, LeaseFor::Task).then(|| super::shapes::shape_key(&resources, &env, strategy));
         let mut request = self.request(&resources, env, holder.clone());
         if let Strategy::Bundle { group, index } = strategy {
             return self.lease_in_bundle(request, group, *index).await;
@@ -180,10 +181,7 @@ impl Submitter {
                 }
             }
             // What waits behind this request: its shape's queued tasks, or the one actor.
-            request.backlog = match holder {
-                LeaseFor::Task => self.backlog(&shape),
-                LeaseFor::Actor { .. } => 1,
-            };
+            request.backlog = shape.as_deref().map_or(1, |shape| self.backlog(shape));
             there.backlog = request.backlog;
             let address = match self.ask(&self.local_agent, &request).await? {
                 Answer::Granted(lease) => return Ok(*lease),
