@@ -341,11 +341,16 @@ def test_a_rayservice_serves_its_config_and_applies_changes_in_place(operator, k
     assert s["numServeEndpoints"] == 1 and s["conditions"][0]["reason"] == "NonZeroServeEndpoints"
     svc = kube.get("/api/v1/namespaces/default/services/fruit-serve-svc")
     assert svc["spec"]["ports"][0]["port"] == serve_port
+    # The cluster is the service's own, under a name of KubeRay's shape.
+    cluster_name = s["activeServiceStatus"]["rayClusterName"]
+    assert cluster_name.startswith("fruit-raycluster-") and "pendingServiceStatus" not in s, s
     # The Serve Service leads to the pods whose proxy is up, labelled as KubeRay labels them.
-    assert svc["spec"]["selector"] == {"ray.io/cluster": "fruit-raycluster", "ray.io/serve": "true"}
-    [head_pod] = kube.list(PODS, labelSelector="ray.io/cluster=fruit-raycluster,ray.io/node-type=head")["items"]
+    assert svc["spec"]["selector"] == {"ray.io/cluster": cluster_name, "ray.io/serve": "true"}
+    head_svc = kube.get("/api/v1/namespaces/default/services/fruit-head-svc")
+    assert head_svc["spec"]["selector"] == {"ray.io/cluster": cluster_name, "ray.io/node-type": "head"}
+    [head_pod] = kube.list(PODS, labelSelector=f"ray.io/cluster={cluster_name},ray.io/node-type=head")["items"]
     assert head_pod["metadata"]["labels"]["ray.io/serve"] == "true"
-    ip = status(kube, CLUSTERS, "fruit-raycluster")["head"]["podIP"]
+    ip = status(kube, CLUSTERS, cluster_name)["head"]["podIP"]
 
     def fruit():
         with urllib.request.urlopen(f"http://{ip}:{serve_port}/fruit", timeout=5) as r:
@@ -381,5 +386,5 @@ def test_a_rayservice_serves_its_config_and_applies_changes_in_place(operator, k
     assert "at most one colon" in bad["conditions"][0]["message"]
     assert fruit()["price"] == 5
     kubectl("delete", "rayservice", "fruit", "--timeout=60s")
-    wait_until(lambda: kube.get_or_none(f"{CLUSTERS}/fruit-raycluster") is None, timeout=60,
+    wait_until(lambda: kube.get_or_none(f"{CLUSTERS}/{cluster_name}") is None, timeout=60,
                what="the service's cluster to be deleted")

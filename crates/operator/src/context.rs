@@ -2,12 +2,13 @@
 
 use std::time::Duration;
 
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
+
+use crate::events::Events;
 
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    pub events: Events,
     pub http: reqwest::Client,
     /// The cluster DNS domain in the names workers use to reach their head.
     pub cluster_domain: String,
@@ -15,13 +16,13 @@ pub struct Context {
 
 impl Context {
     pub fn new(client: Client, cluster_domain: String) -> Context {
-        let reporter = Reporter { controller: crate::names::MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+        let events = Events::new(client.clone(), crate::names::MANAGER, std::env::var("POD_NAME").ok());
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .connect_timeout(Duration::from_secs(3))
             .build()
             .expect("the HTTP client builds");
-        Context { recorder: Recorder::new(client.clone(), reporter), client, http, cluster_domain }
+        Context { events, client, http, cluster_domain }
     }
 
     /// Records an event on the object; a failure to record is logged, never fatal.
@@ -29,14 +30,7 @@ impl Context {
     where
         K: Resource<DynamicType = ()>,
     {
-        let event = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+        if let Err(e) = self.events.publish(object.object_ref(&()), warning, reason, note).await {
             tracing::warn!(error = %e, reason, "could not record an event");
         }
     }

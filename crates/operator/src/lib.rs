@@ -6,6 +6,7 @@ mod context;
 pub mod controller;
 pub mod crd;
 mod error;
+mod events;
 mod head;
 mod health;
 pub mod job;
@@ -15,7 +16,6 @@ pub mod names;
 pub mod params;
 pub mod quantity;
 mod service;
-mod service_plan;
 mod status_patch;
 
 pub use controller::{run, Options};

@@ -88,7 +88,7 @@ async fn serve_service(ctx: &Context, cluster: &RayCluster, namespace: &str) -> 
         }
     };
     crate::service::label_serve_pods(ctx, namespace, &name, &details, false).await?;
-    let port = crate::service_plan::serve_port_in_force(&details, &serde_json::Value::Null);
+    let port = crate::service::plan::serve_port_in_force(&details, &serde_json::Value::Null);
     let owner = cluster.controller_owner_ref(&()).expect("a stored resource has a name and uid");
     crate::service::ensure_serve_service(ctx, owner, &format!("{name}-serve-svc"), namespace, &name, port).await
 }

@@ -31,6 +31,29 @@ pub struct RayServiceSpec {
     pub exclude_head_pod_from_serve_svc: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+    /// What a change to `rayClusterConfig` does (beyond scale and added worker groups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_strategy: Option<ServiceUpgradeStrategy>,
+    /// How long a cluster that no longer serves is kept before it is deleted (60 s unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ray_cluster_deletion_delay_seconds: Option<i32>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+pub struct ServiceUpgradeStrategy {
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<ServiceUpgradeType>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServiceUpgradeType {
+    /// Start a cluster of the new config, move the Services to it once Serve runs there,
+    /// then delete the old one: no request finds no cluster.
+    #[default]
+    NewCluster,
+    /// Leave the running cluster as it is.
+    None,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -1,11 +1,13 @@
 //! RayService decisions, without IO: the Serve config to send (from `serveConfigV2`),
-//! whether the head needs it again, and the statuses to report from what the head says.
+//! whether the head needs it again, and the statuses and conditions to report from what
+//! the heads say.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 use crate::crd::service::{AppStatus, DeploymentStatus};
+use crate::crd::Condition;
 
 /// `serveConfigV2` (YAML) as the JSON body of `PUT /api/serve/applications/`.
 pub fn serve_config(yaml: &str) -> Result<Value, String> {
@@ -155,6 +157,67 @@ pub fn serve_service_patch(spec: &Value, selector: &BTreeMap<String, String>, po
     (!patch.is_empty()).then(|| serde_json::json!({ "spec": patch }))
 }
 
+/// What the `Ready` condition follows.
+pub struct Readiness {
+    /// What keeps the config from running where it should (a refused or invalid config, a
+    /// head that does not answer): its reason and message.
+    pub problem: Option<(&'static str, String)>,
+    /// A cluster is active (serves, or has served).
+    pub serving: bool,
+    /// The config's applications all run on the active cluster (taken as so while another
+    /// cluster is prepared: the active one runs the previous config).
+    pub apps_running: bool,
+    pub endpoints: i32,
+}
+
+impl Readiness {
+    fn ready_condition(&self) -> Condition {
+        let (status, reason, message) = match &self.problem {
+            Some((reason, message)) => ("False", *reason, message.clone()),
+            None if !self.serving => ("False", "Initializing", "the first RayCluster is being prepared".into()),
+            None if !self.apps_running => {
+                ("False", "ZeroServeEndpoints", "the Serve applications are not all RUNNING".into())
+            }
+            None if self.endpoints == 0 => {
+                ("False", "ZeroServeEndpoints", "no pod of the cluster runs a healthy Serve proxy".into())
+            }
+            None => ("True", "NonZeroServeEndpoints", String::new()),
+        };
+        condition("Ready", status, reason, message)
+    }
+
+    pub fn ready(&self) -> bool {
+        self.ready_condition().status == "True"
+    }
+
+    /// `Ready`, then `UpgradeInProgress` (with what the pending cluster waits for).
+    pub fn conditions(&self, active: Option<&str>, pending: Option<&str>, waiting: Option<String>) -> Vec<Condition> {
+        let upgrade = match (active, pending) {
+            (Some(active), Some(pending)) => {
+                let mut message = format!("RayCluster {pending} is being prepared to replace {active}");
+                if let Some(why) = waiting.filter(|w| !w.is_empty()) {
+                    message = format!("{message}: {why}");
+                }
+                condition("UpgradeInProgress", "True", "BothActivePendingClustersExist", message)
+            }
+            (Some(_), None) => condition("UpgradeInProgress", "False", "NoPendingCluster", String::new()),
+            (None, _) => condition("UpgradeInProgress", "False", "Initializing", String::new()),
+        };
+        vec![self.ready_condition(), upgrade]
+    }
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: None,
+        observed_generation: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,5 +307,27 @@ mod tests {
         let running = application_statuses(&json!({"applications": {"fruit": {"status": "RUNNING"}}}));
         assert!(all_running(&wanted, &running));
         assert!(!all_running(&json!({"applications": []}), &running));
+    }
+
+    #[test]
+    fn ready_follows_problems_then_the_active_cluster_and_upgrades_are_told() {
+        let base = Readiness { problem: None, serving: true, apps_running: true, endpoints: 1 };
+        assert!(base.ready());
+        let [ready, upgrade] = base.conditions(Some("a"), None, None).try_into().unwrap();
+        assert_eq!((ready.reason.as_str(), upgrade.status.as_str()), ("NonZeroServeEndpoints", "False"));
+        let refused = Readiness { problem: Some(("InvalidServeConfig", "no".into())), ..base };
+        assert_eq!(refused.conditions(Some("a"), None, None)[0].reason, "InvalidServeConfig");
+        let first = Readiness { problem: None, serving: false, apps_running: false, endpoints: 0 };
+        assert_eq!(first.conditions(None, Some("b"), None)[0].reason, "Initializing");
+        let no_proxy = Readiness { problem: None, serving: true, apps_running: true, endpoints: 0 };
+        assert_eq!(
+            no_proxy.conditions(Some("a"), None, None)[0].message,
+            "no pod of the cluster runs a healthy Serve proxy"
+        );
+        let upgrading = Readiness { problem: None, serving: true, apps_running: true, endpoints: 2 };
+        let conditions = upgrading.conditions(Some("a"), Some("b"), Some("the head is not up yet".into()));
+        assert_eq!(conditions[0].status, "True", "the old cluster serves meanwhile");
+        assert_eq!(conditions[1].status, "True");
+        assert_eq!(conditions[1].message, "RayCluster b is being prepared to replace a: the head is not up yet");
     }
 }
