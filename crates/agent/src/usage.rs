@@ -38,12 +38,13 @@ pub fn cpu_fraction(before: CpuTimes, now: CpuTimes) -> f64 {
     (now.busy.saturating_sub(before.busy) as f64 / total as f64).clamp(0.0, 1.0)
 }
 
-/// Bytes of the files in `dir` but hidden ones, 0 when it is not there.
+/// Bytes of the objects in store directory `dir` (not the store's own files), 0 when it is
+/// not there.
 pub fn dir_bytes(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     entries
         .filter_map(Result::ok)
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter(|e| !oxray_object_store::dirs::is_bookkeeping(&e.file_name().to_string_lossy()))
         .filter_map(|e| e.metadata().ok())
         .filter(|m| m.is_file())
         .map(|m| m.len())
@@ -153,12 +154,13 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_counts_its_files_bytes() {
+    fn a_store_directory_counts_its_objects_bytes() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a"), vec![0u8; 10]).unwrap();
         std::fs::write(dir.path().join("b"), vec![0u8; 5]).unwrap();
         std::fs::write(dir.path().join(".usage"), vec![0u8; 16]).unwrap();
-        assert_eq!(dir_bytes(dir.path()), 15);
+        std::fs::write(dir.path().join("agent"), "ns\n1\n2\n").unwrap();
+        assert_eq!(dir_bytes(dir.path()), 15, "the store's own files are no objects");
         assert_eq!(dir_bytes(&dir.path().join("none")), 0);
     }
 }

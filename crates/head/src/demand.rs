@@ -1,7 +1,7 @@
 //! What the cluster lacks, for an autoscaler: the work that waits for room (as the agents
 //! report it, one count per asker and shape however many agents it asked), placement groups
 //! not yet placed and jobs waiting for their entrypoint's resources; and how long each
-//! node has run nothing.
+//! node has held nothing.
 
 use oxray_api_types::PendingResources;
 use oxray_proto::convert::resources_from_proto;
@@ -10,6 +10,15 @@ use oxray_types::ResourceSet;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// Whether a node holds nothing an autoscaler may take away with it: no work runs there
+/// (`busy`: a leased worker, a job's entrypoint), every resource it offers is free, and its
+/// object store (memory and spill) is empty: objects there may be the only copies, as Ray
+/// keeps a node with objects from going idle.
+pub fn holds_nothing(busy: bool, total: &ResourceSet, available: &ResourceSet, usage: Option<&v1::NodeUsage>) -> bool {
+    let objects = usage.is_some_and(|u| u.object_store_used > 0 || u.object_store_spilled > 0);
+    !busy && !objects && total.fits_in(available)
+}
 
 #[derive(Default)]
 pub struct Demand {
@@ -149,6 +158,22 @@ mod tests {
         assert_eq!(shapes(&demand.waiting()), vec![(1.0, 1), (4.0, 5)]);
         demand.keep(|node| node != "n1");
         assert_eq!(shapes(&demand.waiting()), vec![(1.0, 1), (4.0, 2)]);
+    }
+
+    #[test]
+    fn a_node_holds_something_while_work_runs_resources_are_taken_or_objects_are_stored() {
+        let set = |cpus: f64| ResourceSet::from_iter([("CPU".to_string(), cpus)]);
+        let usage = |used, spilled| v1::NodeUsage {
+            object_store_used: used,
+            object_store_spilled: spilled,
+            ..Default::default()
+        };
+        assert!(holds_nothing(false, &set(2.0), &set(2.0), Some(&usage(0, 0))));
+        assert!(holds_nothing(false, &set(2.0), &set(2.0), None), "no reading yet");
+        assert!(!holds_nothing(true, &set(2.0), &set(2.0), None), "a zero-CPU worker or an entrypoint");
+        assert!(!holds_nothing(false, &set(2.0), &set(1.0), None));
+        assert!(!holds_nothing(false, &set(2.0), &set(2.0), Some(&usage(10, 0))));
+        assert!(!holds_nothing(false, &set(2.0), &set(2.0), Some(&usage(0, 10))), "spilled objects");
     }
 
     #[test]

@@ -331,9 +331,9 @@ impl head_service_server::HeadService for HeadService {
         let request = request.into_inner();
         let id = parse_id(&request.node_id)?;
         let available = resources_from_proto(request.resources_available).map_err(invalid)?;
-        // Nothing runs and nothing is taken: every resource the node offers is free.
-        let idle =
-            !request.busy && self.membership.get(&id).is_some_and(|node| node.resources_total.fits_in(&available));
+        let idle = self.membership.get(&id).is_some_and(|node| {
+            crate::demand::holds_nothing(request.busy, &node.resources_total, &available, request.usage.as_ref())
+        });
         let verdict = match self.membership.heartbeat(&id, available) {
             Verdict::Ok => {
                 if let Some(usage) = request.usage {

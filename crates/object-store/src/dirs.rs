@@ -20,6 +20,12 @@ pub const STORE_NODE_FILE: &str = "node";
 /// The file that names the agent process keeping the store: pid namespace, pid, start time.
 const STORE_AGENT_FILE: &str = "agent";
 const PREFIX: &str = "oxray-objects-";
+
+/// Whether a file of a store directory is one the store keeps for itself (its marks, its
+/// hidden counters) rather than an object.
+pub fn is_bookkeeping(name: &str) -> bool {
+    name.starts_with('.') || name == STORE_NODE_FILE || name == STORE_AGENT_FILE
+}
 const SPILL_PREFIX: &str = "oxray-spill-";
 
 /// Creates the directories of the store of the agent on `port` and names its node and

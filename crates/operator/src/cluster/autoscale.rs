@@ -7,12 +7,12 @@
 //! else into a new pod of the first group (in spec order) whose pods can hold it and that is
 //! below its max. Down: a pod whose node has held nothing for the idle timeout, and whose room
 //! no waiting work was given, goes while its group stays at or above its min; a busy pod
-//! never does.
+//! never does. A pod that never joins is no room, and goes as an idle one does.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use crate::crd::cluster::{RayClusterSpec, WorkerGroupSpec};
+use crate::crd::cluster::{RayClusterSpec, UpscalingMode, WorkerGroupSpec};
 pub use crate::head::Waiting;
 use crate::params;
 use crate::quantity;
@@ -29,6 +29,19 @@ pub struct WorkerPod {
     pub joined: bool,
     /// Seconds its node has held nothing; None while it holds something.
     pub idle_s: Option<f64>,
+    /// Seconds since the pod was made.
+    pub age_s: f64,
+}
+
+/// A pod not joined this long after it was made (its worker's own wait for the head) is
+/// stuck (not scheduled for want of room, an image that does not pull, a head it cannot
+/// reach): it is no room for waiting work, and goes as an idle pod does.
+pub const STUCK_AFTER: Duration = Duration::from_secs(600);
+
+impl WorkerPod {
+    fn stuck(&self) -> bool {
+        !self.joined && self.age_s >= STUCK_AFTER.as_secs_f64()
+    }
 }
 
 /// A group's new replicas and the pods to remove.
@@ -123,19 +136,25 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
     // is on its way there, or cannot use them: then a new pod of their shape would not help
     // either). Each with the pod it is, when known.
     let mut room: Vec<(Option<&str>, BTreeMap<String, f64>)> = Vec::new();
+    let mut on_their_way = 0;
     for g in &groups {
         let shape = pod_shape(g);
         let leaving = &scaled[&g.group_name].workers_to_delete;
         let staying: Vec<&WorkerPod> =
             pods.iter().filter(|p| p.group == g.group_name && !leaving.contains(&p.name)).collect();
         let wanted_more = (scaled[&g.group_name].replicas - staying.len() as i32).max(0);
-        for pod in staying.iter().filter(|p| !p.joined || p.idle_s.is_some()) {
+        let coming = |p: &&&WorkerPod| !p.joined && !p.stuck();
+        for pod in staying.iter().filter(|p| coming(p) || p.idle_s.is_some()) {
             room.push((Some(pod.name.as_str()), shape.clone()));
         }
+        on_their_way += wanted_more as usize + staying.iter().filter(coming).count();
         for _ in 0..wanted_more {
             room.push((None, shape.clone()));
         }
     }
+
+    let joined = pods.iter().filter(|p| p.joined).count();
+    let most_on_their_way = most_pending(spec, joined + 1);
 
     // The largest shapes first, so that small ones fill what is left.
     let mut units: Vec<&BTreeMap<String, f64>> =
@@ -149,8 +168,12 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
             taken.extend(*pod);
             continue;
         }
+        if on_their_way >= most_on_their_way {
+            continue;
+        }
         let new = groups.iter().find(|g| scaled[&g.group_name].replicas < bounds(g).1 && fits(want, &pod_shape(g)));
         if let Some(g) = new {
+            on_their_way += 1;
             let mut free = pod_shape(g);
             take(want, &mut free);
             room.push((None, free));
@@ -167,9 +190,11 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
             .iter()
             .filter(|p| p.group == g.group_name && !entry.workers_to_delete.contains(&p.name))
             .filter(|p| !taken.contains(p.name.as_str()))
-            .filter(|p| p.joined && p.idle_s.is_some_and(|s| s >= timeout))
+            .filter(|p| p.stuck() || (p.joined && p.idle_s.is_some_and(|s| s >= timeout)))
             .collect();
-        idle.sort_by(|a, b| b.idle_s.unwrap_or(0.0).total_cmp(&a.idle_s.unwrap_or(0.0)).then(a.name.cmp(&b.name)));
+        // Stuck pods first, then the longest idle.
+        let idle_for = |p: &WorkerPod| if p.stuck() { f64::INFINITY } else { p.idle_s.unwrap_or(0.0) };
+        idle.sort_by(|a, b| idle_for(b).total_cmp(&idle_for(a)).then(a.name.cmp(&b.name)));
         for pod in idle {
             if entry.replicas <= min {
                 break;
@@ -179,6 +204,16 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
         }
     }
     scaled
+}
+
+/// How many pods may be on their way at once in a cluster of `nodes` (head included): Ray's
+/// upscaling speed, 1 for `Conservative` (the cluster at most doubles while pods come), no
+/// bound otherwise; never fewer than 5.
+fn most_pending(spec: &RayClusterSpec, nodes: usize) -> usize {
+    match spec.autoscaler_options.as_ref().and_then(|o| o.upscaling_mode) {
+        Some(UpscalingMode::Conservative) => nodes.max(5),
+        _ => usize::MAX,
+    }
 }
 
 /// How much a shape asks for, to order the packing: its GPUs, then its CPUs, then the rest.

@@ -113,14 +113,16 @@ async fn autoscaled(ctx: &Context, cluster: &RayCluster, namespace: &str) -> Res
             return Ok(spec.clone());
         }
     };
+    let now = k8s_openapi::jiff::Timestamp::now();
     let workers: Vec<WorkerPod> = list_pods(ctx, namespace, &name)
         .await?
         .iter()
-        .map(PodView::of)
-        .filter(|p| !p.head && !p.terminating)
-        .map(|p| WorkerPod {
+        .map(|pod| (PodView::of(pod), pod.metadata.creation_timestamp.as_ref()))
+        .filter(|(p, _)| !p.head && !p.terminating)
+        .map(|(p, made)| WorkerPod {
             joined: nodes.contains_key(&p.name),
             idle_s: nodes.get(&p.name).copied().flatten(),
+            age_s: made.map_or(0.0, |t| now.duration_since(t.0).as_secs_f64().max(0.0)),
             name: p.name,
             group: p.group,
         })

@@ -156,11 +156,11 @@ pub struct AutoscalerOptions {
 
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum UpscalingMode {
-    /// Add what the pending demand needs.
+    /// Add what the pending demand needs, at once.
     Default,
-    /// Add up to the maximum at once.
+    /// The same as `Default`.
     Aggressive,
-    /// Add at most the number of nodes already running.
+    /// At most as many pods on their way as the cluster has nodes (and at least 5).
     Conservative,
 }
 

@@ -39,7 +39,7 @@ fn wants(resources: &[(&str, f64)], count: u32) -> Waiting {
 }
 
 fn pod(name: &str, group: &str, joined: bool, idle_s: Option<f64>) -> WorkerPod {
-    WorkerPod { name: name.into(), group: group.into(), joined, idle_s }
+    WorkerPod { name: name.into(), group: group.into(), joined, idle_s, age_s: 30.0 }
 }
 
 fn replicas(scaled: &BTreeMap<String, Scaled>) -> Vec<(String, i32)> {
@@ -138,4 +138,37 @@ fn the_spec_changes_only_when_a_decision_does() {
             {"op": "add", "path": "/spec/workerGroupSpecs/0/scaleStrategy", "value": {"workersToDelete": ["g-1"]}},
         ])
     );
+}
+
+#[test]
+fn conservative_upscaling_keeps_as_many_pods_on_their_way_as_the_cluster_has_nodes() {
+    let mut spec = spec(vec![group("g", 0, 0, 100, &[])]);
+    let lots = [wants(&[("CPU", 2.0)], 40)];
+    assert_eq!(autoscale(&spec, &[], &lots)["g"].replicas, 40, "no bound by default");
+    spec.autoscaler_options.as_mut().unwrap().upscaling_mode = Some(UpscalingMode::Conservative);
+    assert_eq!(autoscale(&spec, &[], &lots)["g"].replicas, 5, "at least 5");
+    // Eight joined and busy, two on their way: a cluster of nine nodes has nine on the way.
+    let mut pods: Vec<WorkerPod> = (0..8).map(|i| pod(&format!("b{i}"), "g", true, None)).collect();
+    pods.extend([pod("w1", "g", false, None), pod("w2", "g", false, None)]);
+    spec.worker_group_specs[0].replicas = Some(10);
+    assert_eq!(autoscale(&spec, &pods, &lots)["g"].replicas, 17);
+    spec.autoscaler_options.as_mut().unwrap().upscaling_mode = Some(UpscalingMode::Aggressive);
+    assert_eq!(autoscale(&spec, &pods, &lots)["g"].replicas, 48, "aggressive is the default");
+}
+
+#[test]
+fn a_pod_that_never_joins_is_no_room_and_goes() {
+    let spec = spec(vec![group("g", 2, 1, 9, &[])]);
+    let stuck = WorkerPod { age_s: STUCK_AFTER.as_secs_f64(), ..pod("late", "g", false, None) };
+    let pods = [pod("ok", "g", true, None), stuck.clone()];
+    // Two 2-CPU tasks: the stuck pod holds neither, so one more pod is asked for, and the
+    // stuck one goes.
+    let scaled = autoscale(&spec, &pods, &[wants(&[("CPU", 2.0)], 1)]);
+    assert_eq!(scaled["g"].replicas, 3);
+    let quiet = autoscale(&spec, &pods, &[]);
+    assert_eq!((quiet["g"].replicas, quiet["g"].workers_to_delete.clone()), (1, vec!["late".to_string()]));
+    // Not stuck yet: room on its way, and it stays.
+    let young = [pod("ok", "g", true, None), WorkerPod { age_s: 60.0, ..stuck }];
+    assert_eq!(autoscale(&spec, &young, &[wants(&[("CPU", 2.0)], 1)])["g"].replicas, 2);
+    assert!(autoscale(&spec, &young, &[])["g"].workers_to_delete.is_empty());
 }
