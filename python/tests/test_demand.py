@@ -28,8 +28,14 @@ class Big:
     def node(self):
         return oxray.get_runtime_context().get_node_id()
 
+@oxray.remote(num_cpus=1, label_selector={"accelerator": "A100"})
+def labelled():
+    return oxray.get_runtime_context().get_node_id()
+
 big = Big.remote()
-print("done", len(set(oxray.get([where.remote() for _ in range(3)]))), oxray.get(big.node.remote()), flush=True)
+on_a100 = labelled.remote()
+print("done", len(set(oxray.get([where.remote() for _ in range(3)]))), oxray.get(big.node.remote()),
+      oxray.get(on_a100), flush=True)
 """
 
 
@@ -56,11 +62,12 @@ def test_work_no_node_holds_waits_is_reported_and_runs_once_a_node_joins(autosca
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         def waiting():
-            return {json.dumps(p["resources"], sort_keys=True): p["count"]
+            return {json.dumps([p["resources"], p.get("label_selector", {})], sort_keys=True): p["count"]
                     for p in cluster_status(autoscaled).get("pending_resources", [])}
 
         # The backlog is read as the driver asks again: all three tasks once they are queued.
-        wanted = {'{"special": 1.0}': 3, '{"special": 2.0}': 1}
+        # The head's CPU is free, but it lacks the label the last task selects.
+        wanted = {'[{"special": 1.0}, {}]': 3, '[{"special": 2.0}, {}]': 1, '[{"CPU": 1.0}, {"accelerator": "A100"}]': 1}
         try:
             wait_for("the demand", lambda: waiting() == wanted)
         except AssertionError:
@@ -69,11 +76,13 @@ def test_work_no_node_holds_waits_is_reported_and_runs_once_a_node_joins(autosca
         assert alive[0]["idle_s"] >= 0, alive
         lines = autoscaled.oxray("status").stdout
         assert "{special: 1} * 3 (tasks, actors and placement groups)" in lines, lines
+        assert "{CPU: 1} * 1 on nodes with {accelerator: A100} (tasks, actors and placement groups)" in lines, lines
         assert driver.poll() is None, driver.communicate()
 
         # The node an autoscaler would add.
         autoscaled.oxray("start", "--address", autoscaled.address, "--num-cpus", "1", "--resources",
-                         '{"special": 3}', "--node-ip-address", "127.0.0.1", "--node-name", "added")
+                         '{"special": 3}', "--labels", "accelerator=A100", "--node-ip-address", "127.0.0.1",
+                         "--node-name", "added")
         out, err = driver.communicate(timeout=60)
         assert driver.returncode == 0 and out.startswith("done 1 "), (out, err)
         wait_for("no demand", lambda: not cluster_status(autoscaled).get("pending_resources"))

@@ -5,7 +5,7 @@
 use oxray_proto::convert::resources_to_proto;
 use oxray_proto::v1;
 use oxray_types::ResourceSet;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,6 +24,9 @@ pub struct Demand {
 
 struct Waiting {
     resources: ResourceSet,
+    /// The labels its node must have; empty when any node will do, or not known here (an
+    /// asker sent here by another agent).
+    selector: BTreeMap<String, String>,
     count: u32,
     asked: Instant,
 }
@@ -48,11 +51,18 @@ impl Demand {
         self.autoscaling.store(on, Ordering::Relaxed);
     }
 
-    /// `asker` waits for `count` of `resources` (none: nothing waits behind its request any
-    /// more, a cancelled task's, say).
-    pub fn record(&self, asker: &str, resources: &ResourceSet, count: u32, now: Instant) {
+    /// `asker` waits for `count` of `resources` on a node `selector` selects (none: nothing
+    /// waits behind its request any more, a cancelled task's, say).
+    pub fn record(
+        &self,
+        asker: &str,
+        resources: &ResourceSet,
+        selector: &BTreeMap<String, String>,
+        count: u32,
+        now: Instant,
+    ) {
         let key = (asker.to_string(), format!("{:?}", resources.to_map()));
-        let waiting = Waiting { resources: resources.clone(), count, asked: now };
+        let waiting = Waiting { resources: resources.clone(), selector: selector.clone(), count, asked: now };
         self.waiting.lock().expect("demand lock").insert(key, waiting);
     }
 
@@ -75,6 +85,7 @@ impl Demand {
                 resources: resources_to_proto(&w.resources),
                 count: w.count,
                 asker: asker.clone(),
+                label_selector: w.selector.clone().into_iter().collect(),
             })
             .collect();
         demand.sort_by(|a, b| {
@@ -98,13 +109,17 @@ mod tests {
     fn waiting_work_counts_while_its_asker_asks_and_once_per_asker_and_shape() {
         let demand = Demand::default();
         let t0 = Instant::now();
-        demand.record("a", &cpus(4.0), 3, t0);
-        demand.record("a", &cpus(4.0), 2, t0 + Duration::from_secs(1));
-        demand.record("b", &cpus(4.0), 0, t0 + Duration::from_secs(1));
-        demand.record("a", &cpus(1.0), 1, t0 + Duration::from_secs(2));
+        let any = BTreeMap::new();
+        demand.record("a", &cpus(4.0), &any, 3, t0);
+        demand.record("a", &cpus(4.0), &any, 2, t0 + Duration::from_secs(1));
+        demand.record("b", &cpus(4.0), &any, 0, t0 + Duration::from_secs(1));
+        let gpu = BTreeMap::from([("accelerator".to_string(), "A100".to_string())]);
+        demand.record("a", &cpus(1.0), &gpu, 1, t0 + Duration::from_secs(2));
         let now = demand.current(t0 + Duration::from_secs(2));
         let counts: Vec<(String, u32)> = now.iter().map(|d| (d.asker.clone(), d.count)).collect();
         assert_eq!(counts, vec![("a".into(), 1), ("a".into(), 2)], "the newest backlog; none waits behind b's");
+        assert_eq!(now[0].label_selector.get("accelerator").map(String::as_str), Some("A100"));
+        assert!(now[1].label_selector.is_empty());
         demand.granted("a", &cpus(1.0));
         assert_eq!(demand.current(t0 + Duration::from_secs(2)).len(), 1);
         let later = demand.current(t0 + Duration::from_secs(4) + Duration::from_millis(500));

@@ -104,7 +104,8 @@ impl LeaseService {
             }
             Decision::Never(why) if !may_come => return Err(Status::invalid_argument(why)),
             Decision::Never(_) | Decision::Wait => {
-                self.demand.record(&grant.asker, &resources, grant.backlog, Instant::now());
+                let selector = first_selector(&strategy);
+                self.demand.record(&grant.asker, &resources, &selector, grant.backlog, Instant::now());
                 let _ = tokio::time::timeout(wait.unwrap_or(NOTHING_YET), self.view.changed()).await;
                 return Err(Status::resource_exhausted(format!(
                     "no node of the cluster has room for {} yet",
@@ -118,7 +119,7 @@ impl LeaseService {
             {
                 Decision::There(agent) => Ok(retry_at(agent)),
                 _ => {
-                    self.demand.record(&asker, &resources, grant.backlog, Instant::now());
+                    self.demand.record(&asker, &resources, &first_selector(&strategy), grant.backlog, Instant::now());
                     Err(busy)
                 }
             },
@@ -143,6 +144,15 @@ struct Grant {
 
 fn retry_at(agent: String) -> v1::LeaseReply {
     v1::LeaseReply { retry_at: agent, ..Default::default() }
+}
+
+/// The labels a node must have for the work: a label strategy's first selector (its
+/// fallbacks are for when no node matches, which an autoscaler is to change).
+fn first_selector(strategy: &Strategy) -> std::collections::BTreeMap<String, String> {
+    match strategy {
+        Strategy::Labels(selectors) => selectors.first().cloned().unwrap_or_default(),
+        _ => Default::default(),
+    }
 }
 
 /// The strategy a request carries, if it is to be scheduled rather than granted here.
@@ -192,7 +202,7 @@ impl lease_service_server::LeaseService for LeaseService {
                 let reply = self.pool.lease(resources.clone(), kind, grant.owner, None, grant.notify, wait).await;
                 match &reply {
                     Err(busy) if busy.code() == tonic::Code::ResourceExhausted => {
-                        self.demand.record(&asker, &resources, backlog, Instant::now())
+                        self.demand.record(&asker, &resources, &Default::default(), backlog, Instant::now())
                     }
                     Ok(_) => self.demand.granted(&asker, &resources),
                     Err(_) => {}

@@ -22,6 +22,9 @@ pub struct NodeSummary {
 pub struct PendingResources {
     pub resources: BTreeMap<String, f64>,
     pub count: u32,
+    /// The labels a node must have for it (Ray's label selector); empty: any node.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub label_selector: BTreeMap<String, String>,
 }
 
 /// What `oxray status` shows: nodes by state, resources in use, and pending demands.
@@ -93,13 +96,15 @@ impl PendingResources {
     /// `count` of `resources`, without the amounts of nothing.
     pub fn of(resources: &ResourceSet, count: u32) -> Self {
         let resources = resources.iter().filter(|(_, amount)| *amount > 0.0).map(|(k, v)| (k.to_string(), v)).collect();
-        PendingResources { resources, count }
+        PendingResources { resources, count, label_selector: BTreeMap::new() }
     }
 
-    /// One line of `oxray status`: `{CPU: 4} * 2 (what waits)`.
+    /// One line of `oxray status`: `{CPU: 4} * 2 (what waits)`, with the labels it needs.
     pub fn describe(&self, what: &str) -> String {
         let wants: Vec<String> = self.resources.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        format!("{{{}}} * {} ({what})", wants.join(", "), self.count)
+        let labels: Vec<String> = self.label_selector.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let on = if labels.is_empty() { String::new() } else { format!(" on nodes with {{{}}}", labels.join(", ")) };
+        format!("{{{}}} * {}{on} ({what})", wants.join(", "), self.count)
     }
 }
 

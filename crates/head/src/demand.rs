@@ -56,18 +56,25 @@ impl Demand {
     }
 
     /// The waiting work of every node, counted once per asker and shape (the largest
-    /// backlog seen), by shape.
+    /// backlog seen, with the labels it needs where an agent knew them), by shape.
     pub fn waiting(&self) -> Vec<PendingResources> {
         let nodes = self.nodes.lock().expect("demand lock");
-        let mut by_asker: HashMap<(String, String), (BTreeMap<String, f64>, u32)> = HashMap::new();
+        let mut by_asker: HashMap<(String, String), PendingResources> = HashMap::new();
         for demand in nodes.values().flat_map(|n| n.waiting.iter()) {
             let Ok(resources) = resources_from_proto(demand.resources.clone()) else { continue };
             let resources = PendingResources::of(&resources, 0).resources;
             let key = (demand.asker.clone(), format!("{resources:?}"));
-            let seen = by_asker.entry(key).or_insert((resources, 0));
-            seen.1 = seen.1.max(demand.count);
+            let seen = by_asker.entry(key).or_insert(PendingResources {
+                resources,
+                count: 0,
+                label_selector: BTreeMap::new(),
+            });
+            seen.count = seen.count.max(demand.count);
+            if seen.label_selector.is_empty() {
+                seen.label_selector = demand.label_selector.clone().into_iter().collect();
+            }
         }
-        merged(by_asker.into_values().map(|(resources, count)| PendingResources { resources, count }))
+        merged(by_asker.into_values())
     }
 }
 
@@ -103,11 +110,12 @@ impl Pending<'_> {
     }
 }
 
-/// Equal shapes summed, in a stable order.
+/// Equal shapes (with equal label selectors) summed, in a stable order.
 pub fn merged(demand: impl IntoIterator<Item = PendingResources>) -> Vec<PendingResources> {
     let mut by_shape: BTreeMap<String, PendingResources> = BTreeMap::new();
     for d in demand.into_iter().filter(|d| d.count > 0 && !d.resources.is_empty()) {
-        by_shape.entry(format!("{:?}", d.resources)).and_modify(|seen| seen.count += d.count).or_insert(d);
+        let key = format!("{:?} {:?}", d.resources, d.label_selector);
+        by_shape.entry(key).and_modify(|seen| seen.count += d.count).or_insert(d);
     }
     by_shape.into_values().collect()
 }
@@ -119,19 +127,31 @@ pub fn of_groups(groups: &[v1::PlacementGroup]) -> Vec<PendingResources> {
     let mut demand = Vec::new();
     for group in groups.iter().filter(|g| g.state == Pending as i32 || g.state == Rescheduling as i32) {
         let unplaced = |i: usize| group.bundle_nodes.get(i).is_none_or(|node| node.is_empty());
-        let bundles: Vec<ResourceSet> = group
+        let bundles: Vec<(ResourceSet, BTreeMap<String, String>)> = group
             .bundles
             .iter()
             .enumerate()
             .filter(|(i, _)| unplaced(*i))
-            .filter_map(|(_, b)| resources_from_proto(b.resources.clone()).ok())
+            .filter_map(|(_, b)| {
+                let selector = b.label_selector.clone().into_iter().collect();
+                Some((resources_from_proto(b.resources.clone()).ok()?, selector))
+            })
             .collect();
+        let with = |resources: &ResourceSet, selector: &BTreeMap<String, String>| PendingResources {
+            label_selector: selector.clone(),
+            ..PendingResources::of(resources, 1)
+        };
         if group.strategy == v1::PlacementStrategy::StrictPack as i32 {
+            // One node for all: it must have every bundle's labels.
             let mut all = ResourceSet::new();
-            bundles.iter().for_each(|b| all.add(b));
-            demand.push(PendingResources::of(&all, 1));
+            let mut labels = BTreeMap::new();
+            for (resources, selector) in &bundles {
+                all.add(resources);
+                labels.extend(selector.clone());
+            }
+            demand.push(with(&all, &labels));
         } else {
-            demand.extend(bundles.iter().map(|b| PendingResources::of(b, 1)));
+            demand.extend(bundles.iter().map(|(resources, selector)| with(resources, selector)));
         }
     }
     demand
@@ -142,7 +162,12 @@ mod tests {
     use super::*;
 
     fn wants(asker: &str, cpus: f64, count: u32) -> v1::ResourceDemand {
-        v1::ResourceDemand { resources: [("CPU".to_string(), cpus)].into(), count, asker: asker.into() }
+        v1::ResourceDemand {
+            resources: [("CPU".to_string(), cpus)].into(),
+            count,
+            asker: asker.into(),
+            ..Default::default()
+        }
     }
 
     fn shapes(demand: &[PendingResources]) -> Vec<(f64, u32)> {
@@ -206,5 +231,32 @@ mod tests {
             },
         ];
         assert_eq!(shapes(&merged(of_groups(&groups))), vec![(1.0, 1), (2.0, 2), (3.0, 1)]);
+    }
+
+    #[test]
+    fn the_labels_work_needs_go_with_it_and_tell_shapes_apart() {
+        let labels = |v: &str| [("accelerator".to_string(), v.to_string())].into_iter().collect();
+        let demand = Demand::default();
+        let now = Instant::now();
+        // The same asker seen by the agent that scheduled it (with its selector) and by the one
+        // it was sent to (without): counted once, with the selector.
+        let told = v1::ResourceDemand { label_selector: labels("A100"), ..wants("a", 1.0, 2) };
+        demand.report("n1", vec![told], true, now);
+        demand.report("n2", vec![wants("a", 1.0, 2), wants("b", 1.0, 1)], true, now);
+        let waiting = demand.waiting();
+        let found: Vec<(u32, Option<&str>)> =
+            waiting.iter().map(|p| (p.count, p.label_selector.get("accelerator").map(String::as_str))).collect();
+        assert_eq!(found, vec![(2, Some("A100")), (1, None)]);
+        assert!(waiting[0].describe("tasks").contains("on nodes with {accelerator: A100}"));
+        let bundle = |selector| v1::Bundle { resources: [("CPU".to_string(), 1.0)].into(), label_selector: selector };
+        let group = v1::PlacementGroup {
+            bundles: vec![bundle(labels("H100")), bundle(HashMap::new())],
+            strategy: v1::PlacementStrategy::Pack as i32,
+            state: v1::PlacementGroupState::Pending as i32,
+            ..Default::default()
+        };
+        let asked = of_groups(&[group]);
+        assert_eq!(asked[0].label_selector.get("accelerator").map(String::as_str), Some("H100"));
+        assert!(asked[1].label_selector.is_empty());
     }
 }

@@ -20,11 +20,13 @@ pub struct Head<'a> {
     pub token: String,
 }
 
-/// Work of one shape waiting for room, `count` times, as the head reports it.
+/// Work of one shape waiting for room, `count` times, as the head reports it, with the
+/// labels its node must have.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Waiting {
     pub resources: BTreeMap<String, f64>,
     pub count: u32,
+    pub label_selector: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize, Debug, Clone, PartialEq)]
@@ -125,7 +127,8 @@ impl<'a> Head<'a> {
             .flatten()
             .filter_map(|p| {
                 let resources = serde_json::from_value(p["resources"].clone()).ok()?;
-                Some(Waiting { resources, count: p["count"].as_u64()? as u32 })
+                let label_selector = serde_json::from_value(p["label_selector"].clone()).unwrap_or_default();
+                Some(Waiting { resources, count: p["count"].as_u64()? as u32, label_selector })
             })
             .collect();
         Ok((idle, waiting))

@@ -4,8 +4,8 @@
 //! as Ray's autoscaler writes them for KubeRay).
 //!
 //! Up: each shape of waiting work goes into the room of pods on their way or of idle ones,
-//! else into a new pod of the first group (in spec order) whose pods can hold it and that is
-//! below its max. Down: a pod whose node has held nothing for the idle timeout, and whose room
+//! else into a new pod of the first group (in spec order) whose pods can hold it, have the
+//! labels it selects, and that is below its max. Down: a pod whose node has held nothing for the idle timeout, and whose room
 //! no waiting work was given, goes while its group stays at or above its min; a busy pod
 //! never does. A pod that never joins is no room, and goes as an idle one does.
 
@@ -84,6 +84,33 @@ pub fn pod_shape(group: &WorkerGroupSpec) -> BTreeMap<String, f64> {
     shape
 }
 
+/// The labels a pod of `group` gives its node: the group's `labels`, and those of its
+/// `rayStartParams` (`labels: "k=v,k2=v2"`).
+pub fn pod_labels(group: &WorkerGroupSpec) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = group
+        .ray_start_params
+        .get("labels")
+        .map(|text| {
+            params::unquote(text)
+                .split(',')
+                .filter_map(|pair| pair.split_once('='))
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    labels.extend(group.labels.clone().unwrap_or_default());
+    labels
+}
+
+/// Room for waiting work in a pod (the pod, when it exists): what is free, and its labels.
+type Room<'a> = (Option<&'a str>, BTreeMap<String, f64>, &'a BTreeMap<String, String>);
+
+/// Whether a pod of this shape and these labels can take one unit of waiting work.
+fn takes(want: &Waiting, room: &BTreeMap<String, f64>, labels: &BTreeMap<String, String>) -> bool {
+    fits(&want.resources, room)
+        && oxray_types::selector_matches(&want.label_selector, |key| labels.get(key).map(String::as_str))
+}
+
 fn fits(want: &BTreeMap<String, f64>, room: &BTreeMap<String, f64>) -> bool {
     want.iter().filter(|(_, amount)| **amount > 0.0).all(|(name, amount)| match room.get(name) {
         Some(free) => *amount <= free + 1e-9,
@@ -135,21 +162,24 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
     // not joined, or wanted and not created), and the joined ones that hold nothing (the work
     // is on its way there, or cannot use them: then a new pod of their shape would not help
     // either). Each with the pod it is, when known.
-    let mut room: Vec<(Option<&str>, BTreeMap<String, f64>)> = Vec::new();
+    let labels: BTreeMap<&str, BTreeMap<String, String>> =
+        groups.iter().map(|g| (g.group_name.as_str(), pod_labels(g))).collect();
+    let mut room: Vec<Room> = Vec::new();
     let mut on_their_way = 0;
     for g in &groups {
         let shape = pod_shape(g);
+        let own = &labels[g.group_name.as_str()];
         let leaving = &scaled[&g.group_name].workers_to_delete;
         let staying: Vec<&WorkerPod> =
             pods.iter().filter(|p| p.group == g.group_name && !leaving.contains(&p.name)).collect();
         let wanted_more = (scaled[&g.group_name].replicas - staying.len() as i32).max(0);
         let coming = |p: &&&WorkerPod| !p.joined && !p.stuck();
         for pod in staying.iter().filter(|p| coming(p) || p.idle_s.is_some()) {
-            room.push((Some(pod.name.as_str()), shape.clone()));
+            room.push((Some(pod.name.as_str()), shape.clone(), own));
         }
         on_their_way += wanted_more as usize + staying.iter().filter(coming).count();
         for _ in 0..wanted_more {
-            room.push((None, shape.clone()));
+            room.push((None, shape.clone(), own));
         }
     }
 
@@ -157,26 +187,28 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
     let most_on_their_way = most_pending(spec, joined + 1);
 
     // The largest shapes first, so that small ones fill what is left.
-    let mut units: Vec<&BTreeMap<String, f64>> =
-        waiting.iter().flat_map(|w| std::iter::repeat_n(&w.resources, w.count.min(10_000) as usize)).collect();
-    units.sort_by(|a, b| size(b).total_cmp(&size(a)));
+    let mut units: Vec<&Waiting> =
+        waiting.iter().flat_map(|w| std::iter::repeat_n(w, w.count.min(10_000) as usize)).collect();
+    units.sort_by(|a, b| size(&b.resources).total_cmp(&size(&a.resources)));
     let mut grew: HashSet<String> = HashSet::new();
     let mut taken: HashSet<&str> = HashSet::new();
     for want in units {
-        if let Some((pod, free)) = room.iter_mut().find(|(_, free)| fits(want, free)) {
-            take(want, free);
+        if let Some((pod, free, _)) = room.iter_mut().find(|(_, free, labels)| takes(want, free, labels)) {
+            take(&want.resources, free);
             taken.extend(*pod);
             continue;
         }
         if on_their_way >= most_on_their_way {
             continue;
         }
-        let new = groups.iter().find(|g| scaled[&g.group_name].replicas < bounds(g).1 && fits(want, &pod_shape(g)));
+        let new = groups.iter().find(|g| {
+            scaled[&g.group_name].replicas < bounds(g).1 && takes(want, &pod_shape(g), &labels[g.group_name.as_str()])
+        });
         if let Some(g) = new {
             on_their_way += 1;
             let mut free = pod_shape(g);
-            take(want, &mut free);
-            room.push((None, free));
+            take(&want.resources, &mut free);
+            room.push((None, free, &labels[g.group_name.as_str()]));
             scaled.get_mut(&g.group_name).expect("every group is scaled").replicas += 1;
             grew.insert(g.group_name.clone());
         }

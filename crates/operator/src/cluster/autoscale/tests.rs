@@ -35,7 +35,11 @@ fn spec(groups: Vec<WorkerGroupSpec>) -> RayClusterSpec {
 }
 
 fn wants(resources: &[(&str, f64)], count: u32) -> Waiting {
-    Waiting { resources: resources.iter().map(|(k, v)| (k.to_string(), *v)).collect(), count }
+    Waiting {
+        resources: resources.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        count,
+        label_selector: BTreeMap::new(),
+    }
 }
 
 fn pod(name: &str, group: &str, joined: bool, idle_s: Option<f64>) -> WorkerPod {
@@ -171,4 +175,28 @@ fn a_pod_that_never_joins_is_no_room_and_goes() {
     let young = [pod("ok", "g", true, None), WorkerPod { age_s: 60.0, ..stuck }];
     assert_eq!(autoscale(&spec, &young, &[wants(&[("CPU", 2.0)], 1)])["g"].replicas, 2);
     assert!(autoscale(&spec, &young, &[])["g"].workers_to_delete.is_empty());
+}
+
+#[test]
+fn work_that_selects_labels_gets_pods_of_a_group_with_them() {
+    let mut a100 = group("a100", 0, 0, 4, &[]);
+    a100.labels = Some(BTreeMap::from([("accelerator".to_string(), "A100".to_string())]));
+    let mut h100 = group("h100", 0, 0, 4, &[]);
+    h100.ray_start_params.insert("labels".into(), "\"accelerator=H100, zone=b\"".into());
+    assert_eq!(pod_labels(&h100)["zone"], "b");
+    let spec = spec(vec![group("plain", 0, 0, 4, &[]), a100, h100]);
+    let on = |value: &str, count| Waiting {
+        label_selector: BTreeMap::from([("accelerator".to_string(), value.to_string())]),
+        ..wants(&[("CPU", 2.0)], count)
+    };
+    let scaled = autoscale(&spec, &[], &[on("H100", 2), on("!A100", 1), wants(&[("CPU", 2.0)], 1)]);
+    // A missing label matches only a negation: the plain group takes `!A100` and the rest.
+    assert_eq!(replicas(&scaled), vec![("a100".into(), 0), ("h100".into(), 2), ("plain".into(), 2)]);
+    // An idle pod of another group is no room for it: a pod of the right group is added.
+    let idle_plain = [pod("p1", "plain", true, Some(1.0))];
+    let mut with_one = spec.clone();
+    with_one.worker_group_specs[0].replicas = Some(1);
+    let scaled = autoscale(&with_one, &idle_plain, &[on("A100", 1)]);
+    assert_eq!(scaled["a100"].replicas, 1);
+    assert_eq!(scaled["plain"].replicas, 1, "not idle past its timeout yet");
 }
