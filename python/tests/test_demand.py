@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,37 @@ except Exception as e:
                          timeout=60)
     assert "failed:" in out.stdout and "no node of the cluster can hold" in out.stdout, out
     assert time.monotonic() - started < 15
+
+
+def test_autoscaling_turned_on_live_reaches_the_agents(cluster):
+    """What the operator does when `enableInTreeAutoscaling` is turned on for a running
+    cluster: after it, work no node holds waits (and is reported) instead of failing."""
+    request = urllib.request.Request(f"{cluster.dashboard_url}/api/autoscaling", method="PUT",
+                                     data=json.dumps({"enabled": True}).encode(),
+                                     headers={"Authorization": f"Bearer {cluster.token}",
+                                              "Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=15).close()
+    with api(cluster, "/api/cluster_status") as response:
+        assert json.loads(response.read())["data"]["autoscaling_enabled"] is True
+    address = json.loads(Path(cluster.env["OXRAY_HOME"], "current_cluster.json").read_text())["address"]
+    # The agents hear of it with their next heartbeat; until then such work fails at once.
+    code = """
+import oxray, sys, time
+oxray.init(address=sys.argv[1])
+
+@oxray.remote(num_cpus=0, resources={"special": 1})
+def f():
+    return 1
+
+for _ in range(20):
+    try:
+        oxray.get(f.remote(), timeout=3)
+    except oxray.exceptions.GetTimeoutError:
+        print("waits")
+        break
+    except Exception:
+        time.sleep(0.5)
+"""
+    out = subprocess.run([sys.executable, "-c", code, address], env=dict(cluster.env), capture_output=True, text=True,
+                         timeout=60)
+    assert "waits" in out.stdout, out

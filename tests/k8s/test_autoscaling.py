@@ -82,3 +82,24 @@ def scale_up_and_down(kube, kubectl):
     kubectl("delete", "raycluster", "autoscaled", "--wait=false")
     wait_until(lambda: not kube.list(PODS, labelSelector="ray.io/cluster=autoscaled")["items"], timeout=60,
                what="the pods to go with their cluster")
+
+
+def test_autoscaling_turned_on_and_off_reaches_a_live_head(operator, kube, kubectl):
+    dashboard = free_port()
+    manifest = cluster_manifest("toggled", workers=0, dashboard_port=dashboard)
+    apply(kubectl, manifest)
+    wait_until(lambda: status(kube, CLUSTERS, "toggled").get("state") == "ready", timeout=90,
+               what="the cluster to be ready")
+    [head] = live_pods(kube, "toggled", "head")
+
+    def head_autoscaling():
+        return head_api(kube, "toggled", dashboard, "/api/cluster_status")["data"]["autoscaling_enabled"]
+    assert head_autoscaling() is False
+    manifest["spec"]["enableInTreeAutoscaling"] = True
+    apply(kubectl, manifest)
+    wait_until(head_autoscaling, timeout=30, what="the head to autoscale")
+    manifest["spec"]["enableInTreeAutoscaling"] = False
+    apply(kubectl, manifest)
+    wait_until(lambda: head_autoscaling() is False, timeout=60, what="the head to stop autoscaling")
+    assert live_pods(kube, "toggled", "head") == [head], "the head pod is the same one"
+    kubectl("delete", "raycluster", "toggled", "--wait=false")

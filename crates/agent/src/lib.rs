@@ -281,7 +281,11 @@ impl JoinedAgent {
                 busy: self.pool.leased() > 0 || self.runner.any_running(),
             };
             let outcome = match self.client.heartbeat(request).await {
-                Ok(reply) => self.follow(reply.into_inner().verdict()).await,
+                Ok(reply) => {
+                    let reply = reply.into_inner();
+                    self.demand.set_autoscaling(reply.autoscaling);
+                    self.follow(reply.verdict()).await
+                }
                 Err(status) => Err(status),
             };
             match outcome {

@@ -168,6 +168,15 @@ impl ClusterView for View {
     fn demand(&self) -> (Vec<oxray_api_types::PendingResources>, std::collections::HashMap<String, f64>) {
         self.pending_work().shapes()
     }
+    fn autoscaling(&self) -> bool {
+        self.jobs.autoscaling()
+    }
+    fn set_autoscaling(&self, on: bool) {
+        if on != self.jobs.autoscaling() {
+            tracing::info!(on, "autoscaling turned {}", if on { "on" } else { "off" });
+        }
+        self.jobs.set_autoscaling(on);
+    }
     fn events(&self, limit: usize) -> Vec<oxray_api_types::Event> {
         self.events.latest(limit)
     }
@@ -272,7 +281,6 @@ impl BoundHead {
         let demand = Arc::new(demand::Demand::default());
         let service = service::HeadService {
             demand: demand.clone(),
-            autoscaling: config.autoscaling,
             membership: membership.clone(),
             jobs: jobs.clone(),
             actors: actors.clone(),

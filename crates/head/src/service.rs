@@ -23,7 +23,6 @@ pub struct HeadService {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// What waits for room, as the agents report it.
     pub demand: Arc<crate::demand::Demand>,
-    pub autoscaling: bool,
 }
 
 impl HeadService {
@@ -320,7 +319,7 @@ impl head_service_server::HeadService for HeadService {
                 session_name: self.session_name.clone(),
                 heartbeat_interval_ms: self.heartbeat_interval().as_millis() as u64,
                 dashboard_url: self.dashboard.url.clone(),
-                autoscaling: self.autoscaling,
+                autoscaling: self.jobs.autoscaling(),
             })),
             Err(e @ MembershipError::NodeDead(_)) => Err(Status::failed_precondition(e.to_string())),
             Err(MembershipError::Store(e)) => Err(internal(e)),
@@ -345,7 +344,7 @@ impl head_service_server::HeadService for HeadService {
             Verdict::UnknownNode => v1::HeartbeatVerdict::UnknownNode,
             Verdict::NodeDead => v1::HeartbeatVerdict::NodeDead,
         };
-        Ok(Response::new(v1::HeartbeatReply { verdict: verdict as i32 }))
+        Ok(Response::new(v1::HeartbeatReply { verdict: verdict as i32, autoscaling: self.jobs.autoscaling() }))
     }
 
     async fn unregister_node(

@@ -36,6 +36,11 @@ pub trait ClusterView: Send + Sync + 'static {
     fn demand(&self) -> (Vec<oxray_api_types::PendingResources>, std::collections::HashMap<String, f64>) {
         Default::default()
     }
+    /// Whether work no node can hold waits for a node an autoscaler adds (else it fails).
+    fn autoscaling(&self) -> bool {
+        false
+    }
+    fn set_autoscaling(&self, _on: bool) {}
     /// The newest events, newest first.
     fn events(&self, limit: usize) -> Vec<oxray_api_types::Event>;
     /// Every row of a kind of Ray's state API (not jobs: the jobs API has those), with
@@ -194,6 +199,13 @@ pub fn router(state: ApiState, others: Documented) -> Router {
                 "accepted for Ray's client",
             )]),
             status::cluster_status,
+        )
+        .put(
+            "/api/autoscaling",
+            op("status", "Turn autoscaling on or off: whether work no node can hold waits for a node")
+                .body("application/json", status::autoscaling_schema())
+                .answers(400, "not {\"enabled\": true or false}"),
+            status::set_autoscaling,
         )
         .get("/metrics", op("status", "Prometheus metrics of the cluster"), metrics::render)
         .get("/api/jobs/{id}", jobs("A job").answers(404, "no such job"), jobs::get)

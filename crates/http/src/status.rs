@@ -34,7 +34,41 @@ pub async fn cluster_status(State(state): State<ApiState>, _q: Query<StatusQuery
         serde_json::json!({
             "autoscaling_status": null,
             "autoscaling_error": null,
+            "autoscaling_enabled": state.view.autoscaling(),
             "cluster_status": status,
         }),
     ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Autoscaling {
+    enabled: bool,
+}
+
+pub fn autoscaling_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "required": ["enabled"],
+        "additionalProperties": false,
+        "properties": {"enabled": {"type": "boolean"}},
+    })
+}
+
+/// What an autoscaler (the operator, for `enableInTreeAutoscaling`) says of the cluster.
+pub async fn set_autoscaling(
+    State(state): State<ApiState>,
+    body: Result<Json<Autoscaling>, axum::extract::rejection::JsonRejection>,
+) -> (axum::http::StatusCode, Json<serde_json::Value>) {
+    match body {
+        Ok(Json(Autoscaling { enabled })) => {
+            state.view.set_autoscaling(enabled);
+            let message = format!("Autoscaling is {}.", if enabled { "on" } else { "off" });
+            (axum::http::StatusCode::OK, Json(rest_response(true, &message, serde_json::json!({ "enabled": enabled }))))
+        }
+        Err(e) => {
+            let message = format!("expected {{\"enabled\": true or false}}: {}", e.body_text());
+            (axum::http::StatusCode::BAD_REQUEST, Json(rest_response(false, &message, serde_json::json!({}))))
+        }
+    }
 }

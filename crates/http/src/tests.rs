@@ -231,6 +231,25 @@ async fn jobs_endpoints_answer_as_rays() {
 }
 
 #[tokio::test]
+async fn autoscaling_is_turned_on_and_off_with_a_checked_body() {
+    let put = |body: &'static str| {
+        send(Request::put("/api/autoscaling").header("content-type", "application/json"), AUTH, Body::from(body))
+    };
+    let (status, body) = put(r#"{"enabled": true}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("Autoscaling is on."), "{body}");
+    for bad in [r#"{"enabled": "yes"}"#, r#"{}"#, r#"{"enabled": true, "x": 1}"#, "not json"] {
+        let (status, body) = put(bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert!(body.contains(r#"expected {\"enabled\": true or false}"#), "{body}");
+    }
+    let (status, _) = send(Request::put("/api/autoscaling"), None, Body::from(r#"{"enabled": true}"#)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (_, status) = get_json("/api/cluster_status").await;
+    assert_eq!(status["data"]["autoscaling_enabled"], false, "the fixed view is not autoscaled");
+}
+
+#[tokio::test]
 async fn package_names_are_checked() {
     assert_eq!(get("/api/packages/gcs/_ray_pkg_ab.zip", AUTH).await.0, StatusCode::NOT_FOUND);
     assert_eq!(get("/api/packages/gcs/evil.sh", AUTH).await.0, StatusCode::BAD_REQUEST);

@@ -29,6 +29,13 @@ pub struct Waiting {
     pub label_selector: BTreeMap<String, String>,
 }
 
+/// The head's demand, as `Head::demand` reads it.
+pub struct Demand {
+    pub idle: HashMap<String, Option<f64>>,
+    pub waiting: Vec<Waiting>,
+    pub autoscaling: Option<bool>,
+}
+
 #[derive(Deserialize, Debug, Clone, PartialEq)]
 pub struct JobInfo {
     pub status: String,
@@ -97,28 +104,49 @@ impl<'a> Head<'a> {
         Ok((status, value))
     }
 
+    /// The `data` of `/api/cluster_status`: `cluster_status` (nodes, demand) and
+    /// `autoscaling_enabled`.
     async fn cluster_status(&self) -> Result<Value> {
         let (status, body) = self.call(self.http.get(format!("{}/api/cluster_status", self.url))).await?;
         if !status.is_success() {
             return Err(self.error(format!("cluster status answered {status}: {body}")));
         }
-        match body.pointer("/data/cluster_status") {
-            Some(cluster) if cluster["alive"].is_array() => Ok(cluster.clone()),
+        match body.get("data") {
+            Some(data) if data["cluster_status"]["alive"].is_array() => Ok(data.clone()),
             _ => Err(self.error(format!("cluster status without nodes: {body}"))),
         }
     }
 
+    /// Whether the head lets work no node can hold wait for nodes an autoscaler adds; None
+    /// from a head that does not say.
+    pub async fn autoscaling(&self) -> Result<Option<bool>> {
+        Ok(self.cluster_status().await?["autoscaling_enabled"].as_bool())
+    }
+
+    /// Turns the head's autoscaling on or off, for `enableInTreeAutoscaling` changed on a
+    /// live cluster.
+    pub async fn set_autoscaling(&self, on: bool) -> Result<()> {
+        let request = self.http.put(format!("{}/api/autoscaling", self.url)).json(&serde_json::json!({"enabled": on}));
+        let (status, body) = self.call(request).await?;
+        if !status.is_success() {
+            return Err(self.error(format!("turning autoscaling {}: {status} {body}", if on { "on" } else { "off" })));
+        }
+        Ok(())
+    }
+
     /// Names of alive nodes with any resource in use. Nodes are named after their pods.
     pub async fn busy_nodes(&self) -> Result<HashSet<String>> {
-        let cluster = self.cluster_status().await?;
-        let nodes = cluster["alive"].as_array().into_iter().flatten();
+        let data = self.cluster_status().await?;
+        let nodes = data["cluster_status"]["alive"].as_array().into_iter().flatten();
         Ok(nodes.filter(|n| node_is_busy(n)).filter_map(|n| n["node_name"].as_str().map(String::from)).collect())
     }
 
     /// What the autoscaler reads: the alive nodes by name, with how long each has held
-    /// nothing (None while busy), and the work waiting for room.
-    pub async fn demand(&self) -> Result<(HashMap<String, Option<f64>>, Vec<Waiting>)> {
-        let cluster = self.cluster_status().await?;
+    /// nothing (None while busy), the work waiting for room, and whether the head lets work
+    /// no node can hold wait.
+    pub async fn demand(&self) -> Result<Demand> {
+        let data = self.cluster_status().await?;
+        let cluster = &data["cluster_status"];
         let nodes = cluster["alive"].as_array().into_iter().flatten();
         let idle = nodes.filter_map(|n| Some((n["node_name"].as_str()?.to_string(), n["idle_s"].as_f64()))).collect();
         let waiting = cluster["pending_resources"]
@@ -131,7 +159,7 @@ impl<'a> Head<'a> {
                 Some(Waiting { resources, count: p["count"].as_u64()? as u32, label_selector })
             })
             .collect();
-        Ok((idle, waiting))
+        Ok(Demand { idle, waiting, autoscaling: data["autoscaling_enabled"].as_bool() })
     }
 
     /// The job, or None when the head does not know it.

@@ -18,9 +18,14 @@ impl JobManager {
             .collect()
     }
 
-    /// Jobs no node can hold wait for one an autoscaler adds, rather than failing.
+    /// Jobs no node can hold wait for one an autoscaler adds, rather than failing. The
+    /// cluster's one record of whether it is autoscaled: agents follow it at each heartbeat.
     pub fn set_autoscaling(&self, on: bool) {
         self.lock().autoscaling = on;
+    }
+
+    pub fn autoscaling(&self) -> bool {
+        self.lock().autoscaling
     }
 
     /// One line per job waiting for resources, in queue order.

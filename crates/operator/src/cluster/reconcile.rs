@@ -17,7 +17,7 @@ use super::status::{self, Observed};
 use crate::context::Context;
 use crate::crd::cluster::{RayCluster, RayClusterSpec, StorageBackend};
 use crate::error::{Error, Result};
-use crate::head::Head;
+use crate::head::{Demand, Head};
 use crate::names::*;
 
 /// The operators whose resources these are: a RayCluster managed by anything else is left alone.
@@ -101,18 +101,31 @@ const AUTOSCALE_PERIOD: Duration = Duration::from_secs(3);
 /// was read); else, or while the head cannot say, the spec as it is.
 async fn autoscaled(ctx: &Context, cluster: &RayCluster, namespace: &str) -> Result<RayClusterSpec> {
     let spec = &cluster.spec;
-    if spec.enable_in_tree_autoscaling != Some(true) || spec.suspend == Some(true) {
+    let name = cluster.name_any();
+    if spec.suspend == Some(true) {
         return Ok(spec.clone());
     }
-    let name = cluster.name_any();
     let Some(head) = Head::of_cluster(ctx, namespace, &name).await? else { return Ok(spec.clone()) };
-    let (nodes, waiting) = match head.demand().await {
+    if spec.enable_in_tree_autoscaling != Some(true) {
+        // Turned off on a live cluster: its head stops letting work wait for nodes.
+        if let Ok(Some(true)) = head.autoscaling().await {
+            head.set_autoscaling(false).await?;
+            tracing::info!(cluster = name, "turned the head's autoscaling off");
+        }
+        return Ok(spec.clone());
+    }
+    let Demand { idle: nodes, waiting, autoscaling } = match head.demand().await {
         Ok(found) => found,
         Err(e) => {
             tracing::warn!(cluster = name, error = %e, "could not read the cluster's demand; its groups keep their size");
             return Ok(spec.clone());
         }
     };
+    if autoscaling == Some(false) {
+        // Turned on on a live cluster (its head pod was made without OXRAY_AUTOSCALING).
+        head.set_autoscaling(true).await?;
+        tracing::info!(cluster = name, "turned the head's autoscaling on");
+    }
     let now = k8s_openapi::jiff::Timestamp::now();
     let workers: Vec<WorkerPod> = list_pods(ctx, namespace, &name)
         .await?
