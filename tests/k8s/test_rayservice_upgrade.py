@@ -1,7 +1,8 @@
 """A RayService whose `rayClusterConfig` changes is upgraded without downtime: a new cluster
 is prepared while the old one serves, the Services move to it once Serve runs there, and the
 old one is deleted after `rayClusterDeletionDelaySeconds`. With `upgradeStrategy: None`,
-nothing moves."""
+nothing moves. (The fake cluster has no Service proxy: the old cluster is asked at its own
+address all along, and the new one at its own once the Service selects it.)"""
 
 import json
 import threading
@@ -89,6 +90,7 @@ def test_a_changed_cluster_config_moves_the_service_to_a_new_cluster_without_dow
             pytest.fail(f"the Service did not move: {status(kube, SERVICES, 'fruit')}\n"
                         f"operator log: {operator['log'].read_text()[-3000:]}")
         moved_at = time.monotonic()
+        assert kube.get_or_none(f"{CLUSTERS}/{old}") is not None, "the old cluster stays for its delay"
         # When the Service moves, Serve runs on the new cluster, on the new config's port.
         new_ip = status(kube, CLUSTERS, new)["head"]["podIP"]
         assert fruit(new_ip, new_port)["price"] == 4
@@ -99,9 +101,10 @@ def test_a_changed_cluster_config_moves_the_service_to_a_new_cluster_without_dow
         assert "pendingServiceStatus" not in done and done["serviceStatus"] == "Running", done
         assert conditions(done)["UpgradeInProgress"]["status"] == "False", done
 
-        # The old cluster is deleted after its delay, not before the Service moved.
-        wait_until(lambda: kube.get_or_none(f"{CLUSTERS}/{old}") is None, timeout=60,
+        # The old cluster is deleted after its delay (3 s), not before.
+        wait_until(lambda: kube.get_or_none(f"{CLUSTERS}/{old}") is None, timeout=60, interval=0.2,
                    what="the old cluster to be deleted")
+        assert time.monotonic() - moved_at > 2, "deleted before its delay"
     finally:
         stop.set()
         asker.join()
@@ -118,7 +121,10 @@ def test_a_changed_cluster_config_moves_the_service_to_a_new_cluster_without_dow
     time.sleep(5)
     st = status(kube, SERVICES, "fruit")
     assert st["activeServiceStatus"]["rayClusterName"] == new and "pendingServiceStatus" not in st, st
-    assert [c["metadata"]["name"] for c in kube.list(CLUSTERS)["items"]] == [new]
+    [running] = kube.list(CLUSTERS)["items"]
+    assert running["metadata"]["name"] == new
+    env = running["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "SEASON", "value": "summer"}], "the running cluster was not changed in place"
     kubectl("delete", "rayservice", "fruit", "--timeout=60s")
     wait_until(lambda: kube.get_or_none(f"{CLUSTERS}/{new}") is None, timeout=60,
                what="the service's cluster to be deleted")

@@ -18,9 +18,11 @@ const REMEMBERED: Duration = Duration::from_secs(3);
 pub struct Demand {
     /// Whether the cluster adds nodes for waiting work: then a lease no node can hold waits.
     autoscaling: AtomicBool,
-    /// By asker and shape.
-    waiting: Mutex<HashMap<(String, String), Waiting>>,
+    waiting: Mutex<HashMap<Key, Waiting>>,
 }
+
+/// Asker, shape and label selector.
+type Key = (String, String, BTreeMap<String, String>);
 
 struct Waiting {
     resources: ResourceSet,
@@ -61,17 +63,19 @@ impl Demand {
         count: u32,
         now: Instant,
     ) {
-        let key = (asker.to_string(), format!("{:?}", resources.to_map()));
+        let key = (asker.to_string(), format!("{:?}", resources.to_map()), selector.clone());
         let waiting = Waiting { resources: resources.clone(), selector: selector.clone(), count, asked: now };
         self.waiting.lock().expect("demand lock").insert(key, waiting);
     }
 
-    /// `asker`'s lease of `resources` was granted: what remains waits behind it, and asks again.
+    /// `asker`'s lease of `resources` was granted (under any selector): what remains waits
+    /// behind it, and asks again.
     pub fn granted(&self, asker: &str, resources: &ResourceSet) {
         let mut waiting = self.waiting.lock().expect("demand lock");
-        // Every lease passes here: nothing is keyed while nothing waits, as is usual.
+        // Every lease passes here: nothing is looked at while nothing waits, as is usual.
         if !waiting.is_empty() {
-            waiting.remove(&(asker.to_string(), format!("{:?}", resources.to_map())));
+            let shape = format!("{:?}", resources.to_map());
+            waiting.retain(|(who, what, _), _| who != asker || *what != shape);
         }
     }
 
@@ -79,19 +83,17 @@ impl Demand {
     pub fn current(&self, now: Instant) -> Vec<v1::ResourceDemand> {
         let mut waiting = self.waiting.lock().expect("demand lock");
         waiting.retain(|_, w| now.duration_since(w.asked) < REMEMBERED && w.count > 0);
-        let mut demand: Vec<v1::ResourceDemand> = waiting
-            .iter()
-            .map(|((asker, _), w)| v1::ResourceDemand {
+        let mut entries: Vec<_> = waiting.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        entries
+            .into_iter()
+            .map(|((asker, _, _), w)| v1::ResourceDemand {
                 resources: resources_to_proto(&w.resources),
                 count: w.count,
                 asker: asker.clone(),
                 label_selector: w.selector.clone().into_iter().collect(),
             })
-            .collect();
-        demand.sort_by(|a, b| {
-            a.asker.cmp(&b.asker).then_with(|| format!("{:?}", a.resources).cmp(&format!("{:?}", b.resources)))
-        });
-        demand
+            .collect()
     }
 }
 
@@ -124,6 +126,20 @@ mod tests {
         assert_eq!(demand.current(t0 + Duration::from_secs(2)).len(), 1);
         let later = demand.current(t0 + Duration::from_secs(4) + Duration::from_millis(500));
         assert!(later.is_empty(), "nobody asked for 3 s: {later:?}");
+    }
+
+    #[test]
+    fn one_asker_waiting_for_one_shape_under_two_selectors_asks_for_both() {
+        let demand = Demand::default();
+        let t0 = Instant::now();
+        let on = |v: &str| BTreeMap::from([("accelerator".to_string(), v.to_string())]);
+        demand.record("a", &cpus(1.0), &on("A100"), 2, t0);
+        demand.record("a", &cpus(1.0), &on("H100"), 1, t0);
+        let found: Vec<(u32, String)> =
+            demand.current(t0).iter().map(|d| (d.count, d.label_selector["accelerator"].clone())).collect();
+        assert_eq!(found, vec![(2, "A100".to_string()), (1, "H100".to_string())]);
+        demand.granted("a", &cpus(1.0));
+        assert!(demand.current(t0).is_empty(), "a grant of the shape asks again, under whichever selector");
     }
 
     #[test]

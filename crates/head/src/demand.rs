@@ -55,26 +55,32 @@ impl Demand {
         nodes.iter().filter_map(|(id, n)| Some((id.clone(), now.duration_since(n.idle_since?)))).collect()
     }
 
-    /// The waiting work of every node, counted once per asker and shape (the largest
-    /// backlog seen, with the labels it needs where an agent knew them), by shape.
+    /// The waiting work of every node, counted once per asker, shape and label selector
+    /// (the largest backlog seen), by shape. An agent the asker was sent on to reports it
+    /// without its selector: where another agent reported one for the same asker and shape,
+    /// that report stands for it.
     pub fn waiting(&self) -> Vec<PendingResources> {
         let nodes = self.nodes.lock().expect("demand lock");
-        let mut by_asker: HashMap<(String, String), PendingResources> = HashMap::new();
+        let mut by_asker: BTreeMap<(String, String), BTreeMap<BTreeMap<String, String>, PendingResources>> =
+            BTreeMap::new();
         for demand in nodes.values().flat_map(|n| n.waiting.iter()) {
             let Ok(resources) = resources_from_proto(demand.resources.clone()) else { continue };
             let resources = PendingResources::of(&resources, 0).resources;
-            let key = (demand.asker.clone(), format!("{resources:?}"));
-            let seen = by_asker.entry(key).or_insert(PendingResources {
+            let selector: BTreeMap<String, String> = demand.label_selector.clone().into_iter().collect();
+            let shapes = by_asker.entry((demand.asker.clone(), format!("{resources:?}"))).or_default();
+            let seen = shapes.entry(selector.clone()).or_insert(PendingResources {
                 resources,
                 count: 0,
-                label_selector: BTreeMap::new(),
+                label_selector: selector,
             });
             seen.count = seen.count.max(demand.count);
-            if seen.label_selector.is_empty() {
-                seen.label_selector = demand.label_selector.clone().into_iter().collect();
-            }
         }
-        merged(by_asker.into_values())
+        merged(by_asker.into_values().flat_map(|mut shapes| {
+            if shapes.len() > 1 {
+                shapes.remove(&BTreeMap::new());
+            }
+            shapes.into_values()
+        }))
     }
 }
 

@@ -4,6 +4,7 @@
 //! Recorder leaves the note out of that, and would show the first note for both.)
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -12,7 +13,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
-use tokio::sync::Mutex;
 
 /// How long a said event stays the one its repeats count on.
 const REPEATS_WITHIN: Duration = Duration::from_secs(360);
@@ -53,16 +53,25 @@ impl Events {
         note: String,
     ) -> Result<(), kube::Error> {
         let key = Key { uid: regarding.uid.clone(), warning, reason: reason.into(), note: note.clone() };
-        let mut said = self.said.lock().await;
-        said.retain(|_, s| s.last.elapsed() < REPEATS_WITHIN);
         let now = Timestamp::now();
-        if let Some(s) = said.get_mut(&key) {
-            s.count += 1;
-            s.last = Instant::now();
-            let series = EventSeries { count: s.count, last_observed_time: MicroTime(now) };
+        let repeat = {
+            let mut said = self.said.lock().expect("events lock");
+            said.retain(|_, s| s.last.elapsed() < REPEATS_WITHIN);
+            said.get_mut(&key).map(|s| {
+                s.count += 1;
+                s.last = Instant::now();
+                (s.name.clone(), s.namespace.clone(), s.count)
+            })
+        };
+        if let Some((name, namespace, count)) = repeat {
+            let series = EventSeries { count, last_observed_time: MicroTime(now) };
             let patch = serde_json::json!({ "series": series });
-            let api = Api::<Event>::namespaced(self.client.clone(), &s.namespace);
-            api.patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            let api = Api::<Event>::namespaced(self.client.clone(), &namespace);
+            if let Err(e) = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                // Gone (expired, deleted): the next one is a new event.
+                self.said.lock().expect("events lock").remove(&key);
+                return Err(e);
+            }
             return Ok(());
         }
         let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".into());
@@ -80,7 +89,7 @@ impl Events {
             ..Default::default()
         };
         Api::<Event>::namespaced(self.client.clone(), &namespace).create(&PostParams::default(), &event).await?;
-        said.insert(key, Said { name, namespace, count: 1, last: Instant::now() });
+        self.said.lock().expect("events lock").insert(key, Said { name, namespace, count: 1, last: Instant::now() });
         Ok(())
     }
 }

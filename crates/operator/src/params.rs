@@ -85,6 +85,49 @@ pub fn start_flags(params: &BTreeMap<String, String>) -> Result<Vec<String>, Str
     }
 }
 
+/// A node's labels: `rayStartParams.labels` (`k=v,k2=v2`, or a JSON object), and a group's
+/// `labels`, which win.
+pub fn node_labels(
+    params: &BTreeMap<String, String>,
+    labels: &Option<BTreeMap<String, String>>,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut all = BTreeMap::new();
+    if let Some(text) = params.get("labels").map(|t| unquote(t)) {
+        if text.trim_start().starts_with('{') {
+            all = serde_json::from_str(&text).map_err(|e| format!("rayStartParams.labels: {e}"))?;
+        } else {
+            for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let (k, v) = pair
+                    .split_once('=')
+                    .filter(|(k, _)| !k.trim().is_empty())
+                    .ok_or_else(|| format!("rayStartParams.labels: {pair:?} is not key=value"))?;
+                all.insert(k.trim().to_string(), v.trim().to_string());
+            }
+        }
+    }
+    all.extend(labels.clone().unwrap_or_default());
+    Ok(all)
+}
+
+/// A node's custom resources: `rayStartParams.resources` (a JSON object) and a group's
+/// `resources` (quantities), which win.
+pub fn node_resources(
+    params: &BTreeMap<String, String>,
+    resources: &Option<BTreeMap<String, String>>,
+) -> Result<BTreeMap<String, f64>, String> {
+    let mut all: BTreeMap<String, f64> = match params.get("resources") {
+        Some(text) => serde_json::from_str(&unquote(text))
+            .map_err(|e| format!("rayStartParams.resources: not a JSON object of amounts: {e}"))?,
+        None => BTreeMap::new(),
+    };
+    for (name, amount) in resources.iter().flatten() {
+        let value =
+            crate::quantity::parse(amount).ok_or_else(|| format!("resources.{name}: {amount:?} is not a quantity"))?;
+        all.insert(name.clone(), value);
+    }
+    Ok(all)
+}
+
 /// KubeRay manifests quote JSON values twice (`'"{\"GPU\": 1}"'`), because Ray's command is
 /// a shell line; the operator passes arguments without a shell.
 pub fn unquote(value: &str) -> String {

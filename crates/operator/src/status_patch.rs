@@ -24,6 +24,33 @@ where
     Ok(())
 }
 
+/// Writes `new` as the status of `object` only if nothing changed the object since it was
+/// read (its resourceVersion, as a precondition: a stale read fails with a conflict and is
+/// retried). Returns the object as written, for a later write in the same pass.
+pub async fn write_checked<K, S>(
+    client: &kube::Client,
+    object: &K,
+    old: Option<&S>,
+    new: &S,
+) -> Result<Option<K>, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    S: Serialize + PartialEq,
+{
+    if old == Some(new) {
+        return Ok(None);
+    }
+    let api = Api::<K>::namespaced(client.clone(), &object.namespace().unwrap_or_else(|| "default".into()));
+    let body = json!({
+        "metadata": { "resourceVersion": object.resource_version() },
+        "status": merge_patch(&json!(old), &json!(new)),
+    });
+    api.patch_status(&object.name_any(), &PatchParams::default(), &Patch::Merge(body)).await.map(Some)
+}
+
 pub fn merge_patch(old: &Value, new: &Value) -> Value {
     match (old, new) {
         (Value::Object(old), Value::Object(new)) => {

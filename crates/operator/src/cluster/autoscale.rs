@@ -71,35 +71,15 @@ pub fn pod_shape(group: &WorkerGroupSpec) -> BTreeMap<String, f64> {
             shape.insert(resource.to_string(), amount);
         }
     }
-    if let Some(text) = group.ray_start_params.get("resources") {
-        if let Ok(serde_json::Value::Object(custom)) = serde_json::from_str(&params::unquote(text)) {
-            shape.extend(custom.into_iter().filter_map(|(k, v)| Some((k, v.as_f64()?))));
-        }
-    }
-    for (name, amount) in group.resources.iter().flatten() {
-        if let Some(amount) = quantity::parse(amount) {
-            shape.insert(name.clone(), amount);
-        }
-    }
+    shape.extend(params::node_resources(&group.ray_start_params, &group.resources).unwrap_or_default());
     shape
 }
 
-/// The labels a pod of `group` gives its node: the group's `labels`, and those of its
-/// `rayStartParams` (`labels: "k=v,k2=v2"`).
+/// The labels a pod of `group` gives its node: those of its `rayStartParams` and its
+/// `labels`.
 pub fn pod_labels(group: &WorkerGroupSpec) -> BTreeMap<String, String> {
-    let mut labels: BTreeMap<String, String> = group
-        .ray_start_params
-        .get("labels")
-        .map(|text| {
-            params::unquote(text)
-                .split(',')
-                .filter_map(|pair| pair.split_once('='))
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                .collect()
-        })
-        .unwrap_or_default();
-    labels.extend(group.labels.clone().unwrap_or_default());
-    labels
+    // A group whose labels do not parse makes no pod, so none of its labels count.
+    params::node_labels(&group.ray_start_params, &group.labels).unwrap_or_default()
 }
 
 /// Room for waiting work in a pod (the pod, when it exists): what is free, and its labels.
@@ -214,24 +194,27 @@ pub fn autoscale(spec: &RayClusterSpec, pods: &[WorkerPod], waiting: &[Waiting])
         }
     }
 
-    for g in groups.iter().filter(|g| !grew.contains(&g.group_name)) {
+    for g in &groups {
         let timeout = idle_timeout(spec, g).as_secs_f64();
         let (min, _) = bounds(g);
+        let growing = grew.contains(&g.group_name);
         let entry = scaled.get_mut(&g.group_name).expect("every group is scaled");
-        let mut idle: Vec<&WorkerPod> = pods
+        let mut going: Vec<&WorkerPod> = pods
             .iter()
             .filter(|p| p.group == g.group_name && !entry.workers_to_delete.contains(&p.name))
             .filter(|p| !taken.contains(p.name.as_str()))
-            .filter(|p| p.stuck() || (p.joined && p.idle_s.is_some_and(|s| s >= timeout)))
+            .filter(|p| p.stuck() || (!growing && p.joined && p.idle_s.is_some_and(|s| s >= timeout)))
             .collect();
         // Stuck pods first, then the longest idle.
         let idle_for = |p: &WorkerPod| if p.stuck() { f64::INFINITY } else { p.idle_s.unwrap_or(0.0) };
-        idle.sort_by(|a, b| idle_for(b).total_cmp(&idle_for(a)).then(a.name.cmp(&b.name)));
-        for pod in idle {
-            if entry.replicas <= min {
+        going.sort_by(|a, b| idle_for(b).total_cmp(&idle_for(a)).then(a.name.cmp(&b.name)));
+        for pod in going {
+            if entry.replicas > min {
+                entry.replicas -= 1;
+            } else if !pod.stuck() {
                 break;
             }
-            entry.replicas -= 1;
+            // A stuck pod at the group's min goes all the same: a new one is made in its place.
             entry.workers_to_delete.push(pod.name.clone());
         }
     }

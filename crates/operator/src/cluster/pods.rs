@@ -65,8 +65,7 @@ pub fn head_pod(cluster: &ClusterRef, spec: &HeadGroupSpec) -> Result<Pod, Strin
     let mut flags = vec!["start".to_string(), "--head".into(), "--block".into()];
     let mut p = spec.ray_start_params.clone();
     p.entry("dashboard-host".into()).or_insert_with(|| "0.0.0.0".into());
-    flags.extend(params::start_flags(&p)?);
-    flags.extend(logical_flags(&spec.resources, &spec.labels)?);
+    flags.extend(logical_flags(&p, &spec.resources, &spec.labels)?);
     if cluster.head_claim.is_some() {
         flags.extend(["--storage".into(), format!("{STORAGE_MOUNT}/head.redb")]);
     }
@@ -136,29 +135,28 @@ pub fn worker_pod(
         "--join-timeout-s".into(),
         "600".into(),
     ];
-    flags.extend(params::start_flags(&group.ray_start_params)?);
-    flags.extend(logical_flags(&group.resources, &group.labels)?);
+    flags.extend(logical_flags(&group.ray_start_params, &group.resources, &group.labels)?);
     let mut pod = build(cluster, &group.template, &group.ray_start_params, "worker", &group.group_name, flags)?;
     pod.metadata.generate_name = Some(worker_pod_prefix(&cluster.name, &group.group_name));
     Ok(pod)
 }
 
-/// `resources` and `labels` of a group, which override the same `rayStartParams`.
+/// The flags of `oxray start` for `rayStartParams`, with a group's `resources` and `labels`
+/// merged into those of the parameters (they win where both name one): each flag once.
 fn logical_flags(
+    start_params: &BTreeMap<String, String>,
     resources: &Option<BTreeMap<String, String>>,
     labels: &Option<BTreeMap<String, String>>,
 ) -> Result<Vec<String>, String> {
-    let mut flags = Vec::new();
-    if let Some(resources) = resources.as_ref().filter(|r| !r.is_empty()) {
-        let mut amounts = serde_json::Map::new();
-        for (name, amount) in resources {
-            let value =
-                quantity::parse(amount).ok_or_else(|| format!("resources.{name}: {amount:?} is not a quantity"))?;
-            amounts.insert(name.clone(), serde_json::json!(value));
-        }
-        flags.extend(["--resources".into(), serde_json::Value::Object(amounts).to_string()]);
+    let mut rest = start_params.clone();
+    rest.retain(|name, _| !matches!(name.trim_start_matches('-'), "resources" | "labels"));
+    let mut flags = params::start_flags(&rest)?;
+    let resources = params::node_resources(start_params, resources)?;
+    if !resources.is_empty() {
+        flags.extend(["--resources".into(), serde_json::json!(resources).to_string()]);
     }
-    if let Some(labels) = labels.as_ref().filter(|l| !l.is_empty()) {
+    let labels = params::node_labels(start_params, labels)?;
+    if !labels.is_empty() {
         let text: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         flags.extend(["--labels".into(), text.join(",")]);
     }
@@ -365,6 +363,31 @@ mod tests {
         let a = args(&pod).join(" ");
         assert!(a.contains("--address c-head-svc.ns.svc.cluster.local:6380 --block --join-timeout-s"), "{a}");
         assert_eq!(pod.metadata.generate_name.as_deref(), Some("c-gpu-worker-"));
+    }
+
+    #[test]
+    fn start_parameters_and_a_group_s_resources_and_labels_make_each_flag_once() {
+        let group = WorkerGroupSpec {
+            group_name: "gpu".into(),
+            template: template("2"),
+            ray_start_params: BTreeMap::from([
+                ("resources".to_string(), r#""{\"TPU\": 4, \"disk\": 1}""#.to_string()),
+                ("labels".to_string(), "zone=a, disk=hdd".to_string()),
+            ]),
+            resources: Some(BTreeMap::from([("disk".to_string(), "2".to_string())])),
+            labels: Some(BTreeMap::from([("disk".to_string(), "ssd".to_string())])),
+            ..Default::default()
+        };
+        let a = args(&worker_pod(&cluster(), &group, &BTreeMap::new()).unwrap());
+        let after = |flag: &str| {
+            assert_eq!(a.iter().filter(|x| *x == flag).count(), 1, "{flag} once: {a:?}");
+            a[a.iter().position(|x| x == flag).unwrap() + 1].clone()
+        };
+        assert_eq!(after("--resources"), r#"{"TPU":4.0,"disk":2.0}"#, "the group's amount wins");
+        assert_eq!(after("--labels"), "disk=ssd,zone=a");
+        let bad =
+            WorkerGroupSpec { ray_start_params: BTreeMap::from([("labels".to_string(), "zone".to_string())]), ..group };
+        assert!(worker_pod(&cluster(), &bad, &BTreeMap::new()).unwrap_err().contains("not key=value"));
     }
 
     #[test]

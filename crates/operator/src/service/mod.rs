@@ -69,21 +69,27 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             Named { name, fit }
         })
     };
+    let (mut active_name, pending_name) = (name_of(&last.active_service_status), name_of(&last.pending_service_status));
+    if active_name.is_none() && pending_name.is_none() && !owned.is_empty() {
+        active_name = adopted(&ctx, &service, &namespace, &owned).await?;
+    }
     let strategy = service.spec.upgrade_strategy.as_ref().and_then(|s| s.type_).unwrap_or_default();
     let mut plan = upgrade::plan(
-        named(name_of(&last.active_service_status)),
-        named(name_of(&last.pending_service_status)),
+        named(active_name),
+        named(pending_name.clone()),
         strategy,
         format!("{}-raycluster-{}", service.name_any(), random_suffix()),
     );
+    // Status writes are checked against the version read: one pass at a time decides.
+    let mut written: Option<RayService> = None;
     if let Some(new) = &plan.create {
-        if name_of(&last.pending_service_status).as_ref() != Some(new) {
+        if pending_name.as_ref() != Some(new) {
             // The name is recorded before the cluster is made, so a pass cut short in
             // between makes it under the same name next time.
             let mut named_first = last.clone();
             named_first.pending_service_status =
                 Some(ServiceStatusDetail { ray_cluster_name: Some(new.clone()), ..Default::default() });
-            crate::status_patch::write(&ctx.client, service.as_ref(), service.status.as_ref(), &named_first).await?;
+            written = write_status(&ctx, &service, &named_first).await?;
         }
         create_cluster(&ctx, &service, &clusters, new, plan.active.as_deref()).await?;
     }
@@ -105,14 +111,15 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
         Some(yaml) => plan::serve_config(yaml).map_err(|e| ("InvalidServeConfig", e)),
     };
     let had_active = exists(&plan.active);
-    let problem = match &config {
-        Err(problem) => Some(problem.clone()),
+    let serving_pending = plan.serve.is_some() && plan.serve == plan.pending;
+    let (problem, sent) = match &config {
+        Err(problem) => (Some(problem.clone()), false),
         Ok(config) => {
-            let target = if plan.pending.is_some() { &mut pending } else { &mut active };
-            send_config(&ctx, &service, config, target).await
+            send_config(&ctx, &service, config, if serving_pending { &mut pending } else { &mut active }).await
         }
     };
-    if let (Some(name), Ok(config), None) = (plan.pending.clone(), &config, &problem) {
+    // Statuses read before a config was sent are not of that config: promotion waits a pass.
+    if let (Some(name), Ok(config), None, false) = (plan.pending.clone(), &config, &problem, sent) {
         if upgrade::promote(plan::all_running(config, &pending.statuses), pending.endpoints, had_active) {
             let note = match plan.active.as_deref() {
                 Some(old) => format!("RayCluster {name} serves now, in place of {old}"),
@@ -123,6 +130,8 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             active = std::mem::take(&mut pending);
         }
     }
+
+    // The Services lead to the active cluster before the status says it serves.
     if exists(&plan.active) {
         let cluster = plan.active.as_deref().unwrap_or_default();
         let owner = service.controller_owner_ref(&()).expect("a stored resource has a name and uid");
@@ -133,7 +142,6 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             ensure_serve_service(&ctx, owner, &format!("{base}-serve-svc"), &namespace, cluster, port).await?;
         }
     }
-    sweep(&ctx, &service, &clusters, &owned, &plan).await?;
 
     let upgrading = plan.pending.is_some() && exists(&plan.active);
     if active.details.is_none() && plan.active == name_of(&last.active_service_status) {
@@ -148,12 +156,12 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
     };
     let waiting = problem.map(|p| p.1).or(pending.unreachable.clone());
     let cluster_status = |name: &str| find(name).and_then(|c| c.status.clone());
-    let detail = |name: &Option<String>, seen: Seen, kept: &Option<ServiceStatusDetail>| {
+    let detail = |name: &Option<String>, seen: &Seen, kept: &Option<ServiceStatusDetail>| {
         name.as_ref().map(|n| ServiceStatusDetail {
             ray_cluster_name: Some(n.clone()),
             ray_cluster_status: cluster_status(n),
-            application_statuses: match (seen.details, kept) {
-                (Some(_), _) => seen.statuses,
+            application_statuses: match (&seen.details, kept) {
+                (Some(_), _) => seen.statuses.clone(),
                 (None, Some(k)) if k.ray_cluster_name.as_ref() == Some(n) => k.application_statuses.clone(),
                 _ => BTreeMap::new(),
             },
@@ -167,12 +175,44 @@ pub async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Ac
             .collect(),
         service_status: readiness.ready().then(|| "Running".to_string()),
         num_serve_endpoints: active.endpoints,
-        active_service_status: detail(&plan.active, active, &last.active_service_status),
-        pending_service_status: detail(&plan.pending, pending, &last.pending_service_status),
+        active_service_status: detail(&plan.active, &active, &last.active_service_status),
+        pending_service_status: detail(&plan.pending, &pending, &last.pending_service_status),
         observed_generation: service.metadata.generation,
     };
-    crate::status_patch::write(&ctx.client, service.as_ref(), service.status.as_ref(), &status).await?;
+    write_status(&ctx, written.as_ref().unwrap_or(&service), &status).await?;
+    // Only clusters the written status names neither active nor pending go.
+
+    sweep(&ctx, &service, &clusters, &owned, &plan).await?;
     Ok(Action::requeue(POLL))
+}
+
+/// `status` as the service's, if nothing changed the service since `read` was read.
+async fn write_status(ctx: &Context, read: &RayService, status: &RayServiceStatus) -> Result<Option<RayService>> {
+    Ok(crate::status_patch::write_checked(&ctx.client, read, read.status.as_ref(), status).await?)
+}
+
+/// The cluster to take as active for a service whose status names none (see
+/// `upgrade::adopt`).
+async fn adopted(ctx: &Context, service: &RayService, namespace: &str, owned: &[RayCluster]) -> Result<Option<String>> {
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(ctx.client.clone(), namespace);
+    let selected = services
+        .get_opt(&format!("{}-serve-svc", service.name_any()))
+        .await?
+        .and_then(|s| s.spec?.selector?.get(crate::names::LABEL_CLUSTER).cloned());
+    let mut by_age: Vec<&RayCluster> = owned.iter().collect();
+    by_age.sort_by_key(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    let seen: Vec<(String, upgrade::Fit, bool)> = by_age
+        .iter()
+        .map(|c| {
+            let fit = upgrade::fit(&service.spec.ray_cluster_config, c.annotations());
+            (c.name_any(), fit, selected.as_deref() == Some(c.name_any().as_str()))
+        })
+        .collect();
+    let found = upgrade::adopt(&seen);
+    if let Some(name) = &found {
+        tracing::info!(service = %service.name_any(), cluster = name, "the status names no cluster: taking this one as active");
+    }
+    Ok(found)
 }
 
 /// Asks a cluster's head what Serve runs, and labels the pods that serve.
@@ -193,31 +233,32 @@ async fn look<'a>(ctx: &'a Context, namespace: &str, cluster: &Option<String>, e
     }
 }
 
-/// Sends `serveConfigV2` to the cluster's head unless it runs exactly that; what keeps it
-/// from running there, as a condition's reason and message.
+/// Sends `serveConfigV2` to the cluster's head unless it runs exactly that. Returns what
+/// keeps it from running there (as a condition's reason and message), and whether it was
+/// sent now.
 async fn send_config(
     ctx: &Context,
     service: &RayService,
     config: &Value,
     seen: &mut Seen<'_>,
-) -> Option<(&'static str, String)> {
+) -> (Option<(&'static str, String)>, bool) {
     let (Some(head), Some(details)) = (&seen.head, &seen.details) else {
-        return Some(("Initializing", seen.unreachable.clone().unwrap_or_default()));
+        return (Some(("Initializing", seen.unreachable.clone().unwrap_or_default())), false);
     };
     if !plan::needs_put(config, details) {
-        return None;
+        return (None, false);
     }
     match head.put_serve_config(config).await {
         Ok(Ok(())) => {
             tracing::info!(service = %service.name_any(), "sent serveConfigV2 to the head");
-            None
+            (None, true)
         }
         Ok(Err(refused)) => {
             let why = format!("the head refused serveConfigV2: {refused}");
             ctx.event(service, true, "InvalidServeConfig", why.clone()).await;
-            Some(("InvalidServeConfig", why))
+            (Some(("InvalidServeConfig", why)), false)
         }
-        Err(e) => Some(("Initializing", e.to_string())),
+        Err(e) => (Some(("Initializing", e.to_string())), false),
     }
 }
 
@@ -270,6 +311,8 @@ async fn carry_out_in_place<'a>(
     if let Some(live) = plan.mark.as_deref().and_then(&find) {
         let patch = serde_json::json!({"metadata": {"annotations": upgrade::marks(&live.spec)}});
         clusters.patch(&live.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        // Its version changed: an update waits for the next pass, which reads it again.
+        return Ok(());
     }
     let Some(update) = &plan.update else { return Ok(()) };
     let Some(live) = find(&update.name) else { return Ok(()) };
@@ -277,7 +320,8 @@ async fn carry_out_in_place<'a>(
         return Ok(());
     };
     let mut new = live.clone();
-    new.annotations_mut().extend(upgrade::marks(&spec));
+    // Marked as made from the wanted config: edits made to the cluster itself stay its own.
+    new.annotations_mut().extend(upgrade::marks(&service.spec.ray_cluster_config));
     new.spec = spec;
     // With the resourceVersion read: a change made meanwhile wins, and this is done again.
     clusters.replace(&update.name, &PostParams::default(), &new).await?;
@@ -310,6 +354,10 @@ async fn sweep(
                 let patch = serde_json::json!({"metadata": {"annotations": {upgrade::ANNOTATION_DELETE_AFTER: at}}});
                 clusters.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
                 tracing::info!(service = %service.name_any(), cluster = name, at, "a RayCluster no longer serves; deleted after its delay");
+            }
+            Sweep::Unmark { name } => {
+                let patch = serde_json::json!({"metadata": {"annotations": {upgrade::ANNOTATION_DELETE_AFTER: null}}});
+                clusters.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             }
             Sweep::Delete { name } => match clusters.delete(&name, &DeleteParams::background()).await {
                 Ok(_) => {

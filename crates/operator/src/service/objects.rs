@@ -111,19 +111,29 @@ pub async fn ensure_head_service(
     let Some(source) = services.get_opt(&head_service(cluster)).await? else { return Ok(()) };
     let wanted = stable_head_service(&source, name, cluster, owner);
     let now = services.get_opt(name).await?;
-    let same = |a: &Service, b: &Service| {
-        let part = |s: &Service| s.spec.as_ref().map(|s| (s.selector.clone(), s.ports.clone(), s.type_.clone()));
-        part(a) == part(b)
-    };
-    if now.as_ref().is_some_and(|now| same(now, &wanted)) {
+    if now.as_ref().is_some_and(|now| same_routing(now, &wanted)) {
         return Ok(());
     }
     services.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&wanted)).await?;
     Ok(())
 }
 
-/// The head Service of `cluster` (`source`) renamed and owned by the RayService: what the
-/// API server gives each Service (its address, node ports) is left for it to give again.
+/// Whether two head Services lead the same way: selector, type and ports, whatever node
+/// ports the API server gave each.
+fn same_routing(a: &Service, b: &Service) -> bool {
+    let routing = |s: &Service| {
+        let spec = s.spec.clone().unwrap_or_default();
+        let ports: Vec<ServicePort> =
+            spec.ports.unwrap_or_default().into_iter().map(|p| ServicePort { node_port: None, ..p }).collect();
+        (spec.selector, ports, spec.type_, s.metadata.annotations.clone())
+    };
+    routing(a) == routing(b)
+}
+
+/// The head Service of `cluster` (`source`) renamed and owned by the RayService, with its
+/// annotations (a load balancer's kind, say). What the API server gives each Service (its
+/// address, node ports) is left for it to give again, and what only one Service may hold
+/// (a load balancer's or external address) stays the cluster's own Service's.
 pub fn stable_head_service(source: &Service, name: &str, cluster: &str, owner: OwnerReference) -> Service {
     let mut spec = source.spec.clone().unwrap_or_default();
     spec.selector = Some(BTreeMap::from([
@@ -134,6 +144,9 @@ pub fn stable_head_service(source: &Service, name: &str, cluster: &str, owner: O
         spec.cluster_ip = None;
     }
     spec.cluster_ips = None;
+    spec.health_check_node_port = None;
+    spec.load_balancer_ip = None;
+    spec.external_ips = None;
     for port in spec.ports.iter_mut().flatten() {
         port.node_port = None;
     }
@@ -142,6 +155,7 @@ pub fn stable_head_service(source: &Service, name: &str, cluster: &str, owner: O
             name: Some(name.to_string()),
             namespace: source.metadata.namespace.clone(),
             owner_references: Some(vec![owner]),
+            annotations: source.metadata.annotations.clone(),
             ..Default::default()
         },
         spec: Some(spec),
@@ -157,8 +171,10 @@ mod tests {
     fn the_stable_head_service_selects_the_cluster_s_head_and_leaves_addresses_to_the_api() {
         let source: Service = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "svc-raycluster-abcde-head-svc", "namespace": "ns",
-                         "labels": {"ray.io/cluster": "svc-raycluster-abcde"}},
+                         "labels": {"ray.io/cluster": "svc-raycluster-abcde"},
+                         "annotations": {"cloud.example/load-balancer": "internal"}},
             "spec": {"type": "NodePort", "clusterIP": "10.0.0.9", "clusterIPs": ["10.0.0.9"],
+                     "healthCheckNodePort": 32000, "loadBalancerIP": "1.2.3.4", "externalIPs": ["5.6.7.8"],
                      "selector": {"ray.io/cluster": "svc-raycluster-abcde", "ray.io/node-type": "head"},
                      "ports": [{"name": "dashboard", "port": 8265, "nodePort": 31000}]}
         }))
@@ -167,7 +183,12 @@ mod tests {
         let out = stable_head_service(&source, "svc-head-svc", "svc-raycluster-fghij", owner);
         assert_eq!(out.metadata.name.as_deref(), Some("svc-head-svc"));
         assert_eq!(out.metadata.labels, None, "the cluster's controller does not own it");
+        assert_eq!(out.metadata.annotations.as_ref().unwrap()["cloud.example/load-balancer"], "internal");
+        let mut given = out.clone();
+        given.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(31555);
+        assert!(same_routing(&out, &given), "node ports the API server gave are no change");
         let spec = out.spec.unwrap();
+        assert_eq!((spec.health_check_node_port, spec.load_balancer_ip, spec.external_ips), (None, None, None));
         assert_eq!(spec.selector.unwrap()["ray.io/cluster"], "svc-raycluster-fghij");
         assert_eq!((spec.cluster_ip, spec.cluster_ips), (None, None));
         assert_eq!(spec.ports.unwrap()[0].node_port, None);

@@ -45,6 +45,10 @@ pub fn spec_hash(spec: &RayClusterSpec, groups: Option<usize>) -> String {
             unset(Some(group), &["replicas", "minReplicas", "maxReplicas"]);
         }
     }
+    // An empty list is left out, as a spec without worker groups serializes.
+    if value.get("workerGroupSpecs").and_then(Value::as_array).is_some_and(|l| l.is_empty()) {
+        unset(Some(&mut value), &["workerGroupSpecs"]);
+    }
     // serde_json's maps are sorted, so the text is canonical.
     hex::encode(&Sha256::digest(value.to_string().as_bytes())[..16])
 }
@@ -137,9 +141,8 @@ pub fn plan(active: Option<Named>, pending: Option<Named>, strategy: ServiceUpgr
     let give_up = matches!(live_active, Some((_, Fit::Same))) || strategy == ServiceUpgradeType::None;
     if let Some(p) = pending {
         match p.fit {
-            Some(Fit::Same | Fit::Extended) => return preparing(p.name, p.fit),
             _ if give_up && live_active.is_some() => {}
-            None => return preparing(p.name, None),
+            Some(Fit::Same | Fit::Extended) | None => return preparing(p.name, p.fit),
             _ => return preparing(new_name, None),
         }
     }
@@ -155,6 +158,15 @@ pub fn plan(active: Option<Named>, pending: Option<Named>, strategy: ServiceUpgr
             create: None,
         },
     }
+}
+
+/// The service's cluster to take as active when its status names none (a status lost, or
+/// restored without it): the one its Serve Service leads to, else one of the wanted config,
+/// else the newest. `owned` is oldest first: (name, fit, selected by the Serve Service).
+/// None when it has none: one is made.
+pub fn adopt(owned: &[(String, Fit, bool)]) -> Option<String> {
+    let pick = |f: &dyn Fn(&(String, Fit, bool)) -> bool| owned.iter().rev().find(|c| f(c)).map(|c| c.0.clone());
+    pick(&|c| c.2).or_else(|| pick(&|c| matches!(c.1, Fit::Same | Fit::Extended))).or_else(|| pick(&|_| true))
 }
 
 /// Whether the pending cluster takes the traffic: every application runs there, and a pod of
@@ -196,6 +208,10 @@ pub enum Sweep {
     Delete {
         name: String,
     },
+    /// A cluster in use again (taken back as active, say) loses its mark.
+    Unmark {
+        name: String,
+    },
 }
 
 /// The service's other clusters: each is marked with its deletion time when first seen
@@ -205,8 +221,8 @@ pub fn sweep(owned: &[(String, Option<String>)], plan: &Plan, now: SystemTime, d
     let keep = [plan.active.as_deref(), plan.pending.as_deref()];
     owned
         .iter()
-        .filter(|(name, _)| !keep.contains(&Some(name.as_str())))
         .filter_map(|(name, mark)| match mark.as_deref().map(humantime::parse_rfc3339) {
+            _ if keep.contains(&Some(name.as_str())) => mark.is_some().then(|| Sweep::Unmark { name: name.clone() }),
             Some(Ok(at)) if at <= now => Some(Sweep::Delete { name: name.clone() }),
             Some(Ok(_)) => None,
             // Unmarked, or a mark that does not parse: (re)marked from now.

@@ -59,6 +59,9 @@ fn a_cluster_fits_the_same_config_groups_added_at_the_end_or_differs() {
     image.worker_group_specs[0].template.spec.as_mut().unwrap().containers[0].image = Some("oxray:2".into());
     assert_eq!(fit(&with_group(image, "big"), &marks(&s)), Fit::Different);
     assert_eq!(fit(&s, &BTreeMap::new()), Fit::Unmarked);
+    // The first worker group added to a cluster of a head alone.
+    let head_only = RayClusterSpec { worker_group_specs: vec![], ..s.clone() };
+    assert_eq!(fit(&s, &marks(&head_only)), Fit::Extended);
 }
 
 #[test]
@@ -171,6 +174,8 @@ fn clusters_no_longer_used_are_marked_then_deleted_after_the_delay() {
         ("d".to_string(), Some("2026-01-01T00:00:30Z".to_string())),
         ("e".to_string(), Some("2025-12-31T23:59:59Z".to_string())),
         ("f".to_string(), Some("yesterday".to_string())),
+        // Taken back as active after it was marked.
+        ("b".to_string(), Some("2025-12-31T23:59:59Z".to_string())),
     ];
     let sweeps = sweep(&owned, &p, now, Duration::from_secs(60));
     assert_eq!(
@@ -179,6 +184,7 @@ fn clusters_no_longer_used_are_marked_then_deleted_after_the_delay() {
             Sweep::Mark { name: "a".into(), at: "2026-01-01T00:01:00Z".into() },
             Sweep::Delete { name: "e".into() },
             Sweep::Mark { name: "f".into(), at: "2026-01-01T00:01:00Z".into() },
+            Sweep::Unmark { name: "b".into() },
         ]
     );
 }

@@ -165,12 +165,16 @@ fn a_pod_that_never_joins_is_no_room_and_goes() {
     let spec = spec(vec![group("g", 2, 1, 9, &[])]);
     let stuck = WorkerPod { age_s: STUCK_AFTER.as_secs_f64(), ..pod("late", "g", false, None) };
     let pods = [pod("ok", "g", true, None), stuck.clone()];
-    // Two 2-CPU tasks: the stuck pod holds neither, so one more pod is asked for, and the
-    // stuck one goes.
+    // A 2-CPU task: the stuck pod is no room for it, so a pod is added in its place.
     let scaled = autoscale(&spec, &pods, &[wants(&[("CPU", 2.0)], 1)]);
-    assert_eq!(scaled["g"].replicas, 3);
+    assert_eq!((scaled["g"].replicas, scaled["g"].workers_to_delete.clone()), (2, vec!["late".to_string()]));
     let quiet = autoscale(&spec, &pods, &[]);
     assert_eq!((quiet["g"].replicas, quiet["g"].workers_to_delete.clone()), (1, vec!["late".to_string()]));
+    // At the group's min, it is replaced.
+    let mut one = spec.clone();
+    one.worker_group_specs[0].replicas = Some(1);
+    let at_min = autoscale(&one, std::slice::from_ref(&stuck), &[]);
+    assert_eq!((at_min["g"].replicas, at_min["g"].workers_to_delete.clone()), (1, vec!["late".to_string()]));
     // Not stuck yet: room on its way, and it stays.
     let young = [pod("ok", "g", true, None), WorkerPod { age_s: 60.0, ..stuck }];
     assert_eq!(autoscale(&spec, &young, &[wants(&[("CPU", 2.0)], 1)])["g"].replicas, 2);
