@@ -322,19 +322,25 @@ def serve_config(serve_port, price):
             f"        user_config: {{price: {price}}}\n")
 
 
+def serving(operator, kube, kubectl, service):
+    """Applies a RayService; its status once it serves (the operator's log when it does not)."""
+    apply(kubectl, service)
+    name = service["metadata"]["name"]
+    try:
+        return wait_until(lambda: (st := status(kube, SERVICES, name)).get("serviceStatus") == "Running" and st,
+                          timeout=180, what="the RayService to serve")
+    except TimeoutError:
+        pytest.fail(f"the RayService did not serve: {status(kube, SERVICES, name)}\n"
+                    f"operator log: {operator['log'].read_text()[-3000:]}")
+
+
 def test_a_rayservice_serves_its_config_and_applies_changes_in_place(operator, kube, kubectl):
     serve_port = free_port()
     cluster = cluster_manifest("unused", workers=0)["spec"]
     cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] = "2"
     service = {"apiVersion": "oxray.io/v1", "kind": "RayService", "metadata": {"name": "fruit"},
                "spec": {"serveConfigV2": serve_config(serve_port, 3), "rayClusterConfig": cluster}}
-    apply(kubectl, service)
-    try:
-        s = wait_until(lambda: (st := status(kube, SERVICES, "fruit")).get("serviceStatus") == "Running" and st,
-                       timeout=180, what="the RayService to serve")
-    except TimeoutError:
-        pytest.fail(f"the RayService did not serve: {status(kube, SERVICES, 'fruit')}\n"
-                    f"operator log: {operator['log'].read_text()[-3000:]}")
+    s = serving(operator, kube, kubectl, service)
     apps = s["activeServiceStatus"]["applicationStatuses"]
     assert apps["fruit"]["status"] == "RUNNING", s
     assert apps["fruit"]["serveDeploymentStatuses"]["Fruit"]["status"] == "HEALTHY", s

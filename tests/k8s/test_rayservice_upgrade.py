@@ -13,7 +13,7 @@ import pytest
 
 from tests.k8s.fakekube.client import wait_until
 from tests.k8s.test_operator import (  # noqa: F401 (fixtures)
-    CLUSTERS, SERVICES, apply, cluster_manifest, free_port, operator, serve_config, status,
+    CLUSTERS, SERVICES, apply, cluster_manifest, free_port, operator, serve_config, serving, status,
 )
 
 SERVE_SVC = "/api/v1/namespaces/default/services/fruit-serve-svc"
@@ -43,13 +43,7 @@ def test_a_changed_cluster_config_moves_the_service_to_a_new_cluster_without_dow
     service = {"apiVersion": "oxray.io/v1", "kind": "RayService", "metadata": {"name": "fruit"},
                "spec": {"serveConfigV2": serve_config(old_port, 3), "rayClusterConfig": head_cluster_spec("spring"),
                         "rayClusterDeletionDelaySeconds": 3}}
-    apply(kubectl, service)
-    try:
-        first = wait_until(lambda: (st := status(kube, SERVICES, "fruit")).get("serviceStatus") == "Running" and st,
-                           timeout=180, what="the RayService to serve")
-    except TimeoutError:
-        pytest.fail(f"the RayService did not serve: {status(kube, SERVICES, 'fruit')}\n"
-                    f"operator log: {operator['log'].read_text()[-3000:]}")
+    first = serving(operator, kube, kubectl, service)
     old = first["activeServiceStatus"]["rayClusterName"]
     old_ip = status(kube, CLUSTERS, old)["head"]["podIP"]
     assert fruit(old_ip, old_port)["price"] == 3

@@ -6,48 +6,57 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-/// Writes `new` as the object's status when it differs from `old`.
-pub async fn write<K, S>(client: &kube::Client, object: &K, old: Option<&S>, new: &S) -> Result<(), kube::Error>
-where
+/// What a custom resource of the operator's is, to have its status written.
+pub trait Stored:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Stored for K where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    S: Serialize + PartialEq,
+        + std::fmt::Debug
 {
-    if old == Some(new) {
-        return Ok(());
-    }
-    let api = Api::<K>::namespaced(client.clone(), &object.namespace().unwrap_or_else(|| "default".into()));
-    let patch = merge_patch(&json!(old), &json!(new));
-    api.patch_status(&object.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "status": patch }))).await?;
-    Ok(())
+}
+
+/// Writes `new` as the object's status when it differs from `old`.
+pub async fn write<K: Stored, S: Serialize + PartialEq>(
+    client: &kube::Client,
+    object: &K,
+    old: Option<&S>,
+    new: &S,
+) -> Result<(), kube::Error> {
+    patched(client, object, old, new, json!({})).await.map(|_| ())
 }
 
 /// Writes `new` as the status of `object` only if nothing changed the object since it was
 /// read (its resourceVersion, as a precondition: a stale read fails with a conflict and is
 /// retried). Returns the object as written, for a later write in the same pass.
-pub async fn write_checked<K, S>(
+pub async fn write_checked<K: Stored, S: Serialize + PartialEq>(
     client: &kube::Client,
     object: &K,
     old: Option<&S>,
     new: &S,
-) -> Result<Option<K>, kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    S: Serialize + PartialEq,
-{
+) -> Result<Option<K>, kube::Error> {
+    patched(client, object, old, new, json!({ "resourceVersion": object.resource_version() })).await
+}
+
+async fn patched<K: Stored, S: Serialize + PartialEq>(
+    client: &kube::Client,
+    object: &K,
+    old: Option<&S>,
+    new: &S,
+    metadata: Value,
+) -> Result<Option<K>, kube::Error> {
     if old == Some(new) {
         return Ok(None);
     }
     let api = Api::<K>::namespaced(client.clone(), &object.namespace().unwrap_or_else(|| "default".into()));
-    let body = json!({
-        "metadata": { "resourceVersion": object.resource_version() },
-        "status": merge_patch(&json!(old), &json!(new)),
-    });
+    let body = json!({ "metadata": metadata, "status": merge_patch(&json!(old), &json!(new)) });
     api.patch_status(&object.name_any(), &PatchParams::default(), &Patch::Merge(body)).await.map(Some)
 }
 
