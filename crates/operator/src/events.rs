@@ -67,12 +67,14 @@ impl Events {
             let series = EventSeries { count, last_observed_time: MicroTime(now) };
             let patch = serde_json::json!({ "series": series });
             let api = Api::<Event>::namespaced(self.client.clone(), &namespace);
-            if let Err(e) = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                // Gone (expired, deleted): the next one is a new event.
-                self.said.lock().expect("events lock").remove(&key);
-                return Err(e);
+            match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => return Ok(()),
+                // Gone (expired, deleted): this one is a new event.
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    self.said.lock().expect("events lock").remove(&key);
+                }
+                Err(e) => return Err(e),
             }
-            return Ok(());
         }
         let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".into());
         let name = format!("{}.{:x}", regarding.name.as_deref().unwrap_or(&self.controller), now.as_nanosecond());

@@ -85,6 +85,11 @@ pub fn start_flags(params: &BTreeMap<String, String>) -> Result<Vec<String>, Str
     }
 }
 
+/// A start parameter, written with or without its leading dashes.
+pub fn param<'a>(params: &'a BTreeMap<String, String>, name: &str) -> Option<&'a String> {
+    params.iter().find(|(key, _)| key.trim_start_matches('-') == name).map(|(_, value)| value)
+}
+
 /// A node's labels: `rayStartParams.labels` (`k=v,k2=v2`, or a JSON object), and a group's
 /// `labels`, which win.
 pub fn node_labels(
@@ -92,9 +97,13 @@ pub fn node_labels(
     labels: &Option<BTreeMap<String, String>>,
 ) -> Result<BTreeMap<String, String>, String> {
     let mut all = BTreeMap::new();
-    if let Some(text) = params.get("labels").map(|t| unquote(t)) {
+    if let Some(text) = param(params, "labels").map(|t| unquote(t)) {
         if text.trim_start().starts_with('{') {
             all = serde_json::from_str(&text).map_err(|e| format!("rayStartParams.labels: {e}"))?;
+            // They are passed on as `k=v,k2=v2`.
+            if let Some((k, v)) = all.iter().find(|(k, v)| format!("{k}{v}").contains([',', '='])) {
+                return Err(format!("rayStartParams.labels: {k}={v}: a label may not hold ',' or '='"));
+            }
         } else {
             for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                 let (k, v) = pair
@@ -115,7 +124,7 @@ pub fn node_resources(
     params: &BTreeMap<String, String>,
     resources: &Option<BTreeMap<String, String>>,
 ) -> Result<BTreeMap<String, f64>, String> {
-    let mut all: BTreeMap<String, f64> = match params.get("resources") {
+    let mut all: BTreeMap<String, f64> = match param(params, "resources") {
         Some(text) => serde_json::from_str(&unquote(text))
             .map_err(|e| format!("rayStartParams.resources: not a JSON object of amounts: {e}"))?,
         None => BTreeMap::new(),

@@ -63,7 +63,8 @@ pub fn pod_shape(group: &WorkerGroupSpec) -> BTreeMap<String, f64> {
             resources.limits.as_ref().and_then(|l| l.get(name)).or_else(|| resources.requests.as_ref()?.get(name))?;
         quantity::ceil_units(&amount.0).map(|units| units as f64)
     };
-    let param = |name: &str| group.ray_start_params.get(name).and_then(|v| params::unquote(v).parse::<f64>().ok());
+    let param =
+        |name: &str| params::param(&group.ray_start_params, name).and_then(|v| params::unquote(v).parse::<f64>().ok());
     for (resource, flag, from_container) in
         [("CPU", "num-cpus", "cpu"), ("GPU", "num-gpus", "nvidia.com/gpu"), ("memory", "memory", "memory")]
     {

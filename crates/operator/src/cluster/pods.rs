@@ -385,9 +385,20 @@ mod tests {
         };
         assert_eq!(after("--resources"), r#"{"TPU":4.0,"disk":2.0}"#, "the group's amount wins");
         assert_eq!(after("--labels"), "disk=ssd,zone=a");
-        let bad =
-            WorkerGroupSpec { ray_start_params: BTreeMap::from([("labels".to_string(), "zone".to_string())]), ..group };
-        assert!(worker_pod(&cluster(), &bad, &BTreeMap::new()).unwrap_err().contains("not key=value"));
+        let with = |key: &str, value: &str| WorkerGroupSpec {
+            ray_start_params: BTreeMap::from([(key.to_string(), value.to_string())]),
+            labels: None,
+            resources: None,
+            ..group.clone()
+        };
+        let dashed = args(&worker_pod(&cluster(), &with("--resources", r#"{"TPU": 4}"#), &BTreeMap::new()).unwrap());
+        assert!(dashed.join(" ").contains(r#"--resources {"TPU":4.0}"#), "written with its dashes: {dashed:?}");
+        let json = args(&worker_pod(&cluster(), &with("labels", r#"{"zone": "a"}"#), &BTreeMap::new()).unwrap());
+        assert!(json.join(" ").contains("--labels zone=a"), "{json:?}");
+        for (value, why) in [("zone", "not key=value"), (r#"{"zone": "a,b"}"#, "may not hold")] {
+            let err = worker_pod(&cluster(), &with("labels", value), &BTreeMap::new()).unwrap_err();
+            assert!(err.contains(why), "{value}: {err}");
+        }
     }
 
     #[test]

@@ -199,7 +199,7 @@ async fn adopted(ctx: &Context, service: &RayService, namespace: &str, owned: &[
         .get_opt(&format!("{}-serve-svc", service.name_any()))
         .await?
         .and_then(|s| s.spec?.selector?.get(crate::names::LABEL_CLUSTER).cloned());
-    let mut by_age: Vec<&RayCluster> = owned.iter().collect();
+    let mut by_age: Vec<&RayCluster> = owned.iter().filter(|c| c.metadata.deletion_timestamp.is_none()).collect();
     by_age.sort_by_key(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0));
     let seen: Vec<(String, upgrade::Fit, bool)> = by_age
         .iter()

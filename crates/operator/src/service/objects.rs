@@ -118,16 +118,19 @@ pub async fn ensure_head_service(
     Ok(())
 }
 
-/// Whether two head Services lead the same way: selector, type and ports, whatever node
-/// ports the API server gave each.
-fn same_routing(a: &Service, b: &Service) -> bool {
+/// Whether the head Service `now` leads as `wanted` does: selector, type and ports, whatever
+/// node ports the API server gave it, with the annotations wanted (others, a load balancer
+/// controller's say, may be there too).
+fn same_routing(now: &Service, wanted: &Service) -> bool {
     let routing = |s: &Service| {
         let spec = s.spec.clone().unwrap_or_default();
         let ports: Vec<ServicePort> =
             spec.ports.unwrap_or_default().into_iter().map(|p| ServicePort { node_port: None, ..p }).collect();
-        (spec.selector, ports, spec.type_, s.metadata.annotations.clone())
+        (spec.selector, ports, spec.type_)
     };
-    routing(a) == routing(b)
+    let has = now.metadata.annotations.clone().unwrap_or_default();
+    let annotated = wanted.metadata.annotations.iter().flatten().all(|(k, v)| has.get(k) == Some(v));
+    annotated && routing(now) == routing(wanted)
 }
 
 /// The head Service of `cluster` (`source`) renamed and owned by the RayService, with its
@@ -186,7 +189,11 @@ mod tests {
         assert_eq!(out.metadata.annotations.as_ref().unwrap()["cloud.example/load-balancer"], "internal");
         let mut given = out.clone();
         given.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(31555);
-        assert!(same_routing(&out, &given), "node ports the API server gave are no change");
+        assert!(same_routing(&given, &out), "node ports the API server gave are no change");
+        given.metadata.annotations.as_mut().unwrap().insert("lb.example/status".into(), "x".into());
+        assert!(same_routing(&given, &out), "nor annotations another controller adds");
+        given.metadata.annotations.as_mut().unwrap().remove("cloud.example/load-balancer");
+        assert!(!same_routing(&given, &out), "an annotation wanted and missing is");
         let spec = out.spec.unwrap();
         assert_eq!((spec.health_check_node_port, spec.load_balancer_ip, spec.external_ips), (None, None, None));
         assert_eq!(spec.selector.unwrap()["ray.io/cluster"], "svc-raycluster-fghij");
