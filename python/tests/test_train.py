@@ -160,6 +160,44 @@ def test_a_killed_worker_restarts_the_group_from_the_newest_checkpoint(two_agent
     assert [m["epoch"] for m in result._reports] == [0, 1, 2, 3]
 
 
+def describe_process(config):
+    """What a worker's process is: its parent's command line, its own log file, a number
+    from numpy's global random stream; rank 1 of the first group kills itself."""
+    import numpy
+
+    rank = train.get_context().get_world_rank()
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    print(f"rank {rank} of pid {os.getpid()} speaks")
+    with open(config["log"], "a") as log:
+        log.write(json.dumps({"rank": rank, "pid": os.getpid(), "ppid": os.getppid(), "parent": parent,
+                              "worker_id": os.environ.get("OXRAY_WORKER_ID"), "random": numpy.random.rand(),
+                              "preloaded": "torch._dynamo" in os.sys.modules}) + "\n")
+    marker = config["marker"]
+    if rank == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    train.report({"rank": rank})
+
+
+def test_workers_are_forked_by_a_zygote_that_loaded_torch_once(two_agents, tmp_path):
+    config = {"log": str(tmp_path / "log.jsonl"), "marker": str(tmp_path / "killed")}
+    TorchTrainer(describe_process, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                 run_config=RunConfig(name="zygote", storage_path=str(tmp_path / "results"),
+                                      failure_config=FailureConfig(max_failures=1))).fit()
+    first, second = _log(config["log"])[:2], _log(config["log"])[2:]
+    assert len(second) == 2, "the group ran twice: once killed, once to the end"
+    for worker in first + second:
+        assert "oxray._private.zygote" in worker["parent"] and worker["preloaded"], worker
+    # PACK: both ranks on one node, forked by the one zygote of their kind there, which
+    # outlived the killed worker and forked its replacement.
+    assert len({w["ppid"] for w in first + second}) == 1
+    assert len({w["pid"] for w in first + second}) == 4 and len({w["worker_id"] for w in first + second}) == 4
+    assert first[0]["random"] != first[1]["random"], "each forked worker has its own numpy random stream"
+    said = [p.read_text() for p in Path(two_agents.env["OXRAY_TEMP_DIR"]).rglob("worker-*.out")]
+    assert sum(f"of pid {w['pid']} speaks" in text for text in said for w in first + second) == 4, \
+        "each worker's output in its own log file"
+
+
 def read_shards(config):
     """Each epoch: this rank's rows of the "train" split (with a checkpoint); rank 1 kills
     itself once midway through epoch 1."""

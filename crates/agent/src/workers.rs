@@ -13,25 +13,22 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use tonic::Status;
 
+mod process;
 mod processes;
 mod reaping;
+mod zygote;
+
+use process::Process;
 
 pub use reaping::reap_periodically;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The variable by which a library (Train) names the modules its workers load at start.
 const PRELOAD: &str = "OXRAY_WORKER_PRELOAD";
-/// Most warm workers of one kind kept waiting on a node.
-const WARM_MAX: usize = 16;
-/// Warm workers that waited this long are retired (a run that ended leaves none behind).
-const WARM_IDLE: Duration = Duration::from_secs(120);
-
-/// Workers of a kind that preloads modules are kept warm: as many wait idle as are leased
-/// (at most `WARM_MAX`), so that a group of them started again after a failure finds
-/// processes with their modules (torch: seconds) already loaded. How many more to start:
-fn warm_deficit(leased: usize, idle: usize, starting: usize) -> usize {
-    leased.min(WARM_MAX).saturating_sub(idle + starting)
-}
+/// Idle workers of a kind that preloads modules (they hold hundreds of MB), and the zygote
+/// of such a kind once none of its workers is left, go after this long unused: a run that
+/// ended leaves nothing behind.
+const PRELOADED_IDLE: Duration = Duration::from_secs(120);
 
 /// What a worker process needs to know about its surroundings.
 #[derive(Clone)]
@@ -56,7 +53,8 @@ pub struct WorkerKind {
 }
 
 impl WorkerKind {
-    fn keeps_warm(&self) -> bool {
+    /// Whether its workers are forked by a zygote that loaded the modules once.
+    fn preloads(&self) -> bool {
         self.env_vars.iter().any(|(k, v)| k == PRELOAD && !v.is_empty())
     }
 }
@@ -65,7 +63,7 @@ struct Worker {
     id: String,
     kind: WorkerKind,
     address: String,
-    child: tokio::process::Child,
+    child: Process,
     /// When it last became idle.
     since: std::time::Instant,
 }
@@ -113,16 +111,16 @@ struct State {
     idle: Vec<Worker>,
     leases: HashMap<String, Lease>,
     starting: HashMap<String, oneshot::Sender<(u16, u32)>>,
-    /// Warm workers being started, by kind.
-    warming: HashMap<WorkerKind, usize>,
+    /// The zygote of each kind that preloads modules.
+    zygotes: HashMap<WorkerKind, Arc<zygote::Zygote>>,
     grants: u64,
     /// Workers the memory monitor ended whose leases were returned before they finished
     /// exiting: their memory is not free yet.
-    ending: Vec<tokio::process::Child>,
+    ending: Vec<Process>,
     /// Workers ended with their lease, with why, until they are reaped: one may have been
     /// exiting on its own (a broken call is often its death, seen before its exit), and its
     /// own status then says why it ended.
-    retiring: Vec<(String, tokio::process::Child, (ExitType, String))>,
+    retiring: Vec<(String, Process, (ExitType, String))>,
     records: WorkerRecords,
 }
 
@@ -133,7 +131,7 @@ impl Default for WorkerRecords {
 }
 
 /// How a worker that is no longer running ended, if it did.
-fn exited(child: &mut tokio::process::Child) -> Option<(ExitType, String)> {
+fn exited(child: &mut Process) -> Option<(ExitType, String)> {
     use std::os::unix::process::ExitStatusExt;
     let status = child.try_wait().ok()??;
     Some(worker_records::exit_of(status.code(), status.signal()))
@@ -252,36 +250,6 @@ impl WorkerPool {
         self.state.lock().expect("worker pool lock")
     }
 
-    /// Starts idle workers of a warm kind until as many wait as are leased.
-    fn keep_warm(self: &Arc<Self>, kind: &WorkerKind) {
-        if !kind.keeps_warm() {
-            return;
-        }
-        let more = {
-            let mut state = self.lock();
-            let leased = state.leases.values().filter(|l| l.worker.kind == *kind).count();
-            let idle = state.idle.iter().filter(|w| w.kind == *kind).count();
-            let starting = state.warming.get(kind).copied().unwrap_or(0);
-            let more = warm_deficit(leased, idle, starting);
-            *state.warming.entry(kind.clone()).or_default() += more;
-            more
-        };
-        for _ in 0..more {
-            let (pool, kind) = (self.clone(), kind.clone());
-            tokio::spawn(async move {
-                let started = pool.spawn(&kind, true).await;
-                let mut state = pool.lock();
-                if let Some(n) = state.warming.get_mut(&kind) {
-                    *n = n.saturating_sub(1);
-                }
-                match started {
-                    Ok(worker) => state.idle.push(worker),
-                    Err(e) => tracing::warn!("a warm worker did not start: {}", e.message()),
-                }
-            });
-        }
-    }
-
     /// Waits for the resources, then hands out an idle worker of the same interpreter or a
     /// new one.
     pub(crate) async fn lease(
@@ -314,7 +282,7 @@ impl WorkerPool {
         };
         let worker = match idle {
             Some(w) => Ok(w),
-            None => self.spawn(&kind, false).await,
+            None => self.spawn(&kind).await,
         };
         let worker = worker?;
         taken.keep();
@@ -333,7 +301,6 @@ impl WorkerPool {
             Some((owner, actor)) => (Some(owner), actor),
             None => (None, String::new()),
         };
-        let kind = worker.kind.clone();
         let mut state = self.lock();
         state.grants += 1;
         let granted = state.grants;
@@ -350,8 +317,6 @@ impl WorkerPool {
             ended_for: None,
         };
         state.leases.insert(lease_id, lease);
-        drop(state);
-        self.keep_warm(&kind);
         Ok(reply)
     }
 
@@ -501,23 +466,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn warm_workers_mirror_the_leased_ones() {
-        assert_eq!(warm_deficit(2, 0, 0), 2);
-        assert_eq!(warm_deficit(2, 1, 0), 1);
-        assert_eq!(warm_deficit(2, 1, 1), 0);
-        assert_eq!(warm_deficit(1, 3, 0), 0);
-        assert_eq!(warm_deficit(100, 0, 0), WARM_MAX);
-    }
-
-    #[test]
-    fn only_kinds_that_preload_are_kept_warm() {
+    fn only_kinds_that_preload_have_a_zygote() {
         let kind = |env: &[(&str, &str)]| WorkerKind {
             python: "python3".into(),
             env_vars: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             runtime_env: String::new(),
         };
-        assert!(!kind(&[]).keeps_warm());
-        assert!(!kind(&[(PRELOAD, "")]).keeps_warm());
-        assert!(kind(&[("A", "1"), (PRELOAD, "torch")]).keeps_warm());
+        assert!(!kind(&[]).preloads());
+        assert!(!kind(&[(PRELOAD, "")]).preloads());
+        assert!(kind(&[("A", "1"), (PRELOAD, "torch")]).preloads());
     }
 }

@@ -127,34 +127,13 @@ def _count_call(state, function, max_calls):
         state["exit_after_reply"] = True
 
 
-def _cpu_has_room(sample_s: float = 0.5) -> bool:
-    """Whether at least half a core of this machine was idle over a short sample."""
-    def times():
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        return fields[3] + fields[4], sum(fields)
-
-    try:
-        idle0, total0 = times()
-        time.sleep(sample_s)
-        idle1, total1 = times()
-    except (OSError, ValueError, IndexError):
-        return True
-    cores = os.cpu_count() or 1
-    return total1 > total0 and (idle1 - idle0) / (total1 - total0) * cores >= 0.5
-
-
 def _preload(names: str) -> None:
-    """Imports the modules a library asked its workers to load (Train: torch), in the
-    background: a worker kept warm by its agent has them loaded before it is leased. A warm
-    one waits until the CPUs have room, so that it never slows the workers it stands in for
-    (training on CPUs that uses them all leaves its spares cold)."""
+    """Imports the modules a library asked its workers to load (Train: torch) in the
+    background, while the worker starts (a worker forked by its kind's zygote has them
+    already)."""
     import importlib
 
     def load():
-        if os.environ.get("OXRAY_WORKER_WARM") == "1":
-            while not _cpu_has_room(sample_s=1.0):
-                pass
         for name in filter(None, (n.strip() for n in names.split(","))):
             try:
                 importlib.import_module(name)

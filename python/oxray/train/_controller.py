@@ -380,9 +380,10 @@ class Controller:
 
 
 def _worker_runtime_env(user: Dict[str, Any], preload) -> Optional[Dict[str, Any]]:
-    """The user's worker_runtime_env, and the modules the workers load as they start: the
-    agents keep as many such processes warm as the group has, so a group started again
-    after a failure does not wait for torch to load (OXRAY_TRAIN_WARM_WORKERS=0: not)."""
+    """The user's worker_runtime_env, and the modules the workers load: each node loads
+    them once, in a zygote that forks the group's workers, so neither the group nor one
+    started again after a failure waits for torch in every worker (OXRAY_TRAIN_WARM_WORKERS=0:
+    each worker loads them itself)."""
     env = dict(user or {})
     if preload and os.environ.get("OXRAY_TRAIN_WARM_WORKERS", "1") != "0":
         env["env_vars"] = {**env.get("env_vars", {}), "OXRAY_WORKER_PRELOAD": ",".join(preload)}

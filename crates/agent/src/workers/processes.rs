@@ -26,9 +26,9 @@ impl WorkerPool {
         self.envs.prepare(&spec, &kind.python, &mut log).await.map(Some).map_err(fail)
     }
 
-    /// Starts a worker process; a `warm` one loads its modules only once the machine's CPUs
-    /// have room, so it does not slow the work it stands in for.
-    pub(super) async fn spawn(&self, kind: &WorkerKind, warm: bool) -> Result<Worker, Status> {
+    /// Starts a worker process: forked by its kind's zygote when the kind preloads modules
+    /// (started as any other when the zygote cannot fork).
+    pub(super) async fn spawn(&self, kind: &WorkerKind) -> Result<Worker, Status> {
         let prepared = self.prepare(kind).await?;
         let id = random_id();
         let (tx, rx) = oneshot::channel();
@@ -38,7 +38,7 @@ impl WorkerPool {
             state.records.launched(&id, worker_records::now_ms());
         }
         let launch = Launch { pool: self, id: &id };
-        let started = self.start_process(kind, warm, &id, prepared.as_ref(), rx).await;
+        let started = self.start_process(kind, &id, prepared.as_ref(), rx).await;
         // Finished, well or not: recorded below rather than as abandoned.
         std::mem::forget(launch);
         let mut state = self.lock();
@@ -52,40 +52,19 @@ impl WorkerPool {
         started
     }
 
-    async fn start_process(
-        &self,
-        kind: &WorkerKind,
-        warm: bool,
-        id: &str,
-        prepared: Option<&crate::envs::Prepared>,
-        rx: oneshot::Receiver<(u16, u32)>,
-    ) -> Result<Worker, Status> {
+    /// A Python process of `kind` (not yet started): its interpreter, runtime_env and
+    /// node, dying with this agent.
+    fn python_command(&self, kind: &WorkerKind, prepared: Option<&crate::envs::Prepared>) -> tokio::process::Command {
         // A runtime_env with `pip` runs the worker with its virtualenv's interpreter.
         let venv_python = prepared.and_then(|p| p.venv.as_ref()).map(|v| v.join("bin/python").display().to_string());
-        let python = venv_python.as_deref().unwrap_or(&kind.python);
-        let out_path = self.env.logs.join(format!("worker-{id}.out"));
-        let err_path = self.env.logs.join(format!("worker-{id}.err"));
-        let create = |path: &std::path::Path| {
-            std::fs::File::create(path).map_err(|e| Status::internal(format!("cannot create {}: {e}", path.display())))
-        };
-        let (log, err) = (create(&out_path)?, create(&err_path)?);
-        let agent_address = self.env.agent_address.lock().expect("agent address lock").clone();
-        let node_id = self.env.node_id.lock().expect("node id lock").clone();
-        let mut command = tokio::process::Command::new(python);
+        let mut command = tokio::process::Command::new(venv_python.as_deref().unwrap_or(&kind.python));
         command
-            .args(["-m", "oxray._private.worker_main"])
-            .env("OXRAY_WORKER_ID", id)
-            .env("OXRAY_AGENT_ADDRESS", agent_address)
             .env("OXRAY_ADDRESS", &self.env.head_address)
             .env("OXRAY_AUTH_TOKEN", &self.env.token)
-            .env("OXRAY_NODE_ID", node_id)
             .env("OXRAY_NODE_IP", &self.env.node_ip)
             .env("PYTHONUNBUFFERED", "1")
-            .env("OXRAY_WORKER_WARM", if warm { "1" } else { "" })
             .envs(kind.env_vars.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(err)
             .kill_on_drop(true);
         if let Some(prepared) = prepared {
             prepared.apply(&mut command);
@@ -97,9 +76,71 @@ impl WorkerPool {
         unsafe {
             command.pre_exec(|| nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(Into::into));
         }
-        let mut child = command
-            .spawn()
-            .map_err(|e| Status::failed_precondition(format!("cannot start a worker with {python}: {e}")))?;
+        command
+    }
+
+    /// A worker forked by the zygote of its kind (started now if there is none), or why not.
+    async fn fork(
+        &self,
+        kind: &WorkerKind,
+        prepared: Option<&crate::envs::Prepared>,
+        id: &str,
+        env: &[(String, String)],
+        out: &std::path::Path,
+        err: &std::path::Path,
+    ) -> Result<zygote::Forked, String> {
+        let existing = self.lock().zygotes.get(kind).cloned();
+        let zygote = match existing {
+            Some(zygote) => zygote,
+            None => {
+                let mut command = self.python_command(kind, prepared);
+                let log = self.env.logs.join(format!("zygote-{}.err", random_id()));
+                let log = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+                command.stderr(log);
+                let zygote = Arc::new(zygote::Zygote::start(command).map_err(|e| format!("cannot start: {e}"))?);
+                // Two workers asking at once: the first zygote in stays, the other goes.
+                self.lock().zygotes.entry(kind.clone()).or_insert(zygote).clone()
+            }
+        };
+        zygote.fork(id, env, out, err).await
+    }
+
+    async fn start_process(
+        &self,
+        kind: &WorkerKind,
+        id: &str,
+        prepared: Option<&crate::envs::Prepared>,
+        rx: oneshot::Receiver<(u16, u32)>,
+    ) -> Result<Worker, Status> {
+        let out_path = self.env.logs.join(format!("worker-{id}.out"));
+        let err_path = self.env.logs.join(format!("worker-{id}.err"));
+        let create = |path: &std::path::Path| {
+            std::fs::File::create(path).map_err(|e| Status::internal(format!("cannot create {}: {e}", path.display())))
+        };
+        let (log, err) = (create(&out_path)?, create(&err_path)?);
+        let env = vec![
+            ("OXRAY_WORKER_ID".to_string(), id.to_string()),
+            ("OXRAY_AGENT_ADDRESS".to_string(), self.env.agent_address.lock().expect("agent address lock").clone()),
+            ("OXRAY_NODE_ID".to_string(), self.env.node_id.lock().expect("node id lock").clone()),
+        ];
+        let forked = match kind.preloads() {
+            true => self.fork(kind, prepared, id, &env, &out_path, &err_path).await.map_err(|why| {
+                tracing::info!(worker = %id, "the worker is started on its own, as its zygote cannot fork it: {why}");
+            }),
+            false => Err(()),
+        };
+        let mut child =
+            match forked {
+                Ok(forked) => Process::Forked(forked),
+                Err(()) => {
+                    let mut command = self.python_command(kind, prepared);
+                    command.args(["-m", "oxray._private.worker_main"]).envs(env).stdout(log).stderr(err);
+                    let python = command.as_std().get_program().to_string_lossy().into_owned();
+                    Process::Spawned(command.spawn().map_err(|e| {
+                        Status::failed_precondition(format!("cannot start a worker with {python}: {e}"))
+                    })?)
+                }
+            };
         self.lock().records.spawned(id, child.id().unwrap_or(0));
         let registered = tokio::select! {
             r = tokio::time::timeout(REGISTER_TIMEOUT, rx) => r.ok().and_then(Result::ok),

@@ -29,7 +29,7 @@ impl WorkerPool {
             .iter_mut()
             .filter_map(|(id, l)| {
                 let owner = l.notify.clone()?;
-                let exited = !matches!(l.worker.child.try_wait(), Ok(None));
+                let exited = !l.worker.child.running();
                 exited.then(|| (id.clone(), l.actor_id.clone(), l.worker.address.clone(), owner))
             })
             .collect();
@@ -42,13 +42,14 @@ impl WorkerPool {
         owners
     }
 
-    /// Forgets idle workers that died, retires warm ones that waited too long, and notes how
-    /// workers ended with their lease exited.
+    /// Forgets idle workers that died, retires preloading ones (and zygotes) unused too
+    /// long, and notes how workers ended with their lease exited.
     fn retire_idle(&self) {
         use std::os::unix::process::ExitStatusExt;
         let now = worker_records::now_ms();
         let mut state = self.lock();
-        let State { idle, records, retiring, .. } = &mut *state;
+        let State { idle, records, retiring, zygotes, .. } = &mut *state;
+        zygotes.retain(|_, zygote| !zygote.retires(PRELOADED_IDLE));
         retiring.retain_mut(|(id, child, why)| {
             let Ok(Some(status)) = child.try_wait() else { return true };
             records.ended(id, retired_exit(status.code(), status.signal(), why), now);
@@ -56,8 +57,10 @@ impl WorkerPool {
         });
         idle.retain_mut(|w| {
             let exit = exited(&mut w.child).or_else(|| {
-                let stale = w.kind.keeps_warm() && w.since.elapsed() > WARM_IDLE;
-                stale.then(|| (ExitType::IntendedSystemExit, "an idle warm worker was retired".to_string()))
+                let stale = w.kind.preloads() && w.since.elapsed() > PRELOADED_IDLE;
+                stale.then(|| {
+                    (ExitType::IntendedSystemExit, "an idle worker with preloaded modules was retired".to_string())
+                })
             });
             let keep = exit.is_none();
             if let Some(exit) = exit {
@@ -67,8 +70,8 @@ impl WorkerPool {
         });
     }
 
-    /// Takes back the leases whose owner on this machine has died, and retires warm workers
-    /// that waited too long (and idle ones that died). Returns the owners of actors whose
+    /// Takes back the leases whose owner on this machine has died, and retires preloading
+    /// workers unused too long (and idle ones that died). Returns the owners of actors whose
     /// worker died, to tell (`tell_owner`).
     pub fn reap(&self) -> Vec<(String, String, String)> {
         let owners = self.reap_dead_actors();
@@ -114,12 +117,9 @@ impl WorkerPool {
     /// memory is not free yet, and the reading would blame the next worker for it.
     pub fn end_one_for_memory(&self, over: impl FnOnce() -> Option<String>) {
         let mut state = self.lock();
-        state.ending.retain_mut(|child| matches!(child.try_wait(), Ok(None)));
+        state.ending.retain_mut(Process::running);
         let exiting = !state.ending.is_empty()
-            || state
-                .leases
-                .values_mut()
-                .any(|l| l.ended_for.is_some() && matches!(l.worker.child.try_wait(), Ok(None)));
+            || state.leases.values_mut().any(|l| l.ended_for.is_some() && l.worker.child.running());
         if exiting {
             return;
         }
@@ -233,7 +233,9 @@ mod tests {
             id: "w1".into(),
             kind: WorkerKind { python: "python3".into(), env_vars: Vec::new(), runtime_env: String::new() },
             address: "127.0.0.1:4000".into(),
-            child: tokio::process::Command::new(command[0]).args(&command[1..]).kill_on_drop(true).spawn().unwrap(),
+            child: Process::Spawned(
+                tokio::process::Command::new(command[0]).args(&command[1..]).kill_on_drop(true).spawn().unwrap(),
+            ),
             since: std::time::Instant::now(),
         };
         Lease {

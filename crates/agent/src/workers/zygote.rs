@@ -1,0 +1,278 @@
+//! Zygotes: for a kind of worker that preloads modules (Train: torch), one Python process
+//! per node loads them once and forks each worker of the kind on request
+//! (`oxray._private.zygote`), so that workers start with them loaded: a training group
+//! started again after a failure does not wait seconds for torch in every process.
+
+use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::{oneshot, watch};
+
+/// How long a worker waits for its kind's zygote to load its modules before it is started
+/// on its own instead.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the zygote has to answer a fork.
+const FORK_TIMEOUT: Duration = Duration::from_secs(10);
+/// The wait status of a process killed by SIGKILL: how a child ends when its zygote dies.
+const KILLED: i32 = 9;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Readiness {
+    Loading,
+    Ready,
+    Unusable(String),
+}
+
+/// What the zygote says, one JSON object a line.
+#[derive(Debug, PartialEq)]
+enum Message {
+    Ready,
+    Unusable(String),
+    Forked { id: String, pid: u32 },
+    Failed { id: String, error: String },
+    Exited { pid: u32, status: i32 },
+}
+
+fn parse(line: &str) -> Option<Message> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let text = |key: &str| v.get(key).and_then(|x| x.as_str()).map(str::to_string);
+    let number = |key: &str| v.get(key).and_then(|x| x.as_i64());
+    if v.get("ready").and_then(|x| x.as_bool()) == Some(true) {
+        return Some(Message::Ready);
+    }
+    if let Some(why) = text("unusable") {
+        return Some(Message::Unusable(why));
+    }
+    if let Some(id) = text("forked") {
+        return Some(Message::Forked { id, pid: u32::try_from(number("pid")?).ok()? });
+    }
+    if let Some(id) = text("failed") {
+        return Some(Message::Failed { id, error: text("error").unwrap_or_default() });
+    }
+    let pid = u32::try_from(number("exited")?).ok()?;
+    Some(Message::Exited { pid, status: i32::try_from(number("status")?).ok()? })
+}
+
+/// Whether a zygote goes: when none of its workers lives and none was asked of it for `idle`.
+fn retires(live_children: usize, unused_for: Duration, idle: Duration) -> bool {
+    live_children == 0 && unused_for > idle
+}
+
+type ForkReply = Result<(u32, watch::Receiver<Option<i32>>), String>;
+
+#[derive(Default)]
+struct Shared {
+    /// Forks asked for, by worker id.
+    forks: HashMap<String, oneshot::Sender<ForkReply>>,
+    /// The wait status of each forked worker, once it ends, by pid.
+    exits: HashMap<u32, watch::Sender<Option<i32>>>,
+    used: Option<Instant>,
+}
+
+pub(super) struct Zygote {
+    /// Killed with the zygote when dropped; its workers die with it.
+    _process: tokio::process::Child,
+    requests: tokio::sync::Mutex<tokio::process::ChildStdin>,
+    ready: watch::Receiver<Readiness>,
+    shared: Arc<Mutex<Shared>>,
+    started: Instant,
+}
+
+impl Zygote {
+    /// Starts one from `command` (the interpreter and environment of its kind); it loads
+    /// the modules meanwhile.
+    pub(super) fn start(mut command: tokio::process::Command) -> std::io::Result<Zygote> {
+        command.args(["-m", "oxray._private.zygote"]).stdin(std::process::Stdio::piped());
+        command.stdout(std::process::Stdio::piped());
+        let mut process = command.spawn()?;
+        let (Some(requests), Some(replies)) = (process.stdin.take(), process.stdout.take()) else {
+            return Err(std::io::Error::other("the zygote's pipes are missing"));
+        };
+        let (ready_tx, ready) = watch::channel(Readiness::Loading);
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        tokio::spawn(listen(replies, ready_tx, shared.clone()));
+        Ok(Zygote {
+            _process: process,
+            requests: tokio::sync::Mutex::new(requests),
+            ready,
+            shared,
+            started: Instant::now(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().expect("zygote lock")
+    }
+
+    /// Whether it can go now: no worker of it lives, and none was asked for in `idle`.
+    pub(super) fn retires(&self, idle: Duration) -> bool {
+        let shared = self.lock();
+        let unused_for = shared.used.unwrap_or(self.started).elapsed();
+        retires(shared.exits.len(), unused_for, idle)
+    }
+
+    /// A new worker process: `env` is added to the zygote's, its output goes to `out` and
+    /// `err`. Fails, saying why, when the zygote cannot fork (the caller then spawns one).
+    pub(super) async fn fork(
+        &self,
+        id: &str,
+        env: &[(String, String)],
+        out: &Path,
+        err: &Path,
+    ) -> Result<Forked, String> {
+        self.lock().used = Some(Instant::now());
+        let mut ready = self.ready.clone();
+        let waited = tokio::time::timeout(READY_TIMEOUT, ready.wait_for(|r| *r != Readiness::Loading)).await;
+        match waited.map(|r| r.map(|r| r.clone())) {
+            Ok(Ok(Readiness::Ready)) => {}
+            Ok(Ok(Readiness::Unusable(why))) => return Err(why),
+            Ok(_) => return Err("the zygote is gone".into()),
+            Err(_) => return Err(format!("the zygote has not loaded its modules within {READY_TIMEOUT:?}")),
+        }
+        let (tx, rx) = oneshot::channel();
+        self.lock().forks.insert(id.to_string(), tx);
+        let request = serde_json::json!({
+            "fork": id,
+            "env": env.iter().cloned().collect::<HashMap<_, _>>(),
+            "out": out.display().to_string(),
+            "err": err.display().to_string(),
+        });
+        let sent = self.requests.lock().await.write_all(format!("{request}\n").as_bytes()).await;
+        let reply = match sent {
+            Ok(()) => tokio::time::timeout(FORK_TIMEOUT, rx).await,
+            Err(e) => Ok(Ok(Err(format!("cannot ask the zygote: {e}")))),
+        };
+        self.lock().forks.remove(id);
+        match reply {
+            Ok(Ok(Ok((pid, exit)))) => Ok(Forked { pid, exit }),
+            Ok(Ok(Err(why))) => Err(why),
+            Ok(Err(_)) => Err("the zygote is gone".into()),
+            Err(_) => Err(format!("the zygote did not fork within {FORK_TIMEOUT:?}")),
+        }
+    }
+}
+
+/// Reads what the zygote says until it exits; then it is unusable, and its workers (killed
+/// with it) have ended.
+async fn listen(replies: tokio::process::ChildStdout, ready: watch::Sender<Readiness>, shared: Arc<Mutex<Shared>>) {
+    let mut lines = tokio::io::BufReader::new(replies).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Some(message) = parse(&line) else {
+            tracing::warn!(line, "the zygote said something unexpected");
+            continue;
+        };
+        let mut shared = shared.lock().expect("zygote lock");
+        match message {
+            Message::Ready => {
+                ready.send_replace(Readiness::Ready);
+            }
+            Message::Unusable(why) => {
+                tracing::warn!("workers of a preloading kind are started one by one here: {why}");
+                ready.send_replace(Readiness::Unusable(why));
+            }
+            Message::Forked { id, pid } => {
+                let (tx, rx) = watch::channel(None);
+                shared.exits.insert(pid, tx);
+                if let Some(asker) = shared.forks.remove(&id) {
+                    let _ = asker.send(Ok((pid, rx)));
+                }
+            }
+            Message::Failed { id, error } => {
+                if let Some(asker) = shared.forks.remove(&id) {
+                    let _ = asker.send(Err(error));
+                }
+            }
+            Message::Exited { pid, status } => {
+                if let Some(exit) = shared.exits.remove(&pid) {
+                    exit.send_replace(Some(status));
+                }
+            }
+        }
+    }
+    ready.send_if_modified(|r| {
+        let loading = *r == Readiness::Loading;
+        if loading {
+            *r = Readiness::Unusable("the zygote exited while it loaded its modules".into());
+        }
+        loading
+    });
+    let mut shared = shared.lock().expect("zygote lock");
+    for (_, exit) in shared.exits.drain() {
+        exit.send_replace(Some(KILLED));
+    }
+    shared.forks.clear();
+}
+
+/// A worker a zygote forked: the zygote reaps it and tells how it ended.
+pub(crate) struct Forked {
+    pid: u32,
+    exit: watch::Receiver<Option<i32>>,
+}
+
+impl Forked {
+    pub(super) fn id(&self) -> Option<u32> {
+        self.status().is_none().then_some(self.pid)
+    }
+
+    pub(super) fn status(&self) -> Option<ExitStatus> {
+        self.exit.borrow().map(ExitStatus::from_raw)
+    }
+
+    /// Sends SIGKILL unless it has ended. (Its pid is free for reuse only once the zygote
+    /// reaped it, and the status comes within moments of that.)
+    pub(super) fn start_kill(&self) -> std::io::Result<()> {
+        if self.status().is_some() {
+            return Ok(());
+        }
+        let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+        match nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(super) async fn wait(&mut self) -> ExitStatus {
+        // The sender goes only after the last status was sent.
+        let _ = self.exit.wait_for(Option::is_some).await;
+        self.status().unwrap_or_else(|| ExitStatus::from_raw(KILLED))
+    }
+}
+
+impl Drop for Forked {
+    fn drop(&mut self) {
+        let _ = self.start_kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_read_and_anything_else_is_not() {
+        assert_eq!(parse(r#"{"ready": true}"#), Some(Message::Ready));
+        assert_eq!(parse(r#"{"unusable": "CUDA"}"#), Some(Message::Unusable("CUDA".into())));
+        assert_eq!(parse(r#"{"forked": "ab", "pid": 42}"#), Some(Message::Forked { id: "ab".into(), pid: 42 }));
+        assert_eq!(
+            parse(r#"{"failed": "ab", "error": "no"}"#),
+            Some(Message::Failed { id: "ab".into(), error: "no".into() })
+        );
+        assert_eq!(parse(r#"{"exited": 42, "status": 256}"#), Some(Message::Exited { pid: 42, status: 256 }));
+        assert_eq!(parse(r#"{"forked": "ab", "pid": -1}"#), None);
+        assert_eq!(parse(r#"{"exited": 42}"#), None);
+        assert_eq!(parse("not json"), None);
+        assert_eq!(parse(r#"{"ready": false}"#), None);
+    }
+
+    #[test]
+    fn a_zygote_goes_once_unused_and_childless() {
+        let idle = Duration::from_secs(120);
+        assert!(retires(0, Duration::from_secs(121), idle));
+        assert!(!retires(0, Duration::from_secs(60), idle));
+        assert!(!retires(2, Duration::from_secs(600), idle));
+    }
+}
