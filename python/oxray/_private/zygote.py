@@ -31,11 +31,19 @@ def _preload(names: str) -> None:
 
 
 def _why_not_forkable():
-    """Why a fork of this process would not work, if it would not."""
+    """Why a fork of this process would not work, if it would not: CUDA was set up while the
+    modules loaded (torch's own state, or the driver library loaded, as a device count
+    does), and a forked process cannot use it."""
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and cuda.is_initialized():
         return "CUDA was initialized while the modules loaded, and a forked process cannot use it"
+    try:
+        with open("/proc/self/maps") as maps:
+            if any("/libcuda.so" in line for line in maps):
+                return "the CUDA driver was loaded while the modules loaded, and a forked process cannot use it"
+    except OSError:
+        pass
     return None
 
 

@@ -89,7 +89,7 @@ impl WorkerPool {
         out: &std::path::Path,
         err: &std::path::Path,
     ) -> Result<zygote::Forked, String> {
-        let existing = self.lock().zygotes.get(kind).cloned();
+        let existing = self.lock().zygotes.get(kind).filter(|z| !z.gone()).cloned();
         let zygote = match existing {
             Some(zygote) => zygote,
             None => {
@@ -99,7 +99,12 @@ impl WorkerPool {
                 command.stderr(log);
                 let zygote = Arc::new(zygote::Zygote::start(command).map_err(|e| format!("cannot start: {e}"))?);
                 // Two workers asking at once: the first zygote in stays, the other goes.
-                self.lock().zygotes.entry(kind.clone()).or_insert(zygote).clone()
+                let mut state = self.lock();
+                let slot = state.zygotes.entry(kind.clone()).or_insert_with(|| zygote.clone());
+                if slot.gone() {
+                    *slot = zygote;
+                }
+                slot.clone()
             }
         };
         zygote.fork(id, env, out, err).await

@@ -25,6 +25,8 @@ enum Readiness {
     Loading,
     Ready,
     Unusable(String),
+    /// It exited after it was ready (killed): a new one can take its place.
+    Gone,
 }
 
 /// What the zygote says, one JSON object a line.
@@ -62,7 +64,7 @@ fn retires(live_children: usize, unused_for: Duration, idle: Duration) -> bool {
     live_children == 0 && unused_for > idle
 }
 
-type ForkReply = Result<(u32, watch::Receiver<Option<i32>>), String>;
+type ForkReply = Result<Forked, String>;
 
 #[derive(Default)]
 struct Shared {
@@ -108,8 +110,17 @@ impl Zygote {
         self.shared.lock().expect("zygote lock")
     }
 
-    /// Whether it can go now: no worker of it lives, and none was asked for in `idle`.
+    /// Whether it exited after it was ready: another takes its place.
+    pub(super) fn gone(&self) -> bool {
+        *self.ready.borrow() == Readiness::Gone
+    }
+
+    /// Whether it can go now: it has loaded its modules (a fork waits for that), no worker
+    /// of it lives, and none was asked for in `idle`.
     pub(super) fn retires(&self, idle: Duration) -> bool {
+        if *self.ready.borrow() == Readiness::Loading {
+            return false;
+        }
         let shared = self.lock();
         let unused_for = shared.used.unwrap_or(self.started).elapsed();
         retires(shared.exits.len(), unused_for, idle)
@@ -130,7 +141,7 @@ impl Zygote {
         match waited.map(|r| r.map(|r| r.clone())) {
             Ok(Ok(Readiness::Ready)) => {}
             Ok(Ok(Readiness::Unusable(why))) => return Err(why),
-            Ok(_) => return Err("the zygote is gone".into()),
+            Ok(_) => return Err("the zygote exited".into()),
             Err(_) => return Err(format!("the zygote has not loaded its modules within {READY_TIMEOUT:?}")),
         }
         let (tx, rx) = oneshot::channel();
@@ -148,7 +159,7 @@ impl Zygote {
         };
         self.lock().forks.remove(id);
         match reply {
-            Ok(Ok(Ok((pid, exit)))) => Ok(Forked { pid, exit }),
+            Ok(Ok(Ok(forked))) => Ok(forked),
             Ok(Ok(Err(why))) => Err(why),
             Ok(Err(_)) => Err("the zygote is gone".into()),
             Err(_) => Err(format!("the zygote did not fork within {FORK_TIMEOUT:?}")),
@@ -177,8 +188,11 @@ async fn listen(replies: tokio::process::ChildStdout, ready: watch::Sender<Readi
             Message::Forked { id, pid } => {
                 let (tx, rx) = watch::channel(None);
                 shared.exits.insert(pid, tx);
+                let forked = Forked { pid, exit: rx };
+                // Nobody waits for it any longer (its lease request went away, or the fork
+                // took too long): it goes, as it is dropped.
                 if let Some(asker) = shared.forks.remove(&id) {
-                    let _ = asker.send(Ok((pid, rx)));
+                    let _ = asker.send(Ok(forked));
                 }
             }
             Message::Failed { id, error } => {
@@ -193,12 +207,10 @@ async fn listen(replies: tokio::process::ChildStdout, ready: watch::Sender<Readi
             }
         }
     }
-    ready.send_if_modified(|r| {
-        let loading = *r == Readiness::Loading;
-        if loading {
-            *r = Readiness::Unusable("the zygote exited while it loaded its modules".into());
-        }
-        loading
+    ready.send_modify(|r| match r {
+        Readiness::Loading => *r = Readiness::Unusable("the zygote exited while it loaded its modules".into()),
+        Readiness::Ready => *r = Readiness::Gone,
+        Readiness::Unusable(_) | Readiness::Gone => {}
     });
     let mut shared = shared.lock().expect("zygote lock");
     for (_, exit) in shared.exits.drain() {
