@@ -119,10 +119,13 @@ class Cluster:
         return [pid for pid in self.role_pids("agent") if "--node-name" in cmdline(pid)]
 
     def workers(self):
+        """Worker processes: the agents' children that run worker_main, and the children of
+        their zygotes (workers of a kind that preloads modules, as Train's)."""
         agents = set(self.role_pids("agent"))
-        return [int(p.name) for p in Path("/proc").iterdir()
-                if p.name.isdigit() and parent(int(p.name)) in agents
-                and "oxray._private.worker_main" in cmdline(int(p.name))]
+        pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+        zygotes = {pid for pid in pids if parent(pid) in agents and "oxray._private.zygote" in cmdline(pid)}
+        return [pid for pid in pids if parent(pid) in zygotes
+                or (parent(pid) in agents and "oxray._private.worker_main" in cmdline(pid))]
 
     def restart_head(self):
         pid = self.role_pids("head")[0]
