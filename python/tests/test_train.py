@@ -170,8 +170,10 @@ def describe_process(config):
     print(f"rank {rank} of pid {os.getpid()} speaks")
     with open(config["log"], "a") as log:
         log.write(json.dumps({"rank": rank, "pid": os.getpid(), "ppid": os.getppid(), "parent": parent,
+                              "node": os.environ.get("OXRAY_NODE_ID"),
                               "worker_id": os.environ.get("OXRAY_WORKER_ID"), "random": numpy.random.rand(),
                               "preloaded": "torch._dynamo" in os.sys.modules}) + "\n")
+    torch.distributed.barrier()  # both ranks logged before rank 1 goes
     marker = config["marker"]
     if rank == 1 and not os.path.exists(marker):
         open(marker, "w").close()
@@ -188,9 +190,13 @@ def test_workers_are_forked_by_a_zygote_that_loaded_torch_once(two_agents, tmp_p
     assert len(second) == 2, "the group ran twice: once killed, once to the end"
     for worker in first + second:
         assert "oxray._private.zygote" in worker["parent"] and worker["preloaded"], worker
-    # PACK: both ranks on one node, forked by the one zygote of their kind there, which
-    # outlived the killed worker and forked its replacement.
-    assert len({w["ppid"] for w in first + second}) == 1
+    # PACK: both ranks of a group on one node, forked by the one zygote of their kind
+    # there, which outlived the killed worker and forked its replacement if the second
+    # group is on that node too.
+    for group in (first, second):
+        assert group[0]["node"] == group[1]["node"] and group[0]["ppid"] == group[1]["ppid"], group
+    if first[0]["node"] == second[0]["node"]:
+        assert first[0]["ppid"] == second[0]["ppid"]
     assert len({w["pid"] for w in first + second}) == 4 and len({w["worker_id"] for w in first + second}) == 4
     assert first[0]["random"] != first[1]["random"], "each forked worker has its own numpy random stream"
     said = [p.read_text() for p in Path(two_agents.env["OXRAY_TEMP_DIR"]).rglob("worker-*.out")]

@@ -31,6 +31,7 @@ class Probe:
         import numpy
 
         return {"pid": os.getpid(), "ppid": os.getppid(), "parent": _parent(os.getppid()),
+                "stdin": os.path.realpath("/proc/self/fd/0"),
                 "loaded": "preload_marker" in sys.modules, "random": float(numpy.random.rand()),
                 "worker_id": os.environ.get("OXRAY_WORKER_ID")}
 
@@ -44,7 +45,7 @@ def test_workers_of_a_preloading_kind_are_forked_with_the_modules_loaded(cluster
     probes = [Probe.options(runtime_env=_kind("numpy,preload_marker"), num_cpus=0).remote() for _ in range(2)]
     first, second = oxray.get([p.describe.remote() for p in probes], timeout=60)
     assert "oxray._private.zygote" in first["parent"] and first["ppid"] == second["ppid"]
-    assert first["loaded"] and second["loaded"]
+    assert first["loaded"] and second["loaded"] and first["stdin"] == second["stdin"] == os.devnull
     assert first["pid"] != second["pid"] and first["worker_id"] != second["worker_id"]
     assert first["random"] != second["random"], "each forked worker has its own numpy random stream"
     for p in probes:
@@ -78,8 +79,11 @@ def test_a_zygote_refuses_to_fork_once_cuda_is_set_up(monkeypatch):
         def is_initialized():
             return True
 
+    monkeypatch.setattr(zygote, "_cuda_driver_loaded", lambda: False)
     monkeypatch.setitem(sys.modules, "torch", type(sys)("torch"))
     monkeypatch.setattr(sys.modules["torch"], "cuda", Cuda, raising=False)
     assert "CUDA" in zygote._why_not_forkable()
     Cuda.is_initialized = staticmethod(lambda: False)
     assert zygote._why_not_forkable() is None
+    monkeypatch.setattr(zygote, "_cuda_driver_loaded", lambda: True)
+    assert "CUDA driver" in zygote._why_not_forkable()

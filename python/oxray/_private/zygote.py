@@ -38,13 +38,17 @@ def _why_not_forkable():
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and cuda.is_initialized():
         return "CUDA was initialized while the modules loaded, and a forked process cannot use it"
+    if _cuda_driver_loaded():
+        return "the CUDA driver was loaded while the modules loaded, and a forked process cannot use it"
+    return None
+
+
+def _cuda_driver_loaded() -> bool:
     try:
         with open("/proc/self/maps") as maps:
-            if any("/libcuda.so" in line for line in maps):
-                return "the CUDA driver was loaded while the modules loaded, and a forked process cannot use it"
+            return any("/libcuda.so" in line for line in maps)
     except OSError:
-        pass
-    return None
+        return False
 
 
 class _Agent:
@@ -139,9 +143,10 @@ def _become_worker(request, parent: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
         os._exit(1)  # the zygote is already gone: so is the agent that asked for this worker
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
+    null = os.open(os.devnull, os.O_RDONLY)  # fd 0 itself when the request pipe, closed, was there
+    if null != 0:
+        os.dup2(null, 0)
+        os.close(null)
     for fd, path in ((1, request["out"]), (2, request["err"])):
         opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(opened, fd)

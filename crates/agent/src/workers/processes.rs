@@ -89,9 +89,12 @@ impl WorkerPool {
         out: &std::path::Path,
         err: &std::path::Path,
     ) -> Result<zygote::Forked, String> {
-        let existing = self.lock().zygotes.get(kind).filter(|z| !z.gone()).cloned();
-        let zygote = match existing {
-            Some(zygote) => zygote,
+        let existing = {
+            let state = self.lock();
+            state.zygotes.get(kind).filter(|z| !z.gone()).map(|z| z.ask())
+        };
+        let asking = match existing {
+            Some(asking) => asking,
             None => {
                 let mut command = self.python_command(kind, prepared);
                 let log = self.env.logs.join(format!("zygote-{}.err", random_id()));
@@ -104,10 +107,10 @@ impl WorkerPool {
                 if slot.gone() {
                     *slot = zygote;
                 }
-                slot.clone()
+                slot.ask()
             }
         };
-        zygote.fork(id, env, out, err).await
+        asking.fork(id, env, out, err).await
     }
 
     async fn start_process(

@@ -59,9 +59,10 @@ fn parse(line: &str) -> Option<Message> {
     Some(Message::Exited { pid, status: i32::try_from(number("status")?).ok()? })
 }
 
-/// Whether a zygote goes: when none of its workers lives and none was asked of it for `idle`.
-fn retires(live_children: usize, unused_for: Duration, idle: Duration) -> bool {
-    live_children == 0 && unused_for > idle
+/// Whether a zygote goes: when none of its workers lives, none is being asked for, and the
+/// last was `unused_for` ago, longer than `idle`.
+fn retires(in_use: usize, unused_for: Duration, idle: Duration) -> bool {
+    in_use == 0 && unused_for > idle
 }
 
 type ForkReply = Result<Forked, String>;
@@ -72,6 +73,9 @@ struct Shared {
     forks: HashMap<String, oneshot::Sender<ForkReply>>,
     /// The wait status of each forked worker, once it ends, by pid.
     exits: HashMap<u32, watch::Sender<Option<i32>>>,
+    /// Workers being asked for now (waiting for the modules to load, or for the fork).
+    asking: usize,
+    /// When it last had a worker running or asked for.
     used: Option<Instant>,
 }
 
@@ -79,7 +83,7 @@ pub(super) struct Zygote {
     /// Killed with the zygote when dropped; its workers die with it.
     _process: tokio::process::Child,
     requests: tokio::sync::Mutex<tokio::process::ChildStdin>,
-    ready: watch::Receiver<Readiness>,
+    ready: Arc<watch::Sender<Readiness>>,
     shared: Arc<Mutex<Shared>>,
     started: Instant,
 }
@@ -94,9 +98,9 @@ impl Zygote {
         let (Some(requests), Some(replies)) = (process.stdin.take(), process.stdout.take()) else {
             return Err(std::io::Error::other("the zygote's pipes are missing"));
         };
-        let (ready_tx, ready) = watch::channel(Readiness::Loading);
+        let ready = Arc::new(watch::Sender::new(Readiness::Loading));
         let shared = Arc::new(Mutex::new(Shared::default()));
-        tokio::spawn(listen(replies, ready_tx, shared.clone()));
+        tokio::spawn(listen(replies, ready.clone(), shared.clone()));
         Ok(Zygote {
             _process: process,
             requests: tokio::sync::Mutex::new(requests),
@@ -115,61 +119,124 @@ impl Zygote {
         *self.ready.borrow() == Readiness::Gone
     }
 
-    /// Whether it can go now: it has loaded its modules (a fork waits for that), no worker
-    /// of it lives, and none was asked for in `idle`.
-    pub(super) fn retires(&self, idle: Duration) -> bool {
-        if *self.ready.borrow() == Readiness::Loading {
-            return false;
-        }
-        let shared = self.lock();
-        let unused_for = shared.used.unwrap_or(self.started).elapsed();
-        retires(shared.exits.len(), unused_for, idle)
+    /// No more forks of it: its workers are started on their own from now on.
+    fn give_up(&self, why: String) {
+        tracing::warn!("workers of a preloading kind are started one by one here: {why}");
+        self.ready.send_if_modified(|r| {
+            let usable = matches!(r, Readiness::Loading | Readiness::Ready);
+            if usable {
+                *r = Readiness::Unusable(why);
+            }
+            usable
+        });
     }
 
+    /// Whether it can go now: no worker of it lives or is being asked for, and the last
+    /// was longer than `idle` ago.
+    pub(super) fn retires(&self, idle: Duration) -> bool {
+        let shared = self.lock();
+        let unused_for = shared.used.unwrap_or(self.started).elapsed();
+        retires(shared.exits.len() + shared.asking, unused_for, idle)
+    }
+
+    /// Marks a worker as being asked for, until the returned guard's fork is done: the
+    /// zygote is in use meanwhile (taken under the pool's lock, which retirement holds).
+    pub(super) fn ask(self: &Arc<Self>) -> Asking {
+        let mut shared = self.lock();
+        shared.asking += 1;
+        shared.used = Some(Instant::now());
+        Asking { zygote: self.clone() }
+    }
+}
+
+/// A worker being asked of a zygote.
+pub(super) struct Asking {
+    zygote: Arc<Zygote>,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        let mut shared = self.zygote.lock();
+        shared.asking -= 1;
+        shared.used = Some(Instant::now());
+    }
+}
+
+/// A fork waiting for its answer: forgotten when it is dropped, answered or not.
+struct Pending<'a> {
+    zygote: &'a Zygote,
+    id: &'a str,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.zygote.lock().forks.remove(self.id);
+    }
+}
+
+impl Asking {
     /// A new worker process: `env` is added to the zygote's, its output goes to `out` and
     /// `err`. Fails, saying why, when the zygote cannot fork (the caller then spawns one).
     pub(super) async fn fork(
-        &self,
+        self,
         id: &str,
         env: &[(String, String)],
         out: &Path,
         err: &Path,
     ) -> Result<Forked, String> {
-        self.lock().used = Some(Instant::now());
-        let mut ready = self.ready.clone();
-        let waited = tokio::time::timeout(READY_TIMEOUT, ready.wait_for(|r| *r != Readiness::Loading)).await;
+        let zygote = &*self.zygote;
+        let mut ready = zygote.ready.subscribe();
+        let deadline = tokio::time::Instant::from_std(zygote.started + READY_TIMEOUT);
+        let waited = tokio::time::timeout_at(deadline, ready.wait_for(|r| *r != Readiness::Loading)).await;
         match waited.map(|r| r.map(|r| r.clone())) {
             Ok(Ok(Readiness::Ready)) => {}
             Ok(Ok(Readiness::Unusable(why))) => return Err(why),
             Ok(_) => return Err("the zygote exited".into()),
-            Err(_) => return Err(format!("the zygote has not loaded its modules within {READY_TIMEOUT:?}")),
+            Err(_) => {
+                let why = format!("the zygote has not loaded its modules within {READY_TIMEOUT:?}");
+                zygote.give_up(why.clone());
+                return Err(why);
+            }
         }
         let (tx, rx) = oneshot::channel();
-        self.lock().forks.insert(id.to_string(), tx);
+        zygote.lock().forks.insert(id.to_string(), tx);
+        let _pending = Pending { zygote, id };
         let request = serde_json::json!({
             "fork": id,
             "env": env.iter().cloned().collect::<HashMap<_, _>>(),
             "out": out.display().to_string(),
             "err": err.display().to_string(),
         });
-        let sent = self.requests.lock().await.write_all(format!("{request}\n").as_bytes()).await;
-        let reply = match sent {
-            Ok(()) => tokio::time::timeout(FORK_TIMEOUT, rx).await,
-            Err(e) => Ok(Ok(Err(format!("cannot ask the zygote: {e}")))),
-        };
-        self.lock().forks.remove(id);
-        match reply {
-            Ok(Ok(Ok(forked))) => Ok(forked),
-            Ok(Ok(Err(why))) => Err(why),
-            Ok(Err(_)) => Err("the zygote is gone".into()),
-            Err(_) => Err(format!("the zygote did not fork within {FORK_TIMEOUT:?}")),
+        let line = format!("{request}\n");
+        let sent =
+            tokio::time::timeout(FORK_TIMEOUT, async { zygote.requests.lock().await.write_all(line.as_bytes()).await });
+        match sent.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("cannot ask the zygote: {e}")),
+            Err(_) => {
+                zygote.give_up(format!("the zygote did not take a request within {FORK_TIMEOUT:?}"));
+                return Err("the zygote did not take the request".into());
+            }
+        }
+        match tokio::time::timeout(FORK_TIMEOUT, rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err("the zygote exited".into()),
+            Err(_) => {
+                let why = format!("the zygote did not fork within {FORK_TIMEOUT:?}");
+                zygote.give_up(why.clone());
+                Err(why)
+            }
         }
     }
 }
 
 /// Reads what the zygote says until it exits; then it is unusable, and its workers (killed
 /// with it) have ended.
-async fn listen(replies: tokio::process::ChildStdout, ready: watch::Sender<Readiness>, shared: Arc<Mutex<Shared>>) {
+async fn listen(
+    replies: tokio::process::ChildStdout,
+    ready: Arc<watch::Sender<Readiness>>,
+    shared: Arc<Mutex<Shared>>,
+) {
     let mut lines = tokio::io::BufReader::new(replies).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let Some(message) = parse(&line) else {
@@ -203,6 +270,9 @@ async fn listen(replies: tokio::process::ChildStdout, ready: watch::Sender<Readi
             Message::Exited { pid, status } => {
                 if let Some(exit) = shared.exits.remove(&pid) {
                     exit.send_replace(Some(status));
+                    // Idle from its last worker's end on: a group started again after a
+                    // failure finds it there.
+                    shared.used = Some(Instant::now());
                 }
             }
         }
