@@ -131,17 +131,10 @@ def _preload(names: str) -> None:
     """Imports the modules a library asked its workers to load (Train: torch) in the
     background, while the worker starts (a worker forked by its kind's zygote has them
     already)."""
-    import importlib
-
-    def load():
-        for name in filter(None, (n.strip() for n in names.split(","))):
-            try:
-                importlib.import_module(name)
-            except Exception:  # the task that needs it reports what is missing
-                return
+    from oxray._private.zygote import preload
 
     if names:
-        threading.Thread(target=load, name="preload", daemon=True).start()
+        threading.Thread(target=preload, args=(names,), name="preload", daemon=True).start()
 
 
 def main() -> None:

@@ -22,12 +22,16 @@ import warnings
 _PR_SET_PDEATHSIG = 1
 
 
-def _preload(names: str) -> None:
+def preload(names: str) -> list:
+    """Imports the modules named (`a,b`), and says which could not be and why: the task that
+    needs one reports what is missing."""
+    failed = []
     for name in filter(None, (n.strip() for n in names.split(","))):
         try:
             importlib.import_module(name)
-        except Exception as error:  # the task that needs it reports what is missing
-            print(f"cannot preload {name}: {error!r}", file=sys.stderr, flush=True)
+        except Exception as error:
+            failed.append(f"cannot preload {name}: {error!r}")
+    return failed
 
 
 def _why_not_forkable():
@@ -89,7 +93,8 @@ def _serve():
     """Forks workers until the agent goes away; returns only in a forked worker, with its
     request."""
     agent = _Agent()
-    _preload(os.environ.get("OXRAY_WORKER_PRELOAD", ""))
+    for failure in preload(os.environ.get("OXRAY_WORKER_PRELOAD", "")):
+        print(failure, file=sys.stderr, flush=True)
     why = _why_not_forkable()
     if why:
         agent.say(unusable=why)

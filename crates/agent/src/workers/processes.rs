@@ -79,7 +79,8 @@ impl WorkerPool {
         command
     }
 
-    /// A worker forked by the zygote of its kind (started now if there is none), or why not.
+    /// A worker forked by the zygote of its kind (started now if there is none, or if the
+    /// last one was killed), or why not.
     async fn fork(
         &self,
         kind: &WorkerKind,
@@ -89,28 +90,40 @@ impl WorkerPool {
         out: &std::path::Path,
         err: &std::path::Path,
     ) -> Result<zygote::Forked, String> {
-        let existing = {
-            let state = self.lock();
-            state.zygotes.get(kind).filter(|z| !z.gone()).map(|z| z.ask())
-        };
-        let asking = match existing {
-            Some(asking) => asking,
-            None => {
-                let mut command = self.python_command(kind, prepared);
-                let log = self.env.logs.join(format!("zygote-{}.err", random_id()));
-                let log = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-                command.stderr(log);
-                let zygote = Arc::new(zygote::Zygote::start(command).map_err(|e| format!("cannot start: {e}"))?);
-                // Two workers asking at once: the first zygote in stays, the other goes.
-                let mut state = self.lock();
-                let slot = state.zygotes.entry(kind.clone()).or_insert_with(|| zygote.clone());
-                if slot.gone() {
-                    *slot = zygote;
+        let asking = {
+            // Under the lock, so that two workers asked at once share one new zygote.
+            let mut state = self.lock();
+            let zygote = match state.zygotes.get(kind).filter(|z| !z.gone()) {
+                Some(zygote) => zygote.clone(),
+                None => {
+                    let mut command = self.python_command(kind, prepared);
+                    let log = self.env.logs.join(format!("zygote-{}.err", random_id()));
+                    let log =
+                        std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+                    command.stderr(log);
+                    let zygote = Arc::new(zygote::Zygote::start(command).map_err(|e| format!("cannot start: {e}"))?);
+                    state.zygotes.insert(kind.clone(), zygote.clone());
+                    zygote
                 }
-                slot.ask()
-            }
+            };
+            zygote.ask()
         };
         asking.fork(id, env, out, err).await
+    }
+
+    /// A worker process of `kind` started by this agent, writing to `out` and `err`.
+    fn spawn_worker(
+        &self,
+        kind: &WorkerKind,
+        prepared: Option<&crate::envs::Prepared>,
+        env: Vec<(String, String)>,
+        out: std::fs::File,
+        err: std::fs::File,
+    ) -> Result<tokio::process::Child, Status> {
+        let mut command = self.python_command(kind, prepared);
+        command.args(["-m", "oxray._private.worker_main"]).envs(env).stdout(out).stderr(err);
+        let python = command.as_std().get_program().to_string_lossy().into_owned();
+        command.spawn().map_err(|e| Status::failed_precondition(format!("cannot start a worker with {python}: {e}")))
     }
 
     async fn start_process(
@@ -131,24 +144,21 @@ impl WorkerPool {
             ("OXRAY_AGENT_ADDRESS".to_string(), self.env.agent_address.lock().expect("agent address lock").clone()),
             ("OXRAY_NODE_ID".to_string(), self.env.node_id.lock().expect("node id lock").clone()),
         ];
-        let forked = match kind.preloads() {
-            true => self.fork(kind, prepared, id, &env, &out_path, &err_path).await.map_err(|why| {
-                tracing::info!(worker = %id, "the worker is started on its own, as its zygote cannot fork it: {why}");
-            }),
-            false => Err(()),
-        };
-        let mut child =
-            match forked {
-                Ok(forked) => Process::Forked(forked),
-                Err(()) => {
-                    let mut command = self.python_command(kind, prepared);
-                    command.args(["-m", "oxray._private.worker_main"]).envs(env).stdout(log).stderr(err);
-                    let python = command.as_std().get_program().to_string_lossy().into_owned();
-                    Process::Spawned(command.spawn().map_err(|e| {
-                        Status::failed_precondition(format!("cannot start a worker with {python}: {e}"))
-                    })?)
+        let forked = if kind.preloads() {
+            match self.fork(kind, prepared, id, &env, &out_path, &err_path).await {
+                Ok(forked) => Some(forked),
+                Err(why) => {
+                    tracing::info!(worker = %id, "the worker is started on its own, as its zygote cannot fork it: {why}");
+                    None
                 }
-            };
+            }
+        } else {
+            None
+        };
+        let mut child = match forked {
+            Some(forked) => Process::Forked(forked),
+            None => Process::Spawned(self.spawn_worker(kind, prepared, env, log, err)?),
+        };
         self.lock().records.spawned(id, child.id().unwrap_or(0));
         let registered = tokio::select! {
             r = tokio::time::timeout(REGISTER_TIMEOUT, rx) => r.ok().and_then(Result::ok),
