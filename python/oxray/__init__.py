@@ -27,7 +27,8 @@ from oxray.actor import get_actor, method
 from oxray.object_ref import ObjectID, ObjectRef
 from oxray.runtime_context import get_runtime_context
 
-__version__ = "0.1.0"
+# `import ray` served by oxray sets __version__ to Ray's compatible version; this one stays.
+__oxray_version__ = __version__ = "0.1.0"
 
 _LAZY = ("data", "serve", "train", "tune")  # imported on first use, as Ray's `ray.data`: numpy and torch are heavy
 

@@ -4,8 +4,9 @@
 and `ray.<name>` is `oxray.<name>` (the same module objects), so `ray.remote`,
 `ray.util.placement_group`, `ray.exceptions.RayTaskError` and the rest resolve to oxray's.
 A real Ray installed beside oxray is left alone unless shadowing it is asked for.
-`OXRAY_AS_RAY=1` (or `force`) does the same at interpreter start through the wheel's
-`oxray_as_ray.pth`, and in oxray's workers, so the tasks of such code see the same `ray`."""
+Where no real Ray is installed, the wheel's `oxray_as_ray.pth` does it on the first `import ray`
+(`_oxray_ray`); `OXRAY_AS_RAY=force` does it at interpreter start even over a real Ray, and
+`OXRAY_AS_RAY=0` never."""
 
 import importlib
 import importlib.abc
@@ -14,6 +15,8 @@ import importlib.util
 import os
 import sys
 import warnings
+
+from _oxray_ray import RAY_VERSION
 
 
 class _RayFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -31,6 +34,9 @@ class _RayFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         module = importlib.import_module("oxray" + spec.name[3:])
         self._specs[spec.name] = module.__spec__
+        if spec.name == "ray":
+            # Libraries compare it (vLLM); oxray's own stays in __oxray_version__.
+            module.__version__ = RAY_VERSION
         return module
 
     def exec_module(self, module):
@@ -40,10 +46,18 @@ class _RayFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _real_ray_installed() -> bool:
-    if any(isinstance(f, _RayFinder) for f in sys.meta_path):
-        return False
-    spec = importlib.util.find_spec("ray")
+    # The path finders alone: the other finders on sys.meta_path may be oxray's own.
+    spec = importlib.machinery.PathFinder.find_spec("ray")
     return spec is not None and "oxray" not in (spec.origin or "")
+
+
+def finder() -> "_RayFinder":
+    """The finder `install_as_ray` put in front (installing it if it is not there)."""
+    for f in sys.meta_path:
+        if isinstance(f, _RayFinder):
+            return f
+    install_as_ray(shadow_installed_ray=True)
+    return sys.meta_path[0]
 
 
 def install_as_ray(shadow_installed_ray: bool = False) -> bool:

@@ -27,13 +27,15 @@ pub fn resolve_token(explicit: Option<&str>, address: &str) -> Result<Token> {
     if let Some(text) = oxray_config::private_clusters::token_for(address) {
         return Token::parse(&text).context("invalid cluster token of a private cluster");
     }
-    let file = paths::token_file(&paths::oxray_home());
-    match oxray_config::secret::read_trimmed(&file).with_context(|| format!("cannot read {}", file.display()))? {
-        Some(text) => Token::parse(&text).with_context(|| format!("invalid cluster token in {}", file.display())),
+    let home = paths::oxray_home();
+    match paths::read_token(&home).context("cannot read the token file")? {
+        Some((text, file)) => {
+            Token::parse(&text).with_context(|| format!("invalid cluster token in {}", file.display()))
+        }
         None => bail!(
-            "no cluster token: pass --token, set OXRAY_AUTH_TOKEN, or run `oxray get-auth-token` on the head \
-             and save it to {}",
-            file.display()
+            "no cluster token: pass --token, set OXRAY_AUTH_TOKEN (or Ray's RAY_AUTH_TOKEN) to what \
+             `ray get-auth-token` prints on the head, or save it to {}",
+            paths::token_file(&home).display()
         ),
     }
 }

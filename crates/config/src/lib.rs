@@ -6,6 +6,7 @@ pub mod log_rotation;
 pub mod paths;
 pub mod private_clusters;
 pub mod procs;
+pub mod ray_env;
 pub mod ready;
 pub mod secret;
 pub mod session;

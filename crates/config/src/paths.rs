@@ -30,6 +30,21 @@ pub fn token_file(home: &std::path::Path) -> PathBuf {
     home.join("auth_token")
 }
 
+/// The token files a client reads, first found wins: oxray's, then Ray's `~/.ray/auth_token`.
+pub fn token_files(home: &std::path::Path) -> Vec<PathBuf> {
+    std::iter::once(token_file(home)).chain(crate::ray_env::ray_token_file()).collect()
+}
+
+/// The first token file of `token_files` that holds a token, with its path.
+pub fn read_token(home: &std::path::Path) -> std::io::Result<Option<(String, PathBuf)>> {
+    for file in token_files(home) {
+        if let Some(token) = crate::secret::read_trimmed(&file)?.filter(|t| !t.is_empty()) {
+            return Ok(Some((token, file)));
+        }
+    }
+    Ok(None)
+}
+
 /// The address of the cluster last started on this machine, for commands given no address.
 pub fn current_cluster_file(home: &std::path::Path) -> PathBuf {
     home.join("current_cluster.json")

@@ -22,7 +22,7 @@ const VALUE_FLAGS: &[&str] = &[
 /// Ray's flags with no meaning here (oxray has no separate dashboard agent, worker port ranges
 /// or Redis) or that the operator sets itself; KubeRay manifests carry them, so they are dropped
 /// rather than refused.
-const IGNORED: &[&str] = &[
+pub const IGNORED: &[&str] = &[
     "address",
     "block",
     "head",

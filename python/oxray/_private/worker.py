@@ -39,15 +39,28 @@ def _current_address() -> Optional[str]:
         return None
 
 
-def _token() -> Optional[str]:
-    token = os.environ.get("OXRAY_AUTH_TOKEN")
-    if token:
-        return token.strip()
+def _read_token(path: str) -> Optional[str]:
     try:
-        with open(_home_file("auth_token")) as f:
-            return f.read().strip()
+        with open(path) as f:
+            return f.read().strip() or None
     except OSError:
         return None
+
+
+def _token() -> Optional[str]:
+    """oxray's token settings, then Ray's (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`), then the
+    token files: oxray's, then Ray's `~/.ray/auth_token`."""
+    for name in ("OXRAY_AUTH_TOKEN", "RAY_AUTH_TOKEN"):
+        token = os.environ.get(name, "").strip()
+        if token:
+            return token
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip()
+    if path:
+        token = _read_token(path)
+        if token is None:
+            raise RuntimeError(f"RAY_AUTH_TOKEN_PATH={path}: no token could be read from that file")
+        return token
+    return _read_token(_home_file("auth_token")) or _read_token(os.path.expanduser("~/.ray/auth_token"))
 
 
 class RayContext(dict):
@@ -85,7 +98,8 @@ def init(
 ) -> RayContext:
     """Connects this process to a cluster.
 
-    With no address: the cluster of the job this process runs in (OXRAY_ADDRESS), else the
+    With no address: the cluster of the job this process runs in (OXRAY_ADDRESS, or Ray's
+    RAY_ADDRESS), else the
     cluster started on this machine with `oxray start`, else a new private cluster for this
     process, stopped when it exits. "auto" only joins; "local" always starts a new one.
     """
@@ -108,12 +122,15 @@ def init(
         resources_json = json.dumps(resources) if resources is not None else None
         labels = labels_argument(kwargs.get("labels"))
         package_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "_bin")
-        _client = _native.connect(address, os.environ.get("OXRAY_ADDRESS"), _current_address(), _token(),
+        # Ray's RAY_ADDRESS too: a Ray user's shell or pod names its cluster with it.
+        env_address = os.environ.get("OXRAY_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+        _client = _native.connect(address, env_address, _current_address(), _token(),
                                   (num_cpus, num_gpus, resources_json, object_store_memory, labels), package_dir, sys.executable,
                                   os.environ.get("OXRAY_NODE_ID"))
         _namespace = namespace
         _runtime_env = runtime_env
         _code_search_path = list(getattr(job_config, "code_search_path", None) or [])
+        _say_which_ray(_client)
         return _context(_client)
 
 
@@ -126,6 +143,15 @@ _INIT_ACCEPTED = {"labels", "local_mode", "include_dashboard", "dashboard_host",
                   "_enable_object_reconstruction", "_plasma_directory", "_node_ip_address",
                   "_driver_object_store_memory", "_memory", "_redis_password", "_temp_dir", "_metrics_export_port",
                   "_system_config", "_tracing_startup_hook", "_node_name", "_skip_env_hook"}
+
+
+def _say_which_ray(client) -> None:
+    """One line on stderr when a driver reached oxray as `ray`, so its user can tell."""
+    oxray = sys.modules.get("oxray")
+    if oxray is None or sys.modules.get("ray") is not oxray or os.environ.get("OXRAY_WORKER_ID"):
+        return
+    print(f"oxray {oxray.__oxray_version__} (as Ray {oxray.__version__}): connected to the cluster at "
+          f"{client.address}, dashboard {client.dashboard_url or 'none'}", file=sys.stderr)
 
 
 def labels_argument(labels: Optional[Dict[str, str]]) -> Optional[str]:

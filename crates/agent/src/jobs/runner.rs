@@ -222,6 +222,8 @@ impl Runner {
             .kill_on_drop(false);
         cmd.env("PYTHONUNBUFFERED", "1")
             .env("OXRAY_ADDRESS", &self.context.head_address)
+            // As Ray sets them for a job's driver: scripts read them to find their cluster.
+            .env("RAY_ADDRESS", &self.context.head_address)
             .env("OXRAY_AUTH_TOKEN", &self.context.token)
             .env("OXRAY_JOB_ID", id)
             .env("OXRAY_NODE_ID", self.context.node_id.lock().expect("node id lock").as_str())

@@ -200,8 +200,11 @@ fn head_token(explicit: Option<&str>, home: &Path, session: &SessionDir) -> Resu
     let file = paths::token_file(home);
     let token = match explicit {
         Some(text) => Token::parse(text).context("invalid OXRAY_AUTH_TOKEN")?,
-        None => match secret::read_trimmed(&file)? {
-            Some(text) => Token::parse(&text).with_context(|| format!("invalid token in {}", file.display()))?,
+        // Ray's `~/.ray/auth_token` too: a token made with `ray get-auth-token --generate`.
+        None => match paths::read_token(home)? {
+            Some((text, from)) => {
+                Token::parse(&text).with_context(|| format!("invalid token in {}", from.display()))?
+            }
             None => Token::generate(),
         },
     };

@@ -2,7 +2,7 @@ use crate::commands::roles::{positive_seconds, SessionArgs, StateArgs};
 use crate::launch::{spawn_role, stop_node, Launched};
 use crate::resources::ResourceArgs;
 use crate::target::CurrentCluster;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use nix::sys::signal::Signal;
 use oxray_config::ready::Ready;
@@ -32,6 +32,11 @@ pub struct StartArgs {
     pub dashboard_port: u16,
     #[command(flatten)]
     pub resources: ResourceArgs,
+    /// Node labels from a YAML file of `key: value` pairs; --labels wins over it
+    #[arg(long, value_name = "FILE")]
+    pub labels_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub ray: crate::ray_flags::RayStartFlags,
     /// A name for this node [default: its IP address]
     #[arg(long)]
     pub node_name: Option<String>,
@@ -74,8 +79,15 @@ const HEAD_READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long an agent may take to register once it reaches its head.
 const AGENT_READY_MARGIN: Duration = Duration::from_secs(15);
 
-pub fn run(args: StartArgs) -> Result<ExitCode> {
+pub fn run(mut args: StartArgs) -> Result<ExitCode> {
+    args.ray.validate()?;
+    if let Some(file) = &args.labels_file {
+        args.resources.labels = Some(labels_with_file(file, args.resources.labels.as_deref())?);
+    }
     args.resources.validate()?;
+    if let Some(note) = args.ray.note() {
+        eprintln!("{note}");
+    }
     // Listen before anything starts, so a signal during startup still stops it all cleanly.
     let signals = if args.block { Some(Signals::install()?) } else { None };
     if let Some(address) = &args.address {
@@ -112,8 +124,7 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         };
         launched.push(head);
         let address = format!("{node_ip}:{port}");
-        let token =
-            args.token.clone().or_else(|| secret::read_trimmed(&paths::token_file(&paths::oxray_home())).ok()?);
+        let token = args.token.clone().or_else(|| Some(paths::read_token(&paths::oxray_home()).ok()??.0));
         let weak = token.and_then(|token| crate::tls::weak_token_warning(&tls, &token));
         for warning in crate::tls::exposure_warnings(&tls, HEAD_BIND_HOST, &dashboard_host).into_iter().chain(weak) {
             eprintln!("warning: {warning}");
@@ -169,6 +180,30 @@ pub fn run(args: StartArgs) -> Result<ExitCode> {
         Some(signals) => block(launched, signals, args.stop_on_stdin_close),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// `--labels` as the agent takes it, with the labels of a `--labels-file` (Ray's YAML map)
+/// put first so that `--labels` wins.
+fn labels_with_file(file: &std::path::Path, flag: Option<&str>) -> Result<String> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read --labels-file {}", file.display()))?;
+    let map: std::collections::BTreeMap<String, serde_norway::Value> = serde_norway::from_str(&text)
+        .with_context(|| format!("invalid --labels-file {}: expected a YAML map of labels", file.display()))?;
+    let mut pairs = Vec::new();
+    for (key, value) in map {
+        let value = match value {
+            serde_norway::Value::String(s) => s,
+            serde_norway::Value::Number(n) => n.to_string(),
+            serde_norway::Value::Bool(b) => b.to_string(),
+            other => bail!("invalid --labels-file {}: label {key:?} is {other:?}, not a string", file.display()),
+        };
+        if format!("{key}{value}").contains([',', '=']) {
+            bail!("invalid --labels-file {}: label {key}={value} holds ',' or '='", file.display());
+        }
+        pairs.push(format!("{key}={value}"));
+    }
+    pairs.extend(flag.filter(|f| !f.trim().is_empty()).map(str::to_string));
+    Ok(pairs.join(","))
 }
 
 fn validate_address(address: &str) -> Result<()> {

@@ -5,7 +5,22 @@ use oxray_api_types::{ClusterStatus, NodeSummary};
 use std::fmt::Write;
 use std::process::ExitCode;
 
-pub fn run(target: TargetArgs) -> Result<ExitCode> {
+#[derive(clap::Args, Debug, Clone)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Accepted as Ray's: the status always shows everything
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// `ray health-check`: the head answers with its nodes, or the command fails.
+pub fn health_check(target: TargetArgs) -> Result<ExitCode> {
+    runtime()?.block_on(async { fetch_nodes(&mut target.connect().await?).await })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(StatusArgs { target, .. }: StatusArgs) -> Result<ExitCode> {
     let (nodes, pending) = runtime()?.block_on(async {
         let mut head = target.connect().await?;
         let nodes = fetch_nodes(&mut head).await?;

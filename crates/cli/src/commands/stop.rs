@@ -12,11 +12,16 @@ pub struct StopArgs {
     #[arg(long, short)]
     pub force: bool,
     /// Seconds to wait for a graceful stop before killing
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, short = 'g', default_value_t = 16)]
     pub grace_period: u64,
+    #[command(flatten)]
+    pub ray: crate::ray_flags::RayLogFlags,
 }
 
 pub fn run(args: StopArgs) -> Result<ExitCode> {
+    if let Some(note) = args.ray.note() {
+        eprintln!("{note}");
+    }
     let home = paths::oxray_home();
     let records = procs::list_running(&home);
     if records.is_empty() {
