@@ -43,6 +43,14 @@ fi
 mkdir -p "$prefix/bin"
 install -m 0755 "$here/bin/oxray" "$prefix/bin/oxray"
 echo "installed $prefix/bin/oxray ($("$prefix/bin/oxray" --version))"
+# Ray's command names, unless a real Ray's commands are there already.
+for name in ray serve; do
+    if [ -e "$prefix/bin/$name" ] && [ "$(readlink "$prefix/bin/$name")" != oxray ]; then
+        echo "left $prefix/bin/$name as it was (not oxray's)"
+    else
+        ln -sf oxray "$prefix/bin/$name"
+    fi
+done
 
 [ "$with_python" = 1 ] || exit 0
 if [ -n "$venv" ]; then

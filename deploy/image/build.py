@@ -10,7 +10,8 @@ dependencies. It becomes two layers, so that a new oxray release only changes th
 
   1. python: CPython 3.11 and the libraries it loads, bash, CA certificates, tzdata, the users
      (root, oxray 1000:1000, nobody), websockets and cloudpickle; everything precompiled.
-  2. oxray: /usr/bin/oxray and the oxray package, whose oxray/_bin/oxray is the same file.
+  2. oxray: /usr/bin/oxray and the oxray package, whose oxray/_bin/oxray is the same file, as
+     are /usr/bin/ray and /usr/bin/serve (Ray's commands).
 
 Output, in --out:
   oxray-<version>-oci/       an OCI image layout
@@ -85,6 +86,8 @@ DROP = (
 # Merged /usr, as on an installed bookworm: /bin/bash and /usr/bin/bash are the same file.
 MERGED = ("bin", "sbin", "lib", "lib64")
 SITE = "usr/lib/python3/dist-packages"
+# Ray's command names, the oxray binary under them.
+RAY_COMMANDS = ("ray", "serve")
 UID = GID = 1000
 PORTS = (6379, 8265, 10001, 8000)
 ENV = {
@@ -449,13 +452,19 @@ def assemble(root, debs, dep_wheels, wheel, binary, strip_binaries):
         strip(exe, exe=True)
         for so in sorted((root / SITE / "oxray").glob("*.so")):
             strip(so, exe=False)
-    # The package starts nodes with its _bin/oxray: one file under both names.
+    # The package starts nodes with its _bin/oxray, and Ray's commands are the same binary
+    # under Ray's names (KubeRay's pods run `ray start`): one file under every name.
     packaged.unlink()
     os.link(exe, packaged)
+    for name in RAY_COMMANDS:
+        os.link(exe, bin_dir / name)
 
     check_libraries(root)
     compile_python(root, [f"usr/lib/python{PYTHON}", SITE])
-    return [f"{SITE}/{t}" for t in oxray_top] + ["usr/bin/oxray"]
+    # A top-level module's bytecode is in the site directory's __pycache__: oxray's layer too.
+    modules = [Path(t).stem for t in oxray_top if t.endswith(".py")]
+    cached = [f"{SITE}/__pycache__/{p.name}" for m in modules for p in (root / SITE / "__pycache__").glob(f"{m}.*.pyc")]
+    return [f"{SITE}/{t}" for t in oxray_top] + cached + ["usr/bin/oxray"] + [f"usr/bin/{n}" for n in RAY_COMMANDS]
 
 
 # ---- the OCI image ---------------------------------------------------------------------------

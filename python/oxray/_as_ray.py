@@ -5,7 +5,7 @@ and `ray.<name>` is `oxray.<name>` (the same module objects), so `ray.remote`,
 `ray.util.placement_group`, `ray.exceptions.RayTaskError` and the rest resolve to oxray's.
 A real Ray installed beside oxray is left alone unless shadowing it is asked for.
 Where no real Ray is installed, the wheel's `oxray_as_ray.pth` does it on the first `import ray`
-(`_oxray_ray`); `OXRAY_AS_RAY=force` does it at interpreter start even over a real Ray, and
+(`oxray_ray_name`); `OXRAY_AS_RAY=force` does it at interpreter start even over a real Ray, and
 `OXRAY_AS_RAY=0` never."""
 
 import importlib
@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 
-from _oxray_ray import RAY_VERSION
+from oxray_ray_name import RAY_VERSION
 
 
 class _RayFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

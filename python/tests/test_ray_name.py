@@ -100,7 +100,7 @@ def test_a_real_ray_installed_beside_oxray_wins(make_env, tmp_path):
 @pytest.mark.parametrize("with_ray", [False, True])
 def test_the_ray_command_is_ray_s_where_ray_is_installed(make_env, tmp_path, with_ray):
     python = make_env(with_ray=with_ray)
-    out = _run(python, "import sys, _oxray_ray; sys.argv = ['ray', '--version']; _oxray_ray.ray_command()", tmp_path)
+    out = _run(python, "import sys, oxray_ray_name; sys.argv = ['ray', '--version']; oxray_ray_name.ray_command()", tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ray, version 2.60.0")
     assert ("oxray" in out.stdout) is not with_ray, out.stdout

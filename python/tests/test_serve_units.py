@@ -624,3 +624,14 @@ def test_ingress_refuses_classes_with_call():
         class Bad:
             def __call__(self, request):
                 pass
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"placement_group_bundles": [{"CPU": 1}]}, "placement_group_bundles"),
+    ({"max_replicas_per_node": 2}, "max_replicas_per_node"),
+    ({"ray_actor_options": {"label_selector": {"zone": "a"}}}, "ray_actor_options.label_selector"),
+])
+def test_placement_options_oxray_cannot_honour_are_refused_by_name(options, named):
+    app = Model.options(**options).bind()
+    with pytest.raises(ValueError, match=named):
+        _build.application_body(app, "app", "/", {})

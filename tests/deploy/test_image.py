@@ -147,8 +147,8 @@ def test_the_layers_are_normalized_and_hold_what_the_image_needs(image):
     assert entries["tmp"].mode == 0o1777 and entries["home/oxray"].isdir()
     binary = entries["usr/bin/oxray"]
     assert binary.isfile() and binary.mode == 0o755
-    packaged = entries["usr/lib/python3/dist-packages/oxray/_bin/oxray"]
-    assert packaged.islnk() and packaged.linkname == "usr/bin/oxray"
+    for name in ("usr/lib/python3/dist-packages/oxray/_bin/oxray", "usr/bin/ray", "usr/bin/serve"):
+        assert entries[name].islnk() and entries[name].linkname == "usr/bin/oxray", name
     for name in ("usr/bin/python3.11", "usr/bin/bash", "etc/ssl/certs/ca-certificates.crt",
                  "usr/lib/python3/dist-packages/oxray/__init__.py",
                  "usr/lib/python3/dist-packages/oxray/__pycache__/__init__.cpython-311.pyc",
@@ -159,14 +159,16 @@ def test_the_layers_are_normalized_and_hold_what_the_image_needs(image):
     assert entries["usr/bin/python"].linkname == "python3"
     assert entries["bin"].issym() and entries["lib64"].issym()
     site = {n.split("/")[4].split("-")[0] for n in entries if n.startswith("usr/lib/python3/dist-packages/")}
-    assert {"oxray", "websockets", "cloudpickle", "oxray_as_ray.pth"} <= site
+    assert {"oxray", "websockets", "cloudpickle", "oxray_as_ray.pth", "oxray_ray_name.py"} <= site
     assert not [n for n in entries if n.startswith(("usr/share/man/", "usr/share/locale/"))]
     assert "oxray:x:1000:1000:oxray:/home/oxray:/bin/bash" in image.file("etc/passwd").splitlines()
     assert "oxray:x:1000:" in image.file("etc/group").splitlines()
     # The second layer is only oxray, so that a new release leaves the first one as it was.
     oxray_files = {m.name for m in image.layers[1]["members"] if not m.isdir()}
-    assert "usr/bin/oxray" in oxray_files
-    assert all(n == "usr/bin/oxray" or n.startswith("usr/lib/python3/dist-packages/oxray") for n in oxray_files)
+    assert {"usr/bin/oxray", "usr/bin/ray", "usr/bin/serve"} <= oxray_files
+    site = "usr/lib/python3/dist-packages/"
+    assert all(n.startswith(("usr/bin/", site + "oxray", site + "__pycache__/oxray_ray_name.")) for n in oxray_files)
+    assert not [m.name for m in image.layers[0]["members"] if "oxray_ray_name" in m.name]
 
 
 def test_the_image_is_under_100_mb(image):
@@ -244,6 +246,11 @@ def test_the_binary_runs(engine, image, version):
     done = run(engine, image, "--version")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"oxray {version}"
+    # Ray's names: the `ray` command and `import ray`, as KubeRay's pods and Ray's scripts use them.
+    done = run(engine, image, "-c", "ray --version && python3 -c 'import ray; print(ray.__name__, ray.__version__)'",
+               options=("--entrypoint", "bash"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == [f"ray, version 2.60.0 (oxray {version})", "oxray 2.60.0"]
 
 
 def test_python_runs_as_uid_1000_from_precompiled_modules(engine, image):

@@ -57,6 +57,13 @@ def test_an_offline_install_gives_a_working_binary_and_package(unpacked, tmp_pat
     probe = "import oxray, websockets, cloudpickle; print(oxray.__file__)"
     where = subprocess.run([str(venv / "bin/python"), "-c", probe], capture_output=True, text=True, check=True)
     assert str(venv) in where.stdout
+    # Ray's names, with no Ray installed: the commands (the bundle's and the wheel's) and `import ray`.
+    for ray in (prefix / "bin/ray", venv / "bin/ray"):
+        said = subprocess.run([str(ray), "--version"], capture_output=True, text=True, check=True)
+        assert said.stdout.startswith("ray, version 2.60.0 (oxray "), said.stdout
+    probe = "import importlib.metadata, ray; print(ray.__name__, ray.__version__, importlib.metadata.version('ray'))"
+    named = subprocess.run([str(venv / "bin/python"), "-c", probe], capture_output=True, text=True, check=True)
+    assert named.stdout.split() == ["oxray", "2.60.0", "2.60.0"]
 
 
 def test_bad_arguments_get_a_message_and_an_exit_code(unpacked):

@@ -131,6 +131,21 @@ def deployment_schema(name: str, options: Dict[str, Any], ray_actor_options: Dic
     return out
 
 
+# Placement options oxray's controller does not act on yet: refused by name, never dropped.
+_UNHONOURED = ("placement_group_bundles", "placement_group_strategy", "placement_group_bundle_label_selector",
+               "max_replicas_per_node")
+
+
+def check_placement_options(name: str, options: Dict[str, Any], ray_actor_options: Dict[str, Any]) -> None:
+    given = [key for key in _UNHONOURED if options.get(key) is not None]
+    if ray_actor_options.get("label_selector"):
+        given.append("ray_actor_options.label_selector")
+    if given:
+        raise ValueError(f"deployment {name!r}: {', '.join(given)} cannot be honoured by oxray Serve, which "
+                         "places each replica as one actor by its resources; leave them out, or ask for the "
+                         "replica's resources (num_cpus, num_gpus, resources, accelerator_type) instead")
+
+
 def deployment_body(name: str, app: Application, app_name: str, names: Dict[int, str],
                     code_version: Optional[str] = None) -> Dict[str, Any]:
     """`code_version` stands for the code and its arguments when given (a declarative app's
@@ -140,6 +155,7 @@ def deployment_body(name: str, app: Application, app_name: str, names: Dict[int,
 
     options = app.deployment._effective()
     ray_actor_options = actor_options(options["ray_actor_options"])
+    check_placement_options(name, options, ray_actor_options)
     resources = resource_request(ray_actor_options, default_cpus=1)
     resources.setdefault("GPU", 0.0)
     definition = definition_of(app, app_name, names)
