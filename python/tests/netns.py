@@ -88,13 +88,14 @@ class Host:
             assert out.returncode == 0, f"{argv} on {self.name} exited {out.returncode}: {out.stderr}{out.stdout}"
         return out
 
-    def start(self, *args, node_ip=True):
-        """`oxray start` with `args`, as this host's first process: the oxray processes keep the
-        host's hostname and /dev/shm, and later commands enter them. `node_ip=False` leaves
-        the node's address for oxray to find. Returns what `start` printed."""
+    def start(self, *args, node_ip=True, program=OXRAY_BIN):
+        """`oxray start` with `args` (or `program`'s, `ray` say), as this host's first process:
+        the oxray processes keep the host's hostname and /dev/shm, and later commands enter
+        them. `node_ip=False` leaves the node's address to the arguments or for oxray to find.
+        Returns what `start` printed."""
         setup = f'mount -t tmpfs -o size=512m tmpfs /dev/shm && hostname {self.ns} && exec "$@"'
         address = ["--node-ip-address", self.address] if node_ip else []
-        out = self.run("unshare", "-u", "-m", "--propagation", "private", "sh", "-c", setup, "sh", OXRAY_BIN,
+        out = self.run("unshare", "-u", "-m", "--propagation", "private", "sh", "-c", setup, "sh", program,
                        "start", *args, *address)
         self.pid = self.role_pid("head" if "--head" in args else "agent")
         return out

@@ -1,44 +1,20 @@
 """`import ray`, `importlib.metadata.version("ray")` and the `ray` command where oxray is
-installed: oxray's where no real Ray is, Ray's where it is, in drivers and in their workers.
-
-Each case is a new virtual environment whose site-packages sees this venv's packages with or
-without Ray's, plus the wheel's `oxray_as_ray.pth` (the editable install has no `.pth` of its
-own)."""
+installed: oxray's where no real Ray is, Ray's where it is, in drivers and in their workers
+(each case in a new venv of `bare_env`)."""
 
 import os
 import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
+import bare_env
 from conftest import OXRAY_BIN
-
-PYTHON_DIR = Path(__file__).resolve().parents[1]
-SITE = Path(next(p for p in sys.path if p.endswith("site-packages")))
-
-
-def _is_ray(name: str) -> bool:
-    return name == "ray" or name.startswith("ray-") or name in ("oxray.pth", "distutils-precedence.pth")
 
 
 @pytest.fixture
 def make_env(tmp_path):
-    def make(with_ray: bool) -> Path:
-        root = tmp_path / ("with-ray" if with_ray else "bare")
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-        site = next((root / "lib").glob("python3*/site-packages"))
-        shadow = root / "shadow"
-        shadow.mkdir()
-        for entry in SITE.iterdir():
-            if with_ray or not _is_ray(entry.name):
-                (shadow / entry.name).symlink_to(entry)
-        (site / "deps.pth").write_text(f"{shadow}\n{PYTHON_DIR}\n")
-        (site / "oxray_as_ray.pth").write_text((PYTHON_DIR / "oxray_as_ray.pth").read_text())
-        return root / "bin/python"
-
-    return make
+    return lambda with_ray: bare_env.make_env(tmp_path / ("with-ray" if with_ray else "bare"), with_ray)
 
 
 def _run(python, code, tmp_path, **env):
