@@ -52,6 +52,9 @@ def test_show_prints_rows(small_store, capsys):
 
 def test_from_python_values(small_store):
     assert data.from_items([1, 2, 3]).take_all() == [{"item": 1}, {"item": 2}, {"item": 3}]
+    assert data.from_items(range(3)).take_all() == [{"item": 0}, {"item": 1}, {"item": 2}]
+    with pytest.raises(TypeError):
+        data.from_items("abc")
     assert data.from_items([{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]).to_pandas().to_dict("list") == \
         {"a": [1, 2], "b": ["x", "y"]}
     images = np.arange(2 * 3 * 4).reshape(2, 3, 4)

@@ -98,3 +98,23 @@ def test_next_ready_times_out_and_short_fixed_returns_fail_only_the_rest(private
     assert oxray.get([one, two]) == [1, 2]
     with pytest.raises((RaySystemError, WorkerCrashedError), match="returned 2 values"):
         oxray.get(three)
+
+
+def test_wait_takes_generators_ready_when_next_would_not_block(private_cluster):
+    slow = count_slowly.remote(2, 0.5)  # first value at once, the second after 0.5 s
+    ready, rest = oxray.wait([slow], timeout=5)
+    assert ready == [slow] and rest == []
+    first = next(slow)
+    ready, rest = oxray.wait([slow], timeout=0.1)
+    assert ready == [] and rest == [slow], "the second value is not there yet"
+    ref = oxray.put(1)
+    ready, rest = oxray.wait([slow, ref], num_returns=1, timeout=5)
+    assert ready == [ref] and rest == [slow], "order kept, at most num_returns"
+    ready, _ = oxray.wait([slow], timeout=5)
+    assert ready == [slow] and oxray.get([first, next(slow)]) == [0, 1]
+    ready, _ = oxray.wait([slow], timeout=5)
+    assert ready == [slow], "an ended stream is ready: next raises StopIteration at once"
+    with pytest.raises(StopIteration):
+        next(slow)
+    with pytest.raises(TypeError):
+        oxray.wait([slow, "x"])

@@ -83,6 +83,14 @@ class ObjectRefGenerator:
         """The ref that is ready once the task has ended (and raises its error, if any)."""
         return self._completed
 
+    def _next_is_ready(self) -> bool:
+        """Whether `next` would return at once: its ref is there, or the stream has ended."""
+        try:
+            self._client.stream_next(self._completed.hex(), self._next, 0)
+        except TimeoutError:
+            return False
+        return True
+
     def is_finished(self) -> bool:
         from oxray._private import worker
 

@@ -364,12 +364,12 @@ _ID = operator.attrgetter("_id")
 
 
 def wait(refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_local: bool = True):
-    """Splits refs into (ready, not ready), once num_returns are ready or at the timeout."""
+    """Splits refs (and streaming generators) into (ready, not ready), once num_returns are
+    ready or at the timeout."""
+    from oxray._private.generators import ObjectRefGenerator
     from oxray.object_ref import ObjectRef
 
-    from oxray.object_ref import ObjectRef as _Ref
-
-    if isinstance(refs, _Ref):
+    if isinstance(refs, (ObjectRef, ObjectRefGenerator)):
         raise TypeError("wait takes a list of ObjectRefs, got a single ObjectRef")
     refs = list(refs)
     if not refs:
@@ -378,7 +378,9 @@ def wait(refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_l
         raise ValueError(f"The 'timeout' argument must be nonnegative. Received {timeout}")
     # Types and ids through C-level loops: waiting on a thousand refs again and again is common.
     if not set(map(type, refs)) <= {ObjectRef} and not all(isinstance(r, ObjectRef) for r in refs):
-        raise TypeError("wait takes a list of ObjectRefs")
+        if all(isinstance(r, (ObjectRef, ObjectRefGenerator)) for r in refs):
+            return _wait_with_generators(refs, num_returns, timeout)
+        raise TypeError("wait takes a list of ObjectRefs and ObjectRefGenerators")
     ids = list(map(_ID, refs))
     if len(set(ids)) != len(ids):
         raise ValueError("Wait requires a list of unique ObjectRefs")
@@ -391,6 +393,33 @@ def wait(refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_l
         start = at + 1
     rest.extend(refs[start:])
     return [refs[at] for at in chosen], rest
+
+
+def _wait_with_generators(waitables, num_returns: int, timeout: Optional[float]):
+    """`wait` over refs and streaming generators, as Ray's: a generator is ready when `next`
+    would return at once. Streams have no waitable handle of their own, so this polls, from
+    1 ms up to 50 ms apart."""
+    import time
+
+    from oxray._private.generators import ObjectRefGenerator
+
+    if len(set(map(id, waitables))) != len(waitables):
+        raise ValueError("Wait requires a list of unique ObjectRefs")
+    if not 1 <= num_returns <= len(waitables):
+        raise ValueError(f"num_returns must be between 1 and {len(waitables)}, got {num_returns}")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        refs = [w for w in waitables if not isinstance(w, ObjectRefGenerator)]
+        done = {id(r) for r in wait(refs, num_returns=len(refs), timeout=0)[0]} if refs else set()
+        ready = [w for w in waitables
+                 if (w._next_is_ready() if isinstance(w, ObjectRefGenerator) else id(w) in done)][:num_returns]
+        left = None if deadline is None else deadline - time.monotonic()
+        if len(ready) == num_returns or (left is not None and left <= 0):
+            chosen = {id(w) for w in ready}
+            return ready, [w for w in waitables if id(w) not in chosen]
+        time.sleep(pause if left is None else min(pause, left))
+        pause = min(pause * 2, 0.05)
 
 
 def remote(*args, **options):

@@ -3,6 +3,7 @@ object stores. Blocks are Arrow tables or dicts of numpy arrays; pyarrow and pan
 optional (`pip install 'oxray[data]'`) and needed only by the readers, writers and batch
 formats that use them."""
 
+import collections.abc
 from typing import Any, List, Optional, Union
 
 from oxray.data import _read
@@ -38,9 +39,10 @@ def range(n: int, *, override_num_blocks: Optional[int] = None) -> Dataset:  # n
 
 def from_items(items: List[Any], *, override_num_blocks: Optional[int] = None) -> MaterializedDataset:
     """Dict items become rows of their keys; other items go in an "item" column."""
-    if not isinstance(items, list):
+    # Any sequence, as Ray's: `from_items(range(n))` is common in its examples.
+    if not isinstance(items, collections.abc.Sequence) or isinstance(items, (str, bytes)):
         raise TypeError(f"from_items takes a list, got {type(items).__name__}")
-    return MaterializedDataset(Plan(_read.items_source(items, _blocks_wanted(override_num_blocks))))
+    return MaterializedDataset(Plan(_read.items_source(list(items), _blocks_wanted(override_num_blocks))))
 
 
 def _as_list(value, kind) -> list:
