@@ -1,4 +1,5 @@
 import threading
+import types
 
 
 class ObjectRef:
@@ -8,6 +9,9 @@ class ObjectRef:
     anywhere."""
 
     __slots__ = ("_id", "_client", "_owner", "__weakref__")
+
+    # `ObjectRef[int]` in annotations, as Ray's ObjectRef allows.
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(self, object_id: str, client=None):
         self._id = object_id

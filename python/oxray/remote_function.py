@@ -3,13 +3,13 @@ import inspect
 import os
 from typing import Any, Dict, Optional
 
-from oxray._private import generators, serialization, worker
+from oxray._private import accelerators, generators, serialization, worker
 from oxray.util import _labels, scheduling_strategies
 
 _OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "num_returns", "max_retries", "retry_exceptions", "name",
             "namespace", "lifetime", "get_if_exists", "max_concurrency", "scheduling_strategy", "runtime_env",
             "max_restarts", "max_task_retries", "concurrency_groups", "max_calls", "label_selector",
-            "fallback_strategy"}
+            "fallback_strategy", "accelerator_type"}
 
 
 def resource_request(options: Dict[str, Any], default_cpus: float) -> Dict[str, float]:
@@ -22,6 +22,7 @@ def resource_request(options: Dict[str, Any], default_cpus: float) -> Dict[str, 
         if name in ("CPU", "GPU", "memory"):
             raise ValueError(f"use num_cpus, num_gpus or memory, not resources={{{name!r}: ...}}")
         request[name] = float(amount)
+    request.update(accelerators.resource(options.get("accelerator_type")))
     for name, amount in request.items():
         if amount < 0:
             raise ValueError(f"{name} must not be negative, got {amount}")
@@ -100,6 +101,8 @@ def _check_value(name: str, value) -> None:
     elif name == "runtime_env":
         if not isinstance(value, dict):
             raise TypeError(f"runtime_env must be a dict, got {type(value).__name__}")
+    elif name == "accelerator_type":
+        accelerators.check(value)
 
 
 def check_options(options: Dict[str, Any]) -> None:
@@ -136,7 +139,7 @@ class TaskFunction:
 
 
 # Options that change what the worker gets with the function (see TaskFunction).
-_BLUEPRINT_OPTIONS = ("num_returns", "max_calls", "num_cpus", "num_gpus", "memory", "resources")
+_BLUEPRINT_OPTIONS = ("num_returns", "max_calls", "num_cpus", "num_gpus", "memory", "resources", "accelerator_type")
 
 
 class RemoteFunction:

@@ -7,6 +7,10 @@ from typing import Any, Dict, List, Optional
 from oxray._private import worker
 
 
+# Ray's accelerator resource names (`ray._private.accelerators`), the keys of
+# `get_accelerator_ids()`.
+_ACCELERATOR_RESOURCES = ("GPU", "TPU", "NPU", "HPU", "neuron_cores", "RBLN", "FURIOSA", "MBLT", "TTNPU")
+
 # Set by the worker loop for the task it runs (and for the actor it is).
 # `placement_group`: (group id, capture child tasks) of the task or actor, when in a group.
 _current = {"task_id": None, "task_name": None, "actor_id": None, "actor_name": None, "placement_group": None}
@@ -93,8 +97,13 @@ class RuntimeContext:
         return {name: amount for name, amount in (_current.get("resources") or {}).items() if amount > 0}
 
     def get_accelerator_ids(self) -> Dict[str, List[str]]:
+        """The accelerators this worker holds, by Ray's resource names: GPUs (its
+        CUDA_VISIBLE_DEVICES); oxray leases no other kind, so theirs are empty, as Ray's are
+        on a node without them (code that reads `["NPU"]` finds a list)."""
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        return {"GPU": [g for g in visible.split(",") if g] if visible else []}
+        ids = {name: [] for name in _ACCELERATOR_RESOURCES}
+        ids["GPU"] = [g for g in visible.split(",") if g] if visible else []
+        return ids
 
     @property
     def gcs_address(self) -> str:

@@ -106,7 +106,9 @@ class ScalingConfig:
             if self.use_gpu:
                 resources.setdefault("GPU", 1.0)
         if self.accelerator_type:
-            resources[f"accelerator_type:{self.accelerator_type}"] = 0.001
+            from oxray._private import accelerators
+
+            resources.update(accelerators.resource(self.accelerator_type))
         return {k: v for k, v in resources.items() if v > 0}
 
     def total_resources(self) -> Dict[str, float]:

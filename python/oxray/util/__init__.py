@@ -1,5 +1,6 @@
-"""Ray's `ray.util` names that oxray provides. `oxray.util.queue` loads on first use: it
-brings asyncio, which a process that never uses a queue should not pay for."""
+"""Ray's `ray.util` names that oxray provides. `oxray.util.queue` and `oxray.util.state` load
+on first use: they bring asyncio and the HTTP client, which a process that never uses them
+should not pay for."""
 
 from oxray.util.actor_pool import ActorPool
 from oxray.util.helpers import as_completed, map_unordered
@@ -18,8 +19,8 @@ __all__ = ["ActorPool", "as_completed", "get_current_placement_group", "get_node
 
 
 def __getattr__(name):
-    if name == "queue":
+    if name in ("queue", "state"):
         import importlib
 
-        return importlib.import_module("oxray.util.queue")
+        return importlib.import_module(f"oxray.util.{name}")
     raise AttributeError(f"module 'oxray.util' has no attribute {name!r}")

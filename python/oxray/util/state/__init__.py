@@ -1,0 +1,51 @@
+"""Ray's state API, `ray.util.state`: what the cluster runs and ran, as lists of records
+(`list_actors(filters=[("state", "=", "ALIVE")])`), lookups by id, summaries and logs."""
+
+from oxray.util.state._logs import get_log, list_logs
+from oxray.util.state.api import (
+    StateApiClient,
+    get_actor,
+    get_job,
+    get_node,
+    get_objects,
+    get_placement_group,
+    get_task,
+    get_worker,
+    list_actors,
+    list_cluster_events,
+    list_jobs,
+    list_nodes,
+    list_objects,
+    list_placement_groups,
+    list_runtime_envs,
+    list_tasks,
+    list_workers,
+    summarize_actors,
+    summarize_objects,
+    summarize_tasks,
+)
+
+__all__ = [
+    "StateApiClient",
+    "get_actor",
+    "get_job",
+    "get_log",
+    "get_node",
+    "get_objects",
+    "get_placement_group",
+    "get_task",
+    "get_worker",
+    "list_actors",
+    "list_cluster_events",
+    "list_jobs",
+    "list_logs",
+    "list_nodes",
+    "list_objects",
+    "list_placement_groups",
+    "list_runtime_envs",
+    "list_tasks",
+    "list_workers",
+    "summarize_actors",
+    "summarize_objects",
+    "summarize_tasks",
+]
