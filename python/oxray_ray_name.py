@@ -41,9 +41,8 @@ class RayFallback:
             from oxray import _as_ray
         except ImportError:  # oxray removed while this interpreter ran
             return None
-        # Its `ray.*` names must come before the path finders, which would load oxray's
-        # files a second time as new `ray.x` modules.
-        _as_ray.install_as_ray(shadow_installed_ray=True)
+        # Its finder (installed first on `sys.meta_path`) serves `ray.*` before the path
+        # finders, which would load oxray's files a second time as new `ray.x` modules.
         return _as_ray.finder().find_spec(fullname, path, target)
 
     def find_distributions(self, context=None):
